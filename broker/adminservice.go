@@ -1,0 +1,268 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/storage"
+)
+
+// Metadata changes go through Raft on the master; reads are served by any
+// replica from its applied state.
+
+func (s *service) CreateTopic(ctx context.Context, req *pb.CreateTopicRequest) (*pb.CreateTopicResponse, error) {
+	b := s.b
+	t := req.Topic
+	if t == nil || !validName(t.Name) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "topic name must match [A-Za-z0-9_%-]{1,127}")
+	}
+	if t.ReadQueues < 1 || t.WriteQueues < 1 || t.ReadQueues > b.cfg.MaxQueues || t.WriteQueues > b.cfg.MaxQueues {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("queue counts must be in [1, %d]", b.cfg.MaxQueues))
+	}
+	if t.Perm == 0 {
+		t.Perm = PermRead | PermWrite
+	}
+	if t.Perm&^(PermRead|PermWrite) != 0 {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "perm is a sum of 4 (read) and 2 (write)")
+	}
+	if err := b.requireMaster(); err != nil {
+		return nil, err
+	}
+	if !req.Update && b.meta.topic(t.Name) != nil {
+		return nil, statusError(codes.AlreadyExists, pb.ErrorReason_TOPIC_EXISTS, "topic "+t.Name+" exists", nil)
+	}
+	if err := b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_UpsertTopic{UpsertTopic: t}}); err != nil {
+		return nil, err
+	}
+	return &pb.CreateTopicResponse{}, nil
+}
+
+func (s *service) DeleteTopic(ctx context.Context, req *pb.DeleteTopicRequest) (*pb.DeleteTopicResponse, error) {
+	b := s.b
+	if !validName(req.Name) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "topic name must match [A-Za-z0-9_%-]{1,127}")
+	}
+	if err := b.requireMaster(); err != nil {
+		return nil, err
+	}
+	if b.meta.topic(req.Name) == nil {
+		return nil, statusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "topic "+req.Name+" does not exist", nil)
+	}
+	if err := b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_DeleteTopic{DeleteTopic: req.Name}}); err != nil {
+		return nil, err
+	}
+	return &pb.DeleteTopicResponse{}, nil
+}
+
+func (s *service) ListTopics(context.Context, *pb.ListTopicsRequest) (*pb.ListTopicsResponse, error) {
+	topics, version := s.b.meta.topicList()
+	return &pb.ListTopicsResponse{Topics: topics, Version: version}, nil
+}
+
+func (s *service) UpsertSubscriptionGroup(ctx context.Context, req *pb.UpsertSubscriptionGroupRequest) (*pb.UpsertSubscriptionGroupResponse, error) {
+	g := req.Group
+	if g == nil || !validName(g.Name) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
+	}
+	if g.RetryMaxTimes < 0 || g.RetryQueues < 0 || g.RetryQueues > s.b.cfg.MaxQueues {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "retry settings out of range")
+	}
+	if err := s.b.requireMaster(); err != nil {
+		return nil, err
+	}
+	if err := s.b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_UpsertGroup{UpsertGroup: g}}); err != nil {
+		return nil, err
+	}
+	return &pb.UpsertSubscriptionGroupResponse{}, nil
+}
+
+func (s *service) DeleteSubscriptionGroup(ctx context.Context, req *pb.DeleteSubscriptionGroupRequest) (*pb.DeleteSubscriptionGroupResponse, error) {
+	if !validName(req.Name) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
+	}
+	if err := s.b.requireMaster(); err != nil {
+		return nil, err
+	}
+	if s.b.meta.group(req.Name) == nil {
+		return nil, statusError(codes.NotFound, pb.ErrorReason_GROUP_NOT_FOUND, "group "+req.Name+" does not exist", nil)
+	}
+	if err := s.b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_DeleteGroup{DeleteGroup: req.Name}}); err != nil {
+		return nil, err
+	}
+	return &pb.DeleteSubscriptionGroupResponse{}, nil
+}
+
+func (s *service) ListSubscriptionGroups(context.Context, *pb.ListSubscriptionGroupsRequest) (*pb.ListSubscriptionGroupsResponse, error) {
+	return &pb.ListSubscriptionGroupsResponse{Groups: s.b.meta.groupList()}, nil
+}
+
+func (s *service) QueryConsumerOffset(_ context.Context, req *pb.QueryConsumerOffsetRequest) (*pb.QueryConsumerOffsetResponse, error) {
+	if !validName(req.ConsumerGroup) || !validName(req.Topic) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group and topic names must match [A-Za-z0-9_%-]{1,127}")
+	}
+	return &pb.QueryConsumerOffsetResponse{Offset: s.b.meta.offset(req.ConsumerGroup, req.Topic, req.QueueId)}, nil
+}
+
+func (s *service) UpdateConsumerOffset(ctx context.Context, req *pb.UpdateConsumerOffsetRequest) (*pb.UpdateConsumerOffsetResponse, error) {
+	if !validName(req.ConsumerGroup) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
+	}
+	for _, o := range req.Offsets {
+		if o == nil || !validName(o.Topic) || o.QueueId < 0 || o.QueueId >= s.b.cfg.MaxQueues || o.Offset < 0 {
+			return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "each offset needs a legal topic, a queue id in range and a non-negative offset")
+		}
+	}
+	if err := s.b.requireMaster(); err != nil {
+		return nil, err
+	}
+	cmd := &pb.RaftCommand{Command: &pb.RaftCommand_CommitOffsets{CommitOffsets: &pb.OffsetCommit{ConsumerGroup: req.ConsumerGroup, Offsets: req.Offsets}}}
+	if err := s.b.apply(ctx, cmd); err != nil {
+		return nil, err
+	}
+	return &pb.UpdateConsumerOffsetResponse{}, nil
+}
+
+func (s *service) GetQueueOffsets(_ context.Context, req *pb.GetQueueOffsetsRequest) (*pb.GetQueueOffsetsResponse, error) {
+	if !validName(req.Topic) || req.QueueId < 0 || req.QueueId >= s.b.cfg.MaxQueues {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a legal topic and a queue id in range are needed")
+	}
+	min, max := s.b.store.QueueOffsets(req.Topic, req.QueueId)
+	return &pb.GetQueueOffsetsResponse{MinOffset: min, MaxOffset: max}, nil
+}
+
+func (s *service) SearchOffsetByTime(_ context.Context, req *pb.SearchOffsetByTimeRequest) (*pb.SearchOffsetByTimeResponse, error) {
+	if !validName(req.Topic) || req.QueueId < 0 || req.QueueId >= s.b.cfg.MaxQueues {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a legal topic and a queue id in range are needed")
+	}
+	off, err := s.b.store.OffsetForTime(req.Topic, req.QueueId, req.Timestamp)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return &pb.SearchOffsetByTimeResponse{Offset: off}, nil
+}
+
+func (s *service) QueryMessageById(_ context.Context, req *pb.QueryMessageByIdRequest) (*pb.QueryMessageResponse, error) {
+	group, off, err := storage.ParseMessageID(req.MsgId)
+	if err != nil {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, err.Error())
+	}
+	if group != s.b.cfg.Group {
+		return nil, statusError(codes.NotFound, pb.ErrorReason_MESSAGE_NOT_FOUND, "message id "+req.MsgId+" names group "+group+", this is "+s.b.cfg.Group, nil)
+	}
+	rec, err := s.b.store.ReadMessage(off)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	return &pb.QueryMessageResponse{Records: [][]byte{rec}}, nil
+}
+
+func (s *service) QueryMessageByKey(_ context.Context, req *pb.QueryMessageByKeyRequest) (*pb.QueryMessageResponse, error) {
+	if !validName(req.Topic) || req.Key == "" {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a legal topic and a key are needed")
+	}
+	limit := int(req.Max)
+	if limit <= 0 || limit > 64 {
+		limit = 64
+	}
+	end := req.EndTimestamp
+	if end <= 0 {
+		end = time.Now().UnixMilli() + 1
+	}
+	recs, err := s.b.store.QueryByKey(req.Key, limit, req.BeginTimestamp, end)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	out := &pb.QueryMessageResponse{}
+	for _, raw := range recs {
+		if r, err := storage.DecodeRecord(raw); err == nil && r.Topic == req.Topic {
+			out.Records = append(out.Records, raw)
+		}
+	}
+	return out, nil
+}
+
+func (s *service) DescribeBroker(context.Context, *pb.DescribeBrokerRequest) (*pb.DescribeBrokerResponse, error) {
+	b := s.b
+	leaderID, leaderAddr := b.leaderInfo()
+	stats := b.node.Raft.Stats()
+	out := &pb.DescribeBrokerResponse{
+		Group:         b.cfg.Group,
+		ReplicaId:     b.self,
+		Master:        b.master.Load(),
+		Term:          b.term(),
+		MasterAddress: leaderAddr,
+	}
+	out.AppliedIndex, _ = strconv.ParseUint(stats["applied_index"], 10, 64)
+	out.CommitIndex, _ = strconv.ParseUint(stats["commit_index"], 10, 64)
+	out.Topics, out.TopicsVersion = b.meta.topicList()
+	out.CommitlogMinOffset, out.CommitlogMaxOffset = b.store.CommitlogOffsets()
+	if f := b.node.Raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			id, err := strconv.Atoi(string(srv.ID))
+			if err != nil || srv.Suffrage != raft.Voter {
+				continue
+			}
+			out.Replicas = append(out.Replicas, &pb.ReplicaInfo{
+				Id:          int32(id),
+				RaftAddress: string(srv.Address),
+				GrpcAddress: b.meta.replicaAddr(int32(id)),
+				Master:      int32(id) == leaderID,
+			})
+		}
+	}
+	return out, nil
+}
+
+func (s *service) Heartbeat(_ context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
+	if req.ClientId == "" || len(req.ClientId) > 255 {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "client id must be 1 to 255 bytes")
+	}
+	for _, g := range req.Groups {
+		if g == nil || !validName(g.Group) {
+			return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group names must match [A-Za-z0-9_%-]{1,127}")
+		}
+	}
+	changed := s.b.consumers.heartbeat(req.ClientId, req.Groups, time.Now())
+	return &pb.HeartbeatResponse{ChangedGroups: changed}, nil
+}
+
+func (s *service) GetConsumerList(_ context.Context, req *pb.GetConsumerListRequest) (*pb.GetConsumerListResponse, error) {
+	if !validName(req.ConsumerGroup) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
+	}
+	return &pb.GetConsumerListResponse{ClientIds: s.b.consumers.members(req.ConsumerGroup, time.Now())}, nil
+}
+
+func (s *service) LockQueues(_ context.Context, req *pb.LockQueuesRequest) (*pb.LockQueuesResponse, error) {
+	if err := s.checkLock(req.ConsumerGroup, req.ClientId, req.Topic, req.QueueIds); err != nil {
+		return nil, err
+	}
+	got := s.b.locks.lock(req.ConsumerGroup, req.ClientId, req.Topic, req.QueueIds, time.Now())
+	return &pb.LockQueuesResponse{LockedQueueIds: got}, nil
+}
+
+func (s *service) UnlockQueues(_ context.Context, req *pb.UnlockQueuesRequest) (*pb.UnlockQueuesResponse, error) {
+	if err := s.checkLock(req.ConsumerGroup, req.ClientId, req.Topic, req.QueueIds); err != nil {
+		return nil, err
+	}
+	s.b.locks.unlock(req.ConsumerGroup, req.ClientId, req.Topic, req.QueueIds)
+	return &pb.UnlockQueuesResponse{}, nil
+}
+
+// checkLock validates a lock request; locks live on the master only.
+func (s *service) checkLock(group, client, topic string, queues []int32) error {
+	if !validName(group) || !validName(topic) || client == "" {
+		return invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a legal group, topic and a client id are needed")
+	}
+	if slices.ContainsFunc(queues, func(q int32) bool { return q < 0 || q >= s.b.cfg.MaxQueues }) {
+		return invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "queue id out of range")
+	}
+	return s.b.requireMaster()
+}

@@ -1,0 +1,328 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/storage"
+)
+
+// Broker is one replica of a broker group: its store, its Raft member (the
+// leader is the group's master), and the gRPC services.
+type Broker struct {
+	cfg  Config
+	log  *slog.Logger
+	self int32
+
+	store *storage.Store
+	meta  *metadata
+	fsm   *fsm
+	node  *cluster.RaftNode
+
+	grpc *grpc.Server
+	lis  net.Listener
+
+	batcher   *batcher
+	holds     *holdService
+	offsets   *offsetCommitter
+	consumers *consumerTable
+	locks     *queueLocks
+
+	// master: leader and past the Barrier that makes its state complete.
+	master atomic.Bool
+	// catchUps counts commitlog copies from peers (snapshot restores).
+	catchUps atomic.Int64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// Start opens the replica's store, starts its Raft member (bootstrapping
+// the group on first start) and serves gRPC on cfg.GRPCAddr.
+func Start(cfg Config) (*Broker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	store, err := storage.Open(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		self:      cfg.ReplicaID,
+		store:     store,
+		meta:      newMetadata(),
+		holds:     newHoldService(cfg.MaxHeldPulls),
+		consumers: newConsumerTable(cfg.ConsumerExpiry),
+		locks:     newQueueLocks(),
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended}
+	b.fsm.catchUp = b.catchUp
+	b.batcher = newBatcher(b)
+	b.offsets = newOffsetCommitter(b)
+
+	if b.lis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("broker: listen on %s: %w", cfg.GRPCAddr, err)
+	}
+	if b.node, err = cluster.StartRaft(cfg.Raft, b.fsm); err != nil {
+		b.lis.Close()
+		store.Close()
+		return nil, err
+	}
+	b.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.EntryMaxBytes+1<<20),
+		grpc.MaxSendMsgSize(maxResponseSize(cfg)),
+		// A held pull is an idle RPC for up to its suspend timeout.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	)
+	pb.RegisterBrokerServer(b.grpc, &service{b: b})
+
+	b.goLoop(b.leaderLoop)
+	b.goLoop(b.batcher.run)
+	b.goLoop(b.holdCheckLoop)
+	b.goLoop(b.offsets.run)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		if err := b.grpc.Serve(b.lis); err != nil {
+			b.log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	b.log.Info("broker started", "grpc", cfg.AdvertiseGRPC, "raft", cfg.Raft.BindAddr)
+	return b, nil
+}
+
+func (b *Broker) goLoop(f func(ctx context.Context)) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		f(b.ctx)
+	}()
+}
+
+// Addr is the address the gRPC server listens on.
+func (b *Broker) Addr() string { return b.lis.Addr().String() }
+
+// IsMaster reports whether this replica is the group's master now.
+func (b *Broker) IsMaster() bool { return b.master.Load() }
+
+// Raft is the replica's Raft member (for tests and tooling).
+func (b *Broker) Raft() *raft.Raft { return b.node.Raft }
+
+// Store is the replica's store (for tests and tooling).
+func (b *Broker) Store() *storage.Store { return b.store }
+
+// Close stops serving, answers held pulls, stops Raft and closes the store.
+// It does not hand leadership over; see TransferLeadership.
+func (b *Broker) Close() error {
+	if !b.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	b.master.Store(false)
+	b.holds.wakeAll()
+	stopped := make(chan struct{})
+	go func() {
+		b.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		b.grpc.Stop()
+		<-stopped
+	}
+	err := b.node.Close()
+	b.cancel()
+	b.wg.Wait()
+	if serr := b.store.Close(); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// TransferLeadership hands the master role to another replica (on SIGTERM,
+// before Close), so writers wait for no election.
+func (b *Broker) TransferLeadership() error {
+	if b.node.Raft.State() != raft.Leader {
+		return nil
+	}
+	return b.node.Raft.LeadershipTransfer().Error()
+}
+
+// leaderLoop is the only reader of Raft's leadership notifications. A new
+// leader first waits on a Barrier (every earlier entry applied: the store
+// and metadata are complete), announces its gRPC address through the log,
+// and only then serves as master. A leader that steps down answers its
+// held pulls so consumers go to the new master.
+func (b *Broker) leaderLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case leader := <-b.node.LeaderChanges:
+			if !leader {
+				if b.master.Swap(false) {
+					b.log.Info("no longer master")
+				}
+				b.holds.wakeAll()
+				continue
+			}
+			if err := b.node.Raft.Barrier(b.cfg.SendTimeout).Error(); err != nil {
+				b.log.Warn("barrier as new leader failed", "err", err)
+				continue
+			}
+			if err := b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_Announce{Announce: &pb.MasterAnnounce{
+				ReplicaId: b.self, GrpcAddress: b.cfg.AdvertiseGRPC,
+			}}}); err != nil {
+				b.log.Warn("announce as new master failed", "err", err)
+				continue
+			}
+			if b.node.Raft.State() == raft.Leader {
+				b.master.Store(true)
+				b.log.Info("serving as master", "term", b.term())
+			}
+		}
+	}
+}
+
+func (b *Broker) term() uint64 {
+	t, _ := strconv.ParseUint(b.node.Raft.Stats()["term"], 10, 64)
+	return t
+}
+
+// apply proposes a metadata command and waits for it to be applied.
+func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
+	data, err := marshal(cmd)
+	if err != nil {
+		return err
+	}
+	timeout := b.cfg.SendTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	f := b.node.Raft.Apply(data, timeout)
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return b.replicationError(err)
+		}
+		if r, ok := f.Response().(*applyResult); ok && r.err != nil {
+			return storeError(r.err)
+		}
+		return nil
+	case <-ctx.Done():
+		return statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, "not confirmed in time: it may or may not be applied", nil)
+	}
+}
+
+// requireMaster returns a NOT_LEADER status unless this replica is master.
+func (b *Broker) requireMaster() error {
+	if b.master.Load() {
+		return nil
+	}
+	return b.notLeader()
+}
+
+// leaderInfo returns the master's replica id and gRPC address as far as
+// this replica knows (0, "" when it knows none).
+func (b *Broker) leaderInfo() (int32, string) {
+	_, id := b.node.Raft.LeaderWithID()
+	n, err := strconv.Atoi(string(id))
+	if err != nil || n < 1 || n > math.MaxInt32 {
+		return 0, ""
+	}
+	return int32(n), b.meta.replicaAddr(int32(n))
+}
+
+func (b *Broker) notLeader() error {
+	id, addr := b.leaderInfo()
+	meta := map[string]string{"leader": addr}
+	if id > 0 {
+		meta["leader_id"] = strconv.Itoa(int(id))
+	}
+	return statusError(codes.FailedPrecondition, pb.ErrorReason_NOT_LEADER, "this replica is not the master of "+b.cfg.Group, meta)
+}
+
+// notLeaderUnknown: leadership was lost while the entry was in flight; it
+// may still be committed by the new master.
+func (b *Broker) notLeaderUnknown() error {
+	id, addr := b.leaderInfo()
+	return statusError(codes.Unavailable, pb.ErrorReason_NOT_LEADER,
+		"leadership lost during replication: the send may or may not be stored",
+		map[string]string{"leader": addr, "leader_id": strconv.Itoa(int(id)), "outcome": "unknown"})
+}
+
+// onAppended runs in the state machine after a send batch is stored; only
+// the master wakes held pulls (slaves do not hold any).
+func (b *Broker) onAppended(msgs []*pb.StoredMessage, res []storage.AppendResult) {
+	if !b.master.Load() {
+		return
+	}
+	type arrival struct {
+		max  int64
+		tags []int64
+	}
+	arrivals := map[queueKey]*arrival{}
+	for i, m := range msgs {
+		k := queueKey{m.Message.Topic, m.QueueId}
+		a := arrivals[k]
+		if a == nil {
+			a = &arrival{}
+			arrivals[k] = a
+		}
+		a.max = res[i].QueueOffset + 1
+		a.tags = append(a.tags, storage.TagHash(m.Message.Tags))
+	}
+	for k, a := range arrivals {
+		b.holds.arrived(k, a.max, a.tags)
+	}
+}
+
+func (b *Broker) holdCheckLoop(ctx context.Context) {
+	t := time.NewTicker(b.cfg.HoldCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			b.holds.check(now, func(k queueKey) int64 {
+				_, max := b.store.QueueOffsets(k.topic, k.queue)
+				return max
+			})
+		}
+	}
+}
+
+// maxResponseSize bounds the largest message a broker sends: a pull (its
+// byte cap, plus the one record it returns past it) or a commitlog copy
+// chunk (whole batches past copyChunk, with a segment's blank padding).
+func maxResponseSize(cfg Config) int {
+	return max(cfg.PullMaxBytes, copyChunk+2*cfg.EntryMaxBytes) + cfg.Store.MaxMessageSize + 1<<20
+}
+
+var errNoPeer = errors.New("broker: no peer to copy the commitlog from")

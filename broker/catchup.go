@@ -1,0 +1,117 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// A replica that missed more than the Raft log a master retains gets a
+// snapshot: metadata, and how far the commitlog reached (NATS Streaming's
+// approach: the snapshot is small and the data is caught up out of band).
+// catchUp copies the commitlog up to that point from a peer, whole batches
+// at a time, through CopyCommitlog; the copy is byte-identical, because
+// every replica's commitlog is a prefix of the master's.
+//
+// It runs inside the state machine's Restore, which holds the Raft
+// snapshot install open, so it is bounded by CatchUpTimeout: what it copied
+// stays, and an unfinished copy fails the install, which the master retries
+// (from further on, each time).
+func (b *Broker) catchUp(snap *pb.BrokerSnapshot) error {
+	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.CatchUpTimeout)
+	defer cancel()
+	err := errNoPeer
+	for _, addr := range b.peerAddrs() {
+		if err = b.copyFrom(ctx, addr, snap.CommitlogMaxOffset); err == nil {
+			break
+		}
+		b.log.Warn("commitlog catch-up from peer failed", "peer", addr, "err", err)
+	}
+	if got := b.store.LastRaftIndex(); got < snap.StoreRaftIndex {
+		return fmt.Errorf("broker: catch-up reached raft index %d of %d: %w", got, snap.StoreRaftIndex, err)
+	}
+	b.catchUps.Add(1)
+	_, end := b.store.CommitlogOffsets()
+	b.log.Info("commitlog caught up from peer", "raft_index", snap.StoreRaftIndex, "end_offset", end)
+	return nil
+}
+
+// peerAddrs lists the other replicas' gRPC addresses, the master first.
+func (b *Broker) peerAddrs() []string {
+	leaderID, leader := b.leaderInfo()
+	var out []string
+	if leader != "" && leaderID != b.self {
+		out = append(out, leader)
+	}
+	if f := b.node.Raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			id, err := strconv.Atoi(string(srv.ID))
+			if err != nil || int32(id) == b.self || int32(id) == leaderID {
+				continue
+			}
+			if addr := b.meta.replicaAddr(int32(id)); addr != "" {
+				out = append(out, addr)
+			}
+		}
+	}
+	return out
+}
+
+func (b *Broker) copyFrom(ctx context.Context, addr string, to int64) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize(b.cfg))))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, from := b.store.CommitlogOffsets()
+	stream, err := pb.NewBrokerClient(conn).CopyCommitlog(ctx, &pb.CopyCommitlogRequest{FromOffset: from, ToOffset: to})
+	if err != nil {
+		return err
+	}
+	for {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := b.store.AppendRaw(chunk.Offset, chunk.Data); err != nil {
+			return err
+		}
+	}
+}
+
+// copyChunk is the size CopyCommitlog aims at per message (whole batches:
+// a chunk may be larger by one Raft entry).
+const copyChunk = 1 << 20
+
+// CopyCommitlog streams this replica's commitlog from FromOffset to
+// ToOffset (0: its end) to a replica catching up.
+func (s *service) CopyCommitlog(req *pb.CopyCommitlogRequest, stream grpc.ServerStreamingServer[pb.CommitlogChunk]) error {
+	if req.FromOffset < 0 || req.ToOffset < 0 {
+		return invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "offsets must not be negative")
+	}
+	for from := req.FromOffset; req.ToOffset == 0 || from < req.ToOffset; {
+		data, err := s.b.store.ReadCommitlog(from, req.ToOffset, copyChunk)
+		if err != nil {
+			return storeError(err)
+		}
+		if len(data) == 0 {
+			return nil
+		}
+		if err := stream.Send(&pb.CommitlogChunk{Offset: from, Data: data}); err != nil {
+			return err
+		}
+		from += int64(len(data))
+	}
+	return nil
+}

@@ -1,0 +1,173 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/storage"
+)
+
+// Config configures one broker replica. Zero fields take the documented
+// defaults.
+type Config struct {
+	// Group is the broker group's name, e.g. "broker-a"; ReplicaID this
+	// replica's id in it (1..n).
+	Group     string
+	ReplicaID int32
+	// Dir holds the store (Dir/store) and the Raft state (Dir/raft).
+	Dir string
+	// GRPCAddr is where the gRPC server listens; AdvertiseGRPC what clients
+	// and peers dial (default GRPCAddr).
+	GRPCAddr      string
+	AdvertiseGRPC string
+	// Raft configures the replica's Raft member; its ID, Dir and Logger are
+	// filled in from the fields above. Raft.Peers maps replica ids
+	// ("1", "2", ...) to Raft addresses.
+	Raft cluster.RaftConfig
+	// Store configures the store; its Dir and Logger are filled in.
+	Store storage.Config
+
+	// SendTimeout is a send's default time to be replicated and applied
+	// when the request names none. Default 3 s.
+	SendTimeout time.Duration
+	// MaxBatchMessages caps the messages of one SendMessage. Default 1024.
+	MaxBatchMessages int
+	// EntryMaxMessages and EntryMaxBytes cap one Raft entry that group
+	// commit builds from concurrent sends. Defaults 1024 and 4 MiB.
+	EntryMaxMessages int
+	EntryMaxBytes    int
+	// MaxInflightEntries is how many Raft entries group commit keeps in
+	// flight at once. Default 8.
+	MaxInflightEntries int
+	// MaxPendingSends caps sends waiting for group commit; more are refused
+	// with TOO_MANY_REQUESTS. Default 16384.
+	MaxPendingSends int
+
+	// PullMaxMessages caps the messages of one pull (default 32) and
+	// PullMaxBytes their bytes (default 4 MiB).
+	PullMaxMessages int
+	PullMaxBytes    int
+	// MaxHeldPulls caps pulls held for long polling; the excess is
+	// answered at once with no new message. Default 10000.
+	MaxHeldPulls int
+	// HoldCheckInterval is how often held pulls are checked against their
+	// queue and their timeout (RocketMQ: 5 s with long polling). Default
+	// 5 s; 1 s with ShortPolling.
+	HoldCheckInterval time.Duration
+	ShortPolling      bool
+	// MaxSuspend caps a pull's suspend timeout. Default 60 s.
+	MaxSuspend time.Duration
+	// SlaveReadLag: when a consumer is more messages than this behind on a
+	// queue, the master suggests it read that queue from a slave; a slave
+	// sends it back when it is less than half of it behind. Default 20000;
+	// negative disables slave reads.
+	SlaveReadLag int64
+
+	// AutoCreateTopics creates an unknown topic on its first send with
+	// DefaultQueues queues (dev mode; off elsewhere). Default queues 4.
+	AutoCreateTopics bool
+	DefaultQueues    int32
+	// MaxQueues caps a topic's queue counts. Default 256.
+	MaxQueues int32
+	// OffsetCommitInterval is how often offsets that rode on pulls are
+	// replicated, in one Raft entry. Default 200 ms.
+	OffsetCommitInterval time.Duration
+	// ConsumerExpiry: a consumer without a heartbeat this long leaves its
+	// group. Default 120 s.
+	ConsumerExpiry time.Duration
+	// MaxMessageSize caps one message's body and properties. Default 4 MiB.
+	MaxMessageSize int
+	// CatchUpTimeout bounds one copy of the commitlog from a peer when this
+	// replica restores a snapshot. Default 30 s.
+	CatchUpTimeout time.Duration
+
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Group == "" || c.Dir == "" || c.GRPCAddr == "" || c.ReplicaID < 1 {
+		return c, errors.New("broker: Config needs Group, ReplicaID >= 1, Dir and GRPCAddr")
+	}
+	if !validName(c.Group) {
+		return c, fmt.Errorf("broker: group name %q must match [A-Za-z0-9_-]{1,127}", c.Group)
+	}
+	if c.AdvertiseGRPC == "" {
+		c.AdvertiseGRPC = c.GRPCAddr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.Logger = c.Logger.With("group", c.Group, "replica", c.ReplicaID)
+	c.Raft.ID = strconv.Itoa(int(c.ReplicaID))
+	c.Raft.Dir = c.Dir + "/raft"
+	if c.Raft.Logger == nil {
+		c.Raft.Logger = c.Logger
+	}
+	c.Store.Dir = c.Dir + "/store"
+	if c.Store.Logger == nil {
+		c.Store.Logger = c.Logger
+	}
+	dur := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	num := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	dur(&c.SendTimeout, 3*time.Second)
+	num(&c.MaxBatchMessages, 1024)
+	num(&c.EntryMaxMessages, 1024)
+	num(&c.EntryMaxBytes, 4<<20)
+	num(&c.MaxInflightEntries, 8)
+	num(&c.MaxPendingSends, 16384)
+	num(&c.PullMaxMessages, 32)
+	num(&c.PullMaxBytes, 4<<20)
+	num(&c.MaxHeldPulls, 10000)
+	num(&c.MaxMessageSize, 4<<20)
+	if c.HoldCheckInterval == 0 {
+		c.HoldCheckInterval = 5 * time.Second
+		if c.ShortPolling {
+			c.HoldCheckInterval = time.Second
+		}
+	}
+	dur(&c.MaxSuspend, 60*time.Second)
+	dur(&c.OffsetCommitInterval, 200*time.Millisecond)
+	dur(&c.ConsumerExpiry, 120*time.Second)
+	dur(&c.CatchUpTimeout, 30*time.Second)
+	if c.SlaveReadLag == 0 {
+		c.SlaveReadLag = 20000
+	}
+	if c.DefaultQueues == 0 {
+		c.DefaultQueues = 4
+	}
+	if c.MaxQueues == 0 {
+		c.MaxQueues = 256
+	}
+	if c.Store.MaxQueuesPerTopic == 0 {
+		c.Store.MaxQueuesPerTopic = c.MaxQueues
+	}
+	if c.Store.MaxMessageSize == 0 {
+		// Room for the record's header, topic, tags, keys and properties.
+		c.Store.MaxMessageSize = c.MaxMessageSize + 64<<10
+	}
+	switch {
+	case c.MaxBatchMessages < 1, c.EntryMaxMessages < 1, c.EntryMaxBytes < 1, c.MaxInflightEntries < 1,
+		c.MaxPendingSends < 1, c.PullMaxMessages < 1, c.PullMaxBytes < 1, c.MaxHeldPulls < 0, c.MaxMessageSize < 1:
+		return c, errors.New("broker: limits must be positive")
+	case c.EntryMaxBytes < c.MaxMessageSize:
+		return c, errors.New("broker: EntryMaxBytes must hold a message of MaxMessageSize")
+	case c.DefaultQueues < 1 || c.DefaultQueues > c.MaxQueues || c.MaxQueues > c.Store.MaxQueuesPerTopic:
+		return c, errors.New("broker: DefaultQueues <= MaxQueues <= Store.MaxQueuesPerTopic")
+	}
+	return c, nil
+}
+
+// validName is the rule for group and topic names, as RocketMQ's.
+func validName(s string) bool { return storage.ValidTopic(s) }

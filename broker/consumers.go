@@ -1,0 +1,146 @@
+package broker
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// consumerTable is who consumes what, from heartbeats: per group, its
+// members (client ids) with their subscriptions, each dropped after
+// ConsumerExpiry without a heartbeat. It lives in memory on each replica
+// (clients heartbeat to every broker they use), as in RocketMQ.
+type consumerTable struct {
+	mu      sync.Mutex
+	expiry  time.Duration
+	groups  map[string]*consumerGroup
+	seenVer map[string]map[string]uint64 // client -> group -> version it last saw
+}
+
+type consumerGroup struct {
+	info    *pb.ConsumerGroupInfo
+	members map[string]time.Time // client id -> last heartbeat
+	version uint64               // bumped when members change
+}
+
+func newConsumerTable(expiry time.Duration) *consumerTable {
+	return &consumerTable{expiry: expiry, groups: map[string]*consumerGroup{}, seenVer: map[string]map[string]uint64{}}
+}
+
+// heartbeat records a client's groups and returns the groups whose member
+// list changed since the client's previous heartbeat.
+func (t *consumerTable) heartbeat(client string, groups []*pb.ConsumerGroupInfo, now time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireLocked(now)
+	seen := t.seenVer[client]
+	if seen == nil {
+		seen = map[string]uint64{}
+		t.seenVer[client] = seen
+	}
+	var changed []string
+	for _, gi := range groups {
+		g := t.groups[gi.Group]
+		if g == nil {
+			g = &consumerGroup{members: map[string]time.Time{}}
+			t.groups[gi.Group] = g
+		}
+		g.info = proto.Clone(gi).(*pb.ConsumerGroupInfo)
+		if _, ok := g.members[client]; !ok {
+			g.version++
+		}
+		g.members[client] = now
+		if v, ok := seen[gi.Group]; ok && v != g.version {
+			changed = append(changed, gi.Group)
+		}
+		seen[gi.Group] = g.version
+	}
+	return changed
+}
+
+func (t *consumerTable) expireLocked(now time.Time) {
+	for name, g := range t.groups {
+		for c, last := range g.members {
+			if now.Sub(last) > t.expiry {
+				delete(g.members, c)
+				g.version++
+			}
+		}
+		if len(g.members) == 0 {
+			delete(t.groups, name)
+		}
+	}
+}
+
+// members returns a group's client ids, sorted.
+func (t *consumerTable) members(group string, now time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireLocked(now)
+	g := t.groups[group]
+	if g == nil {
+		return nil
+	}
+	out := make([]string, 0, len(g.members))
+	for c := range g.members {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// queueLocks are the master's locks for orderly consumption: a queue of a
+// group is held by one client at a time, for a lease renewed by locking
+// again (RocketMQ's RebalanceLockManager, 60 s).
+type queueLocks struct {
+	mu    sync.Mutex
+	lease time.Duration
+	held  map[lockKey]lockHolder
+}
+
+type lockKey struct {
+	group, topic string
+	queue        int32
+}
+
+type lockHolder struct {
+	client string
+	until  time.Time
+}
+
+func newQueueLocks() *queueLocks {
+	return &queueLocks{lease: 60 * time.Second, held: map[lockKey]lockHolder{}}
+}
+
+// lock takes or renews the queues it can for client and returns those it
+// holds.
+func (l *queueLocks) lock(group, client, topic string, queues []int32, now time.Time) []int32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var got []int32
+	for _, q := range queues {
+		k := lockKey{group, topic, q}
+		h, ok := l.held[k]
+		if ok && h.client != client && now.Before(h.until) {
+			continue
+		}
+		l.held[k] = lockHolder{client: client, until: now.Add(l.lease)}
+		got = append(got, q)
+	}
+	return got
+}
+
+func (l *queueLocks) unlock(group, client, topic string, queues []int32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, q := range queues {
+		k := lockKey{group, topic, q}
+		if h, ok := l.held[k]; ok && h.client == client {
+			delete(l.held, k)
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package broker
+
+import (
+	"sort"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// Topic permissions, as RocketMQ's.
+const (
+	PermRead  = 4
+	PermWrite = 2
+)
+
+type offsetKey struct {
+	group, topic string
+	queue        int32
+}
+
+// metadata is the replicated state next to the commitlog: topics,
+// subscription groups, committed consumer offsets, and the gRPC addresses
+// masters announced. The state machine changes it (in Raft order, on every
+// replica); services read it.
+type metadata struct {
+	mu            sync.RWMutex
+	topics        map[string]*pb.TopicConfig
+	topicsVersion int64
+	groups        map[string]*pb.SubscriptionGroupConfig
+	offsets       map[offsetKey]int64
+	replicas      map[int32]string // replica id -> gRPC address, from master announcements
+}
+
+func newMetadata() *metadata {
+	return &metadata{
+		topics:   map[string]*pb.TopicConfig{},
+		groups:   map[string]*pb.SubscriptionGroupConfig{},
+		offsets:  map[offsetKey]int64{},
+		replicas: map[int32]string{},
+	}
+}
+
+func (m *metadata) topic(name string) *pb.TopicConfig {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.topics[name]
+}
+
+// topicList returns copies of the topics, by name, and the table's version.
+func (m *metadata) topicList() ([]*pb.TopicConfig, int64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*pb.TopicConfig, 0, len(m.topics))
+	for _, t := range m.topics {
+		out = append(out, proto.Clone(t).(*pb.TopicConfig))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, m.topicsVersion
+}
+
+func (m *metadata) upsertTopic(t *pb.TopicConfig) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.topics[t.Name] = proto.Clone(t).(*pb.TopicConfig)
+	m.topicsVersion++
+}
+
+func (m *metadata) deleteTopic(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.topics, name)
+	for k := range m.offsets {
+		if k.topic == name {
+			delete(m.offsets, k)
+		}
+	}
+	m.topicsVersion++
+}
+
+func (m *metadata) group(name string) *pb.SubscriptionGroupConfig {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.groups[name]
+}
+
+func (m *metadata) groupList() []*pb.SubscriptionGroupConfig {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*pb.SubscriptionGroupConfig, 0, len(m.groups))
+	for _, g := range m.groups {
+		out = append(out, proto.Clone(g).(*pb.SubscriptionGroupConfig))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (m *metadata) upsertGroup(g *pb.SubscriptionGroupConfig) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.groups[g.Name] = proto.Clone(g).(*pb.SubscriptionGroupConfig)
+}
+
+func (m *metadata) deleteGroup(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.groups, name)
+	for k := range m.offsets {
+		if k.group == name {
+			delete(m.offsets, k)
+		}
+	}
+}
+
+// offset returns a group's committed offset of a queue, -1 when none.
+func (m *metadata) offset(group, topic string, queue int32) int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if off, ok := m.offsets[offsetKey{group, topic, queue}]; ok {
+		return off
+	}
+	return -1
+}
+
+func (m *metadata) commitOffsets(c *pb.OffsetCommit) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, o := range c.Offsets {
+		m.offsets[offsetKey{c.ConsumerGroup, o.Topic, o.QueueId}] = o.Offset
+	}
+}
+
+func (m *metadata) announce(a *pb.MasterAnnounce) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.replicas[a.ReplicaId] = a.GrpcAddress
+}
+
+func (m *metadata) replicaAddr(id int32) string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.replicas[id]
+}
+
+// snapshot fills the metadata part of a snapshot.
+func (m *metadata) snapshot(s *pb.BrokerSnapshot) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, t := range m.topics {
+		s.Topics = append(s.Topics, proto.Clone(t).(*pb.TopicConfig))
+	}
+	s.TopicsVersion = m.topicsVersion
+	for _, g := range m.groups {
+		s.Groups = append(s.Groups, proto.Clone(g).(*pb.SubscriptionGroupConfig))
+	}
+	byGroup := map[string]*pb.OffsetCommit{}
+	for k, off := range m.offsets {
+		c := byGroup[k.group]
+		if c == nil {
+			c = &pb.OffsetCommit{ConsumerGroup: k.group}
+			byGroup[k.group] = c
+			s.Offsets = append(s.Offsets, c)
+		}
+		c.Offsets = append(c.Offsets, &pb.QueueOffset{Topic: k.topic, QueueId: k.queue, Offset: off})
+	}
+	for id, addr := range m.replicas {
+		s.Masters = append(s.Masters, &pb.MasterAnnounce{ReplicaId: id, GrpcAddress: addr})
+	}
+}
+
+// restore replaces the metadata with a snapshot's.
+func (m *metadata) restore(s *pb.BrokerSnapshot) {
+	fresh := newMetadata()
+	for _, t := range s.Topics {
+		fresh.topics[t.Name] = t
+	}
+	fresh.topicsVersion = s.TopicsVersion
+	for _, g := range s.Groups {
+		fresh.groups[g.Name] = g
+	}
+	for _, c := range s.Offsets {
+		for _, o := range c.Offsets {
+			fresh.offsets[offsetKey{c.ConsumerGroup, o.Topic, o.QueueId}] = o.Offset
+		}
+	}
+	for _, a := range s.Masters {
+		fresh.replicas[a.ReplicaId] = a.GrpcAddress
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.topics, m.topicsVersion, m.groups, m.offsets, m.replicas = fresh.topics, fresh.topicsVersion, fresh.groups, fresh.offsets, fresh.replicas
+}

@@ -1,0 +1,71 @@
+package broker
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// offsetCommitter replicates the offsets that ride on pulls: it keeps the
+// latest per group and queue and applies them every OffsetCommitInterval,
+// one Raft entry per group, instead of an entry per pull. An offset not yet
+// replicated when the master fails is lost: the group re-reads a little
+// (at-least-once).
+type offsetCommitter struct {
+	b       *Broker
+	mu      sync.Mutex
+	pending map[offsetKey]int64
+}
+
+func newOffsetCommitter(b *Broker) *offsetCommitter {
+	return &offsetCommitter{b: b, pending: map[offsetKey]int64{}}
+}
+
+func (c *offsetCommitter) add(group, topic string, queue int32, offset int64) {
+	c.mu.Lock()
+	c.pending[offsetKey{group, topic, queue}] = offset
+	c.mu.Unlock()
+}
+
+func (c *offsetCommitter) run(ctx context.Context) {
+	t := time.NewTicker(c.b.cfg.OffsetCommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.flush(ctx)
+		}
+	}
+}
+
+func (c *offsetCommitter) flush(ctx context.Context) {
+	c.mu.Lock()
+	pending := c.pending
+	c.pending = map[offsetKey]int64{}
+	c.mu.Unlock()
+	if len(pending) == 0 || !c.b.master.Load() {
+		return
+	}
+	byGroup := map[string]*pb.OffsetCommit{}
+	for k, off := range pending {
+		oc := byGroup[k.group]
+		if oc == nil {
+			oc = &pb.OffsetCommit{ConsumerGroup: k.group}
+			byGroup[k.group] = oc
+		}
+		oc.Offsets = append(oc.Offsets, &pb.QueueOffset{Topic: k.topic, QueueId: k.queue, Offset: off})
+	}
+	for _, oc := range byGroup {
+		if err := c.b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_CommitOffsets{CommitOffsets: oc}}); err != nil {
+			c.b.log.Warn("offset commit not replicated", "group", oc.ConsumerGroup, "err", err)
+		}
+	}
+}
+
+func marshal(m proto.Message) ([]byte, error) { return proto.Marshal(m) }

@@ -1,0 +1,11 @@
+// Package pb is raftmq's gRPC contract: the Broker service, its messages,
+// and the broker group's Raft commands and snapshot, generated from
+// raftmq.proto. The generated files are committed; regenerate them with
+// `go generate ./cluster/pb` after installing protoc (Debian:
+// protobuf-compiler) and the plugins at the versions below:
+//
+//	go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+//	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
+package pb
+
+//go:generate protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative raftmq.proto

@@ -1,0 +1,261 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+// RaftConfig configures one member of a Raft group. Zero fields take the
+// documented defaults (hashicorp/raft's production defaults for timings).
+type RaftConfig struct {
+	// ID is this member's id within the group (a broker's replica id).
+	ID string
+	// Dir holds raft.db (log and stable store, fsynced) and snapshots/.
+	Dir string
+	// BindAddr is the host:port of the Raft TCP transport.
+	BindAddr string
+	// AdvertiseAddr is what peers dial; default BindAddr (which must then
+	// not be a wildcard address).
+	AdvertiseAddr string
+	// Peers is the group's membership, id to Raft address, this member
+	// included. It bootstraps the group when this member has no Raft
+	// state; afterwards the Raft configuration in the log rules.
+	Peers map[string]string
+
+	// Timings: defaults 1 s heartbeat and election timeouts, 500 ms leader
+	// lease, 50 ms commit timeout. Tests use tens of milliseconds.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// MaxAppendEntries caps entries per AppendEntries RPC and per log
+	// store batch. Default 256 (hashicorp/raft's limit is 1024).
+	MaxAppendEntries int
+	// SnapshotInterval and SnapshotThreshold: check every interval, snapshot
+	// when threshold entries came since the last one. Defaults 120 s, 8192.
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	// TrailingLogs kept after a snapshot, so a briefly absent follower
+	// catches up from the log instead of a snapshot. Default 10240.
+	TrailingLogs uint64
+	// SnapshotsRetained on disk. Default 2.
+	SnapshotsRetained int
+	// TransportTimeout bounds one Raft RPC (a snapshot install scales it by
+	// the snapshot's size). Default 10 s.
+	TransportTimeout time.Duration
+	// TransportPool is the number of pooled connections per peer. Default 3.
+	TransportPool int
+
+	// Logger receives Raft's logs at LogLevel and above. Default
+	// slog.Default(), level "warn".
+	Logger   *slog.Logger
+	LogLevel string
+}
+
+func (c RaftConfig) withDefaults() (RaftConfig, error) {
+	if c.ID == "" || c.Dir == "" || c.BindAddr == "" {
+		return c, errors.New("cluster: RaftConfig needs ID, Dir and BindAddr")
+	}
+	if c.AdvertiseAddr == "" {
+		c.AdvertiseAddr = c.BindAddr
+	}
+	dur := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	dur(&c.HeartbeatTimeout, time.Second)
+	dur(&c.ElectionTimeout, time.Second)
+	dur(&c.LeaderLeaseTimeout, 500*time.Millisecond)
+	dur(&c.CommitTimeout, 50*time.Millisecond)
+	dur(&c.SnapshotInterval, 120*time.Second)
+	dur(&c.TransportTimeout, 10*time.Second)
+	if c.MaxAppendEntries == 0 {
+		c.MaxAppendEntries = 256
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 10240
+	}
+	if c.SnapshotsRetained == 0 {
+		c.SnapshotsRetained = 2
+	}
+	if c.TransportPool == 0 {
+		c.TransportPool = 3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "warn"
+	}
+	return c, nil
+}
+
+// RaftNode is a started member of a Raft group with its stores and
+// transport, and the channel that reports leadership changes.
+type RaftNode struct {
+	Raft *raft.Raft
+	// LeaderChanges receives true when this member becomes leader and false
+	// when it stops being leader (raft.Config.NotifyCh, buffered). One loop
+	// must read it all the time: Raft blocks when it is full.
+	LeaderChanges <-chan bool
+
+	transport *raft.NetworkTransport
+	boltStore *raftboltdb.BoltStore
+}
+
+// StartRaft opens the member's stores, starts its transport and Raft, and
+// bootstraps the group from Peers when this member has no state yet.
+func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cluster: create raft dir: %w", err)
+	}
+	hlog := hclog.New(&hclog.LoggerOptions{
+		Name:   "raft",
+		Level:  hclog.LevelFromString(cfg.LogLevel),
+		Output: slogWriter{cfg.Logger.With("member", cfg.ID)},
+	})
+
+	bolt, err := raftboltdb.New(raftboltdb.Options{
+		Path: filepath.Join(cfg.Dir, "raft.db"),
+		// The map freelist is not written on every commit: bolt's commits
+		// stay small as the file grows.
+		BoltOptions: &bbolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: open raft log: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, cfg.SnapshotsRetained, hlog)
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
+	}
+	adv, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("cluster: advertise address %q: %w", cfg.AdvertiseAddr, err)
+	}
+	transport, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, cfg.TransportPool, cfg.TransportTimeout, hlog)
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.BindAddr, err)
+	}
+
+	notify := make(chan bool, 16)
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = hlog
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.MaxAppendEntries = cfg.MaxAppendEntries
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.NotifyCh = notify
+	rc.BatchApplyCh = true
+	if err := raft.ValidateConfig(rc); err != nil {
+		transport.Close()
+		bolt.Close()
+		return nil, fmt.Errorf("cluster: raft config: %w", err)
+	}
+
+	hasState, err := raft.HasExistingState(bolt, bolt, snaps)
+	if err != nil {
+		transport.Close()
+		bolt.Close()
+		return nil, fmt.Errorf("cluster: read raft state: %w", err)
+	}
+	if !hasState {
+		if _, ok := cfg.Peers[cfg.ID]; !ok {
+			transport.Close()
+			bolt.Close()
+			return nil, fmt.Errorf("cluster: peers %v do not include this member %s", cfg.Peers, cfg.ID)
+		}
+		if err := raft.BootstrapCluster(rc, bolt, bolt, snaps, transport, Configuration(cfg.Peers)); err != nil {
+			transport.Close()
+			bolt.Close()
+			return nil, fmt.Errorf("cluster: bootstrap raft group: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, fsm, bolt, bolt, snaps, transport)
+	if err != nil {
+		transport.Close()
+		bolt.Close()
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	return &RaftNode{Raft: r, LeaderChanges: notify, transport: transport, boltStore: bolt}, nil
+}
+
+// Configuration is the Raft configuration of peers (id to address), every
+// one a voter, in id order.
+func Configuration(peers map[string]string) raft.Configuration {
+	ids := make([]string, 0, len(peers))
+	for id := range peers {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		a, errA := strconv.Atoi(ids[i])
+		b, errB := strconv.Atoi(ids[j])
+		if errA == nil && errB == nil {
+			return a < b
+		}
+		return ids[i] < ids[j]
+	})
+	var c raft.Configuration
+	for _, id := range ids {
+		c.Servers = append(c.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(peers[id])})
+	}
+	return c
+}
+
+// Close shuts Raft down, then the transport, then the stores: in that
+// order, so Raft never writes to a closed store.
+func (n *RaftNode) Close() error {
+	err := n.Raft.Shutdown().Error()
+	// Closing our pooled connections ends the peers' handlers of them; the
+	// transport's Close alone leaves those goroutines blocked in reads.
+	n.transport.CloseStreams()
+	if terr := n.transport.Close(); err == nil {
+		err = terr
+	}
+	if berr := n.boltStore.Close(); err == nil {
+		err = berr
+	}
+	return err
+}
+
+// slogWriter carries hclog's lines into slog.
+type slogWriter struct{ log *slog.Logger }
+
+var _ io.Writer = slogWriter{}
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	line := string(p)
+	for len(line) > 0 && (line[len(line)-1] == '\n') {
+		line = line[:len(line)-1]
+	}
+	w.log.Info(line, "component", "raft")
+	return len(p), nil
+}

@@ -1,0 +1,564 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// commitlog is the sequence of fixed-size segment files holding every record
+// of every topic in arrival order. Segment i starts at commitlog offset
+// i*segSize and is named by that offset. A record never spans segments: one
+// that does not fit is placed at the start of the next segment, and the rest
+// of the current one is marked by a blank record.
+//
+// One writer (Store.Append, under its mutex) appends; readers pread below
+// writePos concurrently. mu guards the segment list: readers and the flusher
+// hold it shared across their syscalls, so retention and rolls never close a
+// file under them.
+type commitlog struct {
+	dir     string
+	segSize int64
+	log     *slog.Logger
+
+	mu   sync.RWMutex
+	segs []*segment
+
+	writePos   atomic.Int64 // end of the last whole batch; nothing is read past it
+	flushMu    sync.Mutex
+	flushedPos atomic.Int64
+
+	next *pendingSegment // the following segment, zero-filled in the background; writer only
+	wg   sync.WaitGroup
+}
+
+type segment struct {
+	start int64
+	f     *os.File
+}
+
+// pendingSegment is a segment file being zero-filled ahead of need. Writing
+// into blocks that are already allocated and written makes each fdatasync
+// about twice as cheap as into a growing or fallocated file (measured here:
+// 256 KiB appends + fdatasync, 2.6 k/s zero-filled vs 2.0 k/s fallocated
+// vs 0.8 k/s growing).
+type pendingSegment struct {
+	start int64
+	done  chan struct{}
+	f     *os.File
+	err   error
+}
+
+func segmentName(start int64) string { return fmt.Sprintf("%020d", start) }
+
+func openCommitlog(dir string, segSize int64, log *slog.Logger) (*commitlog, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: create commitlog dir: %w", err)
+	}
+	c := &commitlog{dir: dir, segSize: segSize, log: log}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("storage: read commitlog dir: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasSuffix(name, ".alloc") {
+			// A segment that was being prepared when the process stopped.
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				return nil, fmt.Errorf("storage: remove stale %s: %w", name, err)
+			}
+			continue
+		}
+		start, err := strconv.ParseInt(name, 10, 64)
+		if err != nil || len(name) != 20 {
+			log.Warn("ignoring unknown file in commitlog dir", "file", name)
+			continue
+		}
+		if start%segSize != 0 {
+			c.closeFiles()
+			return nil, fmt.Errorf("storage: segment %s does not start at a multiple of the segment size %d (was SegmentSize changed?)", name, segSize)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
+		if err != nil {
+			c.closeFiles()
+			return nil, fmt.Errorf("storage: open segment: %w", err)
+		}
+		c.segs = append(c.segs, &segment{start: start, f: f})
+	}
+	sort.Slice(c.segs, func(i, j int) bool { return c.segs[i].start < c.segs[j].start })
+	for i, s := range c.segs {
+		fi, err := s.f.Stat()
+		if err != nil {
+			c.closeFiles()
+			return nil, fmt.Errorf("storage: stat segment: %w", err)
+		}
+		if fi.Size() < segSize && i == len(c.segs)-1 {
+			// A file cut short (copied, or damaged): what is missing reads
+			// as the end of the data.
+			log.Warn("last commitlog segment is short, extending it with zeros", "segment", segmentName(s.start), "size", fi.Size())
+			err = zeroRange(s.f, fi.Size(), segSize)
+		} else if fi.Size() != segSize {
+			err = fmt.Errorf("storage: segment %s is %d bytes, want %d (was SegmentSize changed?)", segmentName(s.start), fi.Size(), segSize)
+		}
+		if err != nil {
+			c.closeFiles()
+			return nil, err
+		}
+		if i > 0 && s.start != c.segs[i-1].start+segSize {
+			c.closeFiles()
+			return nil, fmt.Errorf("storage: commitlog has a hole before segment %s", segmentName(s.start))
+		}
+	}
+	return c, nil
+}
+
+func (c *commitlog) closeFiles() {
+	for _, s := range c.segs {
+		s.f.Close()
+	}
+	c.segs = nil
+}
+
+// close waits for a background preparation and closes every file. The
+// caller has flushed what it wants flushed.
+func (c *commitlog) close() {
+	c.wg.Wait()
+	if c.next != nil && c.next.f != nil {
+		c.next.f.Close()
+		os.Remove(c.next.f.Name())
+	}
+	c.next = nil
+	c.mu.Lock()
+	c.closeFiles()
+	c.mu.Unlock()
+}
+
+// minOffset is the start of the oldest segment (0 when there is none).
+func (c *commitlog) minOffset() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.segs) == 0 {
+		return c.writePos.Load()
+	}
+	return c.segs[0].start
+}
+
+// segmentAt returns the segment holding off. Caller holds mu.
+func (c *commitlog) segmentAt(off int64) *segment {
+	if len(c.segs) == 0 || off < c.segs[0].start {
+		return nil
+	}
+	i := (off - c.segs[0].start) / c.segSize
+	if i >= int64(len(c.segs)) {
+		return nil
+	}
+	return c.segs[i]
+}
+
+// readAt reads n bytes at commitlog offset off into dst (grown as needed).
+// The range must lie below writePos and inside one segment.
+func (c *commitlog) readAt(dst []byte, off int64, n int) ([]byte, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if len(c.segs) == 0 || off < c.segs[0].start {
+		return dst, fmt.Errorf("%w: commitlog offset %d", ErrOffsetRemoved, off)
+	}
+	if n < 0 || off+int64(n) > c.writePos.Load() {
+		return dst, fmt.Errorf("%w: %d bytes at commitlog offset %d pass the end %d", ErrOffsetNotFound, n, off, c.writePos.Load())
+	}
+	s := c.segmentAt(off)
+	if s == nil || off+int64(n) > s.start+c.segSize {
+		return dst, fmt.Errorf("%w: %d bytes at commitlog offset %d cross a segment end", ErrOffsetNotFound, n, off)
+	}
+	l := len(dst)
+	dst = grow(dst, n)
+	if _, err := s.f.ReadAt(dst[l:], off-s.start); err != nil {
+		return dst[:l], fmt.Errorf("storage: read segment %s: %w", segmentName(s.start), err)
+	}
+	return dst, nil
+}
+
+// readRecord reads and checks the whole record starting at off.
+func (c *commitlog) readRecord(off int64) ([]byte, error) {
+	head, err := c.readAt(nil, off, blankSize)
+	if err != nil {
+		return nil, err
+	}
+	size := int(binary.BigEndian.Uint32(head))
+	if binary.BigEndian.Uint32(head[4:]) != recordMagic || size < minRecordSize || int64(size) > c.segSize {
+		return nil, fmt.Errorf("%w: commitlog offset %d", ErrOffsetNotFound, off)
+	}
+	rec, err := c.readAt(nil, off, size)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := checkRecord(rec); err != nil {
+		return nil, fmt.Errorf("commitlog offset %d: %w", off, err)
+	}
+	if recordOffset(rec) != off {
+		return nil, fmt.Errorf("%w: record at commitlog offset %d claims offset %d", ErrCorrupt, off, recordOffset(rec))
+	}
+	return rec, nil
+}
+
+// write writes b at commitlog offset pos; b lies inside the segment that
+// holds pos, which is created (rolled to) when it does not exist yet.
+func (c *commitlog) write(pos int64, b []byte) error {
+	s, err := c.ensureSegment(pos - pos%c.segSize)
+	if err != nil {
+		return err
+	}
+	if _, err := s.f.WriteAt(b, pos-s.start); err != nil {
+		return fmt.Errorf("storage: write segment %s: %w", segmentName(s.start), err)
+	}
+	return nil
+}
+
+// ensureSegment returns the segment starting at start, rolling to it when it
+// is the one after the last. The segment being left is fdatasynced first, so
+// a later segment on disk always means the earlier ones are whole.
+func (c *commitlog) ensureSegment(start int64) (*segment, error) {
+	c.mu.RLock()
+	var last *segment
+	if n := len(c.segs); n > 0 {
+		last = c.segs[n-1]
+	}
+	c.mu.RUnlock()
+	if last != nil && last.start == start {
+		return last, nil
+	}
+	if last != nil && start != last.start+c.segSize {
+		return nil, fmt.Errorf("storage: cannot write at segment %d after segment %d", start, last.start)
+	}
+	if last != nil {
+		if err := fdatasync(last.f); err != nil {
+			return nil, fmt.Errorf("storage: sync segment %s before roll: %w", segmentName(last.start), err)
+		}
+	}
+	f, err := c.takePrepared(start)
+	if err != nil {
+		return nil, err
+	}
+	s := &segment{start: start, f: f}
+	c.mu.Lock()
+	c.segs = append(c.segs, s)
+	c.mu.Unlock()
+	c.log.Debug("commitlog rolled", "segment", segmentName(start))
+	c.prepare(start + c.segSize)
+	return s, nil
+}
+
+// prepare starts zero-filling the segment at start in the background.
+func (c *commitlog) prepare(start int64) {
+	if c.next != nil {
+		return
+	}
+	p := &pendingSegment{start: start, done: make(chan struct{})}
+	c.next = p
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer close(p.done)
+		p.f, p.err = createZeroed(filepath.Join(c.dir, segmentName(start)+".alloc"), c.segSize)
+	}()
+}
+
+// takePrepared returns the file of the segment at start under its final
+// name: the background one when it was prepared for that start, else a
+// fresh one.
+func (c *commitlog) takePrepared(start int64) (*os.File, error) {
+	p := c.next
+	c.next = nil
+	if p != nil {
+		<-p.done
+		if p.err == nil && p.start != start {
+			p.f.Close()
+			os.Remove(p.f.Name())
+		}
+		if p.err != nil || p.start != start {
+			p = nil
+		}
+	}
+	final := filepath.Join(c.dir, segmentName(start))
+	if p == nil {
+		f, err := createZeroed(final+".alloc", c.segSize)
+		if err != nil {
+			return nil, err
+		}
+		p = &pendingSegment{start: start, f: f}
+	}
+	if err := os.Rename(p.f.Name(), final); err != nil {
+		p.f.Close()
+		return nil, fmt.Errorf("storage: install segment: %w", err)
+	}
+	if err := syncDir(c.dir); err != nil {
+		p.f.Close()
+		return nil, err
+	}
+	return p.f, nil
+}
+
+// createZeroed creates path filled with size zero bytes, synced.
+func createZeroed(path string, size int64) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("storage: create segment: %w", err)
+	}
+	if err := zeroRange(f, 0, size); err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("storage: preallocate segment %s: %w", filepath.Base(path), err)
+	}
+	return f, nil
+}
+
+// zeroRange writes zeros over [from, to) of f.
+func zeroRange(f *os.File, from, to int64) error {
+	zeros := make([]byte, min(to-from, 1<<20))
+	for off := from; off < to; off += int64(len(zeros)) {
+		n := min(int64(len(zeros)), to-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush fdatasyncs the commitlog up to the current write position.
+func (c *commitlog) flush() error {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	pos := c.writePos.Load()
+	if pos <= c.flushedPos.Load() {
+		return nil
+	}
+	c.mu.RLock()
+	s := c.segmentAt(pos - 1)
+	var err error
+	if s != nil {
+		err = fdatasync(s.f)
+	}
+	c.mu.RUnlock()
+	if err != nil {
+		return fmt.Errorf("storage: flush commitlog: %w", err)
+	}
+	c.flushedPos.Store(pos)
+	return nil
+}
+
+// truncate cuts the commitlog at end: segments starting at or after it are
+// deleted and the rest of the segment holding it is zeroed, so no stale
+// record can ever be read back after new ones.
+func (c *commitlog) truncate(end int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	keep := c.segs[:0]
+	for _, s := range c.segs {
+		if s.start < end {
+			keep = append(keep, s)
+			continue
+		}
+		s.f.Close()
+		if err := os.Remove(filepath.Join(c.dir, segmentName(s.start))); err != nil {
+			return fmt.Errorf("storage: remove segment after truncation: %w", err)
+		}
+	}
+	c.segs = keep
+	if s := c.segmentAt(end); s != nil {
+		if err := zeroRange(s.f, end-s.start, c.segSize); err != nil {
+			return fmt.Errorf("storage: zero segment tail: %w", err)
+		}
+		if err := fdatasync(s.f); err != nil {
+			return err
+		}
+	}
+	return syncDir(c.dir)
+}
+
+// deleteOldest removes the oldest segment if it is not the active one and
+// keep says it may go. It returns whether it removed one.
+func (c *commitlog) deleteOldest(keep func(s *segment) (bool, error)) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.segs) < 2 {
+		return false, nil
+	}
+	s := c.segs[0]
+	if k, err := keep(s); err != nil || k {
+		return false, err
+	}
+	s.f.Close()
+	c.segs = c.segs[1:]
+	if err := os.Remove(filepath.Join(c.dir, segmentName(s.start))); err != nil {
+		return true, fmt.Errorf("storage: remove segment: %w", err)
+	}
+	c.log.Info("commitlog segment deleted by retention", "segment", segmentName(s.start))
+	return true, nil
+}
+
+// scanResult is where a recovery scan stopped.
+type scanResult struct {
+	end       int64  // end of the last whole batch
+	raftIndex uint64 // Raft index of that batch (the start's when none)
+	last      int64  // offset of that batch's last record (the start's when none)
+	records   int    // records in whole batches
+	cause     error  // why the scan stopped before a clean end of data, if it did
+}
+
+// scan walks the records from offset from.dispatched (a record boundary,
+// after the batch from describes) and stops at the end of data, at the first
+// record that fails its checks, or at to (-1: no limit). Batches must carry
+// Raft indexes above from.raftIndex, rising. fn, if not
+// nil, sees each valid record as it is read, including those of a batch torn
+// at the end: pass to = the end of an earlier scan to see whole batches only.
+func (c *commitlog) scan(from checkpoint, to int64, fn func(rec []byte) error) (scanResult, error) {
+	c.mu.RLock()
+	segs := append([]*segment(nil), c.segs...)
+	c.mu.RUnlock()
+	res := scanResult{end: from.dispatched, raftIndex: from.raftIndex, last: from.last}
+	pending, pendingIdx := 0, uint64(0) // records of the current, unfinished batch
+	stop := func(cause error) (scanResult, error) {
+		if cause == nil && pending > 0 {
+			cause = fmt.Errorf("%w: batch with raft index %d is torn at commitlog offset %d", ErrCorrupt, pendingIdx, res.end)
+		}
+		res.cause = cause
+		return res, nil
+	}
+	pos := from.dispatched
+	var buf windowReader
+	for i, s := range segs {
+		if s.start+c.segSize <= pos {
+			continue
+		}
+		pos = max(pos, s.start)
+		buf.reset(s.f)
+		lastSeg := i == len(segs)-1
+		for pos < s.start+c.segSize {
+			if to >= 0 && pos >= to {
+				return stop(nil)
+			}
+			rel := pos - s.start
+			left := c.segSize - rel
+			if left < blankSize {
+				break // the tail is too short for anything; next segment
+			}
+			head, err := buf.peek(rel, blankSize)
+			if err != nil {
+				return res, err
+			}
+			size := int64(binary.BigEndian.Uint32(head))
+			magic := binary.BigEndian.Uint32(head[4:])
+			if size == 0 && magic == 0 {
+				if !lastSeg {
+					return stop(fmt.Errorf("%w: zeros at commitlog offset %d in a segment that is not the last", ErrCorrupt, pos))
+				}
+				return stop(nil)
+			}
+			if magic == blankMagic && size == left {
+				break
+			}
+			if magic != recordMagic || size < minRecordSize || size > left {
+				return stop(fmt.Errorf("%w: commitlog offset %d: record size %d, magic %#x", ErrCorrupt, pos, size, magic))
+			}
+			rec, err := buf.peek(rel, int(size))
+			if err != nil {
+				return res, err
+			}
+			if _, err := checkRecord(rec); err != nil {
+				return stop(fmt.Errorf("commitlog offset %d: %w", pos, err))
+			}
+			idx := recordRaftIndex(rec)
+			switch {
+			case recordOffset(rec) != pos:
+				return stop(fmt.Errorf("%w: record at commitlog offset %d claims offset %d", ErrCorrupt, pos, recordOffset(rec)))
+			case pending == 0 && idx <= res.raftIndex:
+				return stop(fmt.Errorf("%w: commitlog offset %d: raft index %d does not rise above %d", ErrCorrupt, pos, idx, res.raftIndex))
+			case pending > 0 && idx != pendingIdx:
+				return stop(fmt.Errorf("%w: commitlog offset %d: batch %d ends without its last record", ErrCorrupt, pos, pendingIdx))
+			}
+			if fn != nil {
+				if err := fn(rec); err != nil {
+					return res, err
+				}
+			}
+			pending++
+			pendingIdx = idx
+			if recordSysFlag(rec)&sysFlagBatchEnd != 0 {
+				res.records += pending
+				pending = 0
+				res.last = pos
+				res.end = pos + size
+				res.raftIndex = idx
+			}
+			pos += size
+		}
+		pos = s.start + c.segSize
+	}
+	return stop(nil)
+}
+
+// windowReader reads a segment file through a buffer of at least 1 MiB.
+type windowReader struct {
+	f    *os.File
+	buf  []byte
+	base int64 // file offset of buf[0]
+	n    int   // valid bytes in buf
+}
+
+func (w *windowReader) reset(f *os.File) { w.f, w.base, w.n = f, 0, 0 }
+
+func (w *windowReader) peek(off int64, n int) ([]byte, error) {
+	if off >= w.base && off+int64(n) <= w.base+int64(w.n) {
+		return w.buf[off-w.base : off-w.base+int64(n)], nil
+	}
+	if size := max(n, 1<<20); len(w.buf) < size {
+		w.buf = make([]byte, size)
+	}
+	m, err := w.f.ReadAt(w.buf, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("storage: read segment: %w", err)
+	}
+	w.base, w.n = off, m
+	if m < n {
+		return nil, fmt.Errorf("%w: segment ends inside a record at file offset %d", ErrCorrupt, off)
+	}
+	return w.buf[:n], nil
+}
+
+func fdatasync(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.Fdatasync(int(fd)) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("storage: open dir for sync: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("storage: sync dir %s: %w", dir, err)
+	}
+	return nil
+}

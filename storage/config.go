@@ -1,0 +1,131 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// FlushMode says when appended records reach the disk.
+type FlushMode int
+
+const (
+	// FlushAsync: a flusher fdatasyncs the commitlog every FlushInterval.
+	// Under Raft this is the normal mode: an acknowledged entry is already
+	// fsynced in the Raft log, and the store's checkpoint never runs ahead
+	// of what the commitlog has flushed.
+	FlushAsync FlushMode = iota
+	// FlushSync: Append fdatasyncs before it returns.
+	FlushSync
+)
+
+// Config configures a Store. Zero fields take the documented defaults.
+type Config struct {
+	// Dir holds everything the store writes. Required.
+	Dir string
+	// SegmentSize is the size of each commitlog segment file. Default 1 GiB
+	// (as RocketMQ). Every replica of a group must use the same size, or
+	// their commitlogs are not byte-identical.
+	SegmentSize int64
+	// MaxMessageSize caps one encoded record. Default 4 MiB. Must fit in a
+	// segment.
+	MaxMessageSize int
+	// MaxQueuesPerTopic bounds queue ids: 0 <= id < MaxQueuesPerTopic.
+	// Default 1024.
+	MaxQueuesPerTopic int32
+	// QueueEntriesPerFile is the number of 20-byte consume queue entries in
+	// one consume queue file. Default 300,000 (6 MB files, as RocketMQ).
+	QueueEntriesPerFile int64
+	// IndexSlots and IndexEntries size one key index file: 4 bytes a slot,
+	// 28 bytes an entry. Defaults 1,000,000 slots and 4,000,000 entries
+	// (116 MB files).
+	IndexSlots   int
+	IndexEntries int
+	// MaxScanEntries caps the consume queue entries one read looks at while
+	// skipping entries whose tag does not match. Default 4096.
+	MaxScanEntries int
+	// FlushMode and FlushInterval: see FlushMode. Default async every 200 ms.
+	FlushMode     FlushMode
+	FlushInterval time.Duration
+	// CheckpointInterval is how often consume queues and the index are
+	// flushed and the checkpoint written; recovery re-dispatches the
+	// commitlog from the checkpoint on. Default 1 s.
+	CheckpointInterval time.Duration
+	// RetentionAge: commitlog segments last written longer ago are deleted,
+	// oldest first, never the active one. Default 72 h. Negative disables.
+	RetentionAge time.Duration
+	// RetentionDiskRatio: while the disk holding Dir is fuller than this
+	// ratio, the oldest segments are deleted whatever their age. Default
+	// 0.75. Values >= 1 disable it.
+	RetentionDiskRatio float64
+	// RetentionInterval is how often retention runs. Default 10 s.
+	RetentionInterval time.Duration
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+
+	// diskUsage replaces statfs in tests.
+	diskUsage func(dir string) (float64, error)
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Dir == "" {
+		return c, errors.New("storage: Config.Dir is required")
+	}
+	def := func(v *int64, d int64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.SegmentSize, 1<<30)
+	def(&c.QueueEntriesPerFile, 300_000)
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = 4 << 20
+	}
+	if c.MaxQueuesPerTopic == 0 {
+		c.MaxQueuesPerTopic = 1024
+	}
+	if c.IndexSlots == 0 {
+		c.IndexSlots = 1_000_000
+	}
+	if c.IndexEntries == 0 {
+		c.IndexEntries = 4_000_000
+	}
+	if c.MaxScanEntries == 0 {
+		c.MaxScanEntries = 4096
+	}
+	if c.FlushInterval == 0 {
+		c.FlushInterval = 200 * time.Millisecond
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = time.Second
+	}
+	if c.RetentionAge == 0 {
+		c.RetentionAge = 72 * time.Hour
+	}
+	if c.RetentionDiskRatio == 0 {
+		c.RetentionDiskRatio = 0.75
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.diskUsage == nil {
+		c.diskUsage = diskUsage
+	}
+	switch {
+	case c.MaxMessageSize < minRecordSize:
+		return c, fmt.Errorf("storage: MaxMessageSize %d is below the smallest record (%d)", c.MaxMessageSize, minRecordSize)
+	case c.SegmentSize < int64(c.MaxMessageSize)+blankSize:
+		return c, fmt.Errorf("storage: SegmentSize %d must hold a record of MaxMessageSize %d", c.SegmentSize, c.MaxMessageSize)
+	case c.MaxQueuesPerTopic < 0, c.QueueEntriesPerFile < 1, c.IndexSlots < 1, c.IndexEntries < 1, c.MaxScanEntries < 1:
+		return c, errors.New("storage: queue, index and scan limits must be positive")
+	case c.IndexEntries >= 1<<31:
+		return c, errors.New("storage: IndexEntries must be below 2^31")
+	case c.FlushInterval < 0, c.CheckpointInterval < 0, c.RetentionInterval < 0:
+		return c, errors.New("storage: intervals must be positive")
+	}
+	return c, nil
+}

@@ -1,0 +1,277 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+)
+
+// keyIndex finds messages by key. It is a chain of hash-index files in the
+// manner of RocketMQ's IndexFile: a header, a table of slots each holding
+// the number of the newest entry whose key hashes there, and entries linked
+// to the previous entry of the same slot. Files are named by the commitlog
+// offset of their first entry; a full file is followed by a new one.
+//
+//	header  64 bytes: magic, begin and end store time, entry count
+//	slots   4 bytes each: entry number (1-based), 0 for none
+//	entries 28 bytes each: key hash 8, commitlog offset 8, store time 8, previous entry 4
+//
+// Hashes collide and chains cross keys: callers read the records found and
+// compare their keys.
+type keyIndex struct {
+	dir     string
+	slots   int
+	entries int
+
+	mu    sync.RWMutex
+	files []*mappedFile
+}
+
+const (
+	indexMagic      uint32 = 0x52514958 // "RQIX"
+	indexHeaderSize        = 64
+	indexEntrySize         = 28
+)
+
+func keyHash(key string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return h.Sum64()
+}
+
+func (x *keyIndex) fileSize() int64 {
+	return indexHeaderSize + int64(x.slots)*4 + int64(x.entries)*indexEntrySize
+}
+
+func openKeyIndex(dir string, slots, entries int) (*keyIndex, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: create index dir: %w", err)
+	}
+	x := &keyIndex{dir: dir, slots: slots, entries: entries}
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("storage: read index dir: %w", err)
+	}
+	var firsts []int64
+	for _, e := range names {
+		if first, err := strconv.ParseInt(e.Name(), 10, 64); err == nil && len(e.Name()) == 20 {
+			firsts = append(firsts, first)
+		}
+	}
+	sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
+	for _, first := range firsts {
+		f, err := openMapped(filepath.Join(dir, segmentName(first)), first, x.fileSize(), false)
+		if err == nil && (binary.BigEndian.Uint32(f.data) != indexMagic || x.count(f) > entries) {
+			f.close()
+			err = fmt.Errorf("%w: index file %s has a bad header", ErrCorrupt, segmentName(first))
+		}
+		if err != nil {
+			x.close()
+			return nil, err
+		}
+		x.files = append(x.files, f)
+	}
+	return x, nil
+}
+
+func (x *keyIndex) close() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, f := range x.files {
+		f.close()
+	}
+	x.files = nil
+}
+
+// Header and entry accessors on a mapped index file.
+func (x *keyIndex) count(f *mappedFile) int { return int(binary.BigEndian.Uint32(f.data[40:])) }
+func (x *keyIndex) slotAt(f *mappedFile, s int) int {
+	return int(binary.BigEndian.Uint32(f.data[indexHeaderSize+4*s:]))
+}
+func (x *keyIndex) setSlot(f *mappedFile, s, n int) {
+	binary.BigEndian.PutUint32(f.data[indexHeaderSize+4*s:], uint32(n))
+}
+func (x *keyIndex) entry(f *mappedFile, n int) []byte {
+	off := indexHeaderSize + 4*x.slots + (n-1)*indexEntrySize
+	return f.data[off : off+indexEntrySize]
+}
+
+// put indexes the record at commitlog offset off under each of keys and
+// reports whether there was any key to index. Caller is the single
+// dispatcher.
+func (x *keyIndex) put(keys []string, off, storeTime int64) (bool, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	be := binary.BigEndian
+	indexed := false
+	for _, k := range keys {
+		if k == "" {
+			continue
+		}
+		indexed = true
+		var f *mappedFile
+		if n := len(x.files); n > 0 && x.count(x.files[n-1]) < x.entries {
+			f = x.files[n-1]
+		} else {
+			first := off
+			if n := len(x.files); n > 0 && first <= x.files[n-1].first {
+				first = x.files[n-1].first + 1 // names must stay unique and rising
+			}
+			var err error
+			if f, err = openMapped(filepath.Join(x.dir, segmentName(first)), first, x.fileSize(), true); err != nil {
+				return false, err
+			}
+			be.PutUint32(f.data, indexMagic)
+			be.PutUint64(f.data[8:], uint64(storeTime))
+			x.files = append(x.files, f)
+		}
+		h := keyHash(k)
+		slot := int(h % uint64(x.slots))
+		n := x.count(f) + 1
+		e := x.entry(f, n)
+		be.PutUint64(e, h)
+		be.PutUint64(e[8:], uint64(off))
+		be.PutUint64(e[16:], uint64(storeTime))
+		be.PutUint32(e[24:], uint32(x.slotAt(f, slot)))
+		x.setSlot(f, slot, n)
+		be.PutUint64(f.data[16:], uint64(max(storeTime, int64(be.Uint64(f.data[16:])))))
+		be.PutUint32(f.data[40:], uint32(n))
+		f.dirty.Store(true)
+	}
+	return indexed, nil
+}
+
+// newest is the commitlog offset of the newest entry, -1 when empty.
+func (x *keyIndex) newest() int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if len(x.files) == 0 {
+		return -1
+	}
+	f := x.files[len(x.files)-1]
+	n := x.count(f)
+	if n == 0 {
+		return -1
+	}
+	return int64(binary.BigEndian.Uint64(x.entry(f, n)[8:]))
+}
+
+// lookup returns up to limit commitlog offsets of entries whose key hash is
+// key's and whose store time is in [begin, end], newest first.
+func (x *keyIndex) lookup(key string, limit int, begin, end int64) []int64 {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	h := keyHash(key)
+	be := binary.BigEndian
+	var offs []int64
+	for i := len(x.files) - 1; i >= 0 && len(offs) < limit; i-- {
+		f := x.files[i]
+		if int64(be.Uint64(f.data[8:])) > end || int64(be.Uint64(f.data[16:])) < begin {
+			continue
+		}
+		count := x.count(f)
+		for n := x.slotAt(f, int(h%uint64(x.slots))); n > 0 && n <= count && len(offs) < limit; {
+			e := x.entry(f, n)
+			if be.Uint64(e) == h {
+				if t := int64(be.Uint64(e[16:])); t >= begin && t <= end {
+					offs = append(offs, int64(be.Uint64(e[8:])))
+				}
+			}
+			prev := int(be.Uint32(e[24:]))
+			if prev >= n {
+				break // a chain only points backwards; anything else is damage
+			}
+			n = prev
+		}
+	}
+	return offs
+}
+
+// truncate forgets every entry for a record at or past commitlog offset off
+// (recovery re-dispatches them).
+func (x *keyIndex) truncate(off int64) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	be := binary.BigEndian
+	for len(x.files) > 0 {
+		f := x.files[len(x.files)-1]
+		count := x.count(f)
+		keep := count
+		for keep > 0 && int64(be.Uint64(x.entry(f, keep)[8:])) >= off {
+			keep--
+		}
+		if keep == count {
+			return nil
+		}
+		if keep == 0 {
+			if err := f.remove(); err != nil {
+				return fmt.Errorf("storage: remove index file: %w", err)
+			}
+			x.files = x.files[:len(x.files)-1]
+			continue
+		}
+		for s := 0; s < x.slots; s++ {
+			n := x.slotAt(f, s)
+			for n > keep {
+				prev := int(be.Uint32(x.entry(f, n)[24:]))
+				if prev >= n || n > count {
+					prev = 0 // damage: drop the chain
+				}
+				n = prev
+			}
+			x.setSlot(f, s, n)
+		}
+		clear(f.data[indexHeaderSize+4*x.slots+keep*indexEntrySize:])
+		be.PutUint32(f.data[40:], uint32(keep))
+		f.dirty.Store(true)
+		return nil
+	}
+	return nil
+}
+
+// deleteBelow removes whole files, never the last, whose entries all point
+// below the commitlog's minimum.
+func (x *keyIndex) deleteBelow(clMin int64) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for len(x.files) > 1 {
+		f := x.files[0]
+		if n := x.count(f); n > 0 && int64(binary.BigEndian.Uint64(x.entry(f, n)[8:])) >= clMin {
+			break
+		}
+		if err := f.remove(); err != nil {
+			return fmt.Errorf("storage: retention of index file: %w", err)
+		}
+		x.files = x.files[1:]
+	}
+	return nil
+}
+
+// reset deletes every index file (a full rebuild follows).
+func (x *keyIndex) reset() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, f := range x.files {
+		if err := f.remove(); err != nil {
+			return fmt.Errorf("storage: reset index: %w", err)
+		}
+	}
+	x.files = nil
+	return nil
+}
+
+func (x *keyIndex) sync() error {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	for _, f := range x.files {
+		if err := f.sync(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// GetStatus says what a queue read found.
+type GetStatus int
+
+const (
+	// Found: Records holds at least one message.
+	Found GetStatus = iota
+	// NoMatchedMessage: entries were there but none matched the tag filter
+	// (within MaxScanEntries); NextOffset skips them.
+	NoMatchedMessage
+	// NoNewMessage: the offset is the queue's end (a long-polling pull waits
+	// here). A queue never written reads as empty at offset 0.
+	NoNewMessage
+	// OffsetTooSmall: below the first offset still stored (retention moved
+	// it); NextOffset is the minimum.
+	OffsetTooSmall
+	// OffsetOverflow: past the queue's end; NextOffset is the end.
+	OffsetOverflow
+)
+
+func (s GetStatus) String() string {
+	switch s {
+	case Found:
+		return "found"
+	case NoMatchedMessage:
+		return "no matched message"
+	case NoNewMessage:
+		return "no new message"
+	case OffsetTooSmall:
+		return "offset too small"
+	case OffsetOverflow:
+		return "offset overflow"
+	}
+	return fmt.Sprintf("GetStatus(%d)", int(s))
+}
+
+// GetRequest asks for the messages of one queue from Offset on.
+type GetRequest struct {
+	Topic       string
+	QueueID     int32
+	Offset      int64
+	MaxMessages int     // at least 1
+	MaxBytes    int     // total record bytes; the first record is returned even if larger
+	TagHashes   []int64 // nil: every message; else only those whose tag hash is listed
+}
+
+// GetResult holds the raw stored records (encoded as DecodeRecord reads
+// them), so a broker can pass them on without re-encoding.
+type GetResult struct {
+	Status     GetStatus
+	Records    [][]byte
+	NextOffset int64 // where the next read of this queue starts
+	MinOffset  int64
+	MaxOffset  int64
+}
+
+// GetMessages reads a queue. Every record returned has passed its CRC; a
+// damaged one fails the read with ErrCorrupt instead of being returned.
+func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
+	switch {
+	case s.closed.Load():
+		return GetResult{}, ErrClosed
+	case !ValidTopic(req.Topic):
+		return GetResult{}, fmt.Errorf("%w: topic %q", ErrInvalidMessage, req.Topic)
+	case req.QueueID < 0 || req.QueueID >= s.cfg.MaxQueuesPerTopic:
+		return GetResult{}, fmt.Errorf("%w: queue id %d out of range [0, %d)", ErrInvalidMessage, req.QueueID, s.cfg.MaxQueuesPerTopic)
+	case req.MaxMessages < 1 || req.MaxBytes < 1:
+		return GetResult{}, fmt.Errorf("%w: max messages %d and max bytes %d must be positive", ErrInvalidMessage, req.MaxMessages, req.MaxBytes)
+	}
+	q := s.queue(queueKey{req.Topic, req.QueueID}, false)
+	var res GetResult
+	if q != nil {
+		res.MinOffset, res.MaxOffset = q.min.Load(), q.max.Load()
+	}
+	switch {
+	case req.Offset < res.MinOffset:
+		res.Status, res.NextOffset = OffsetTooSmall, res.MinOffset
+		return res, nil
+	case req.Offset == res.MaxOffset:
+		res.Status, res.NextOffset = NoNewMessage, req.Offset
+		return res, nil
+	case req.Offset > res.MaxOffset:
+		res.Status, res.NextOffset = OffsetOverflow, res.MaxOffset
+		return res, nil
+	}
+
+	var (
+		buf     []byte
+		spans   [][2]int
+		next    = req.Offset
+		clMin   = s.cl.minOffset()
+		entries = make([]cqEntry, 0, min(req.MaxMessages, 256))
+		full    bool
+	)
+	for scanLeft := s.cfg.MaxScanEntries; scanLeft > 0 && !full; {
+		entries = q.entries(entries[:0], next, min(scanLeft, cap(entries)))
+		if len(entries) == 0 {
+			break
+		}
+		scanLeft -= len(entries)
+		for _, e := range entries {
+			if full = len(spans) >= req.MaxMessages || (len(spans) > 0 && len(buf)+int(e.size) > req.MaxBytes); full {
+				break
+			}
+			next++
+			if req.TagHashes != nil && !slices.Contains(req.TagHashes, e.tagHash) {
+				continue
+			}
+			if e.offset < clMin {
+				continue // its segment is gone: retention is passing this queue
+			}
+			start := len(buf)
+			var err error
+			buf, err = s.cl.readAt(buf, e.offset, int(e.size))
+			if errors.Is(err, ErrOffsetRemoved) {
+				buf = buf[:start]
+				continue
+			}
+			if err == nil {
+				err = s.checkStored(buf[start:], e.offset)
+			}
+			if err == nil && !recordIs(buf[start:], req.Topic, req.QueueID, next-1) {
+				err = fmt.Errorf("%w: consume queue entry points at commitlog offset %d, a record of another queue", ErrCorrupt, e.offset)
+			}
+			if err != nil {
+				return GetResult{}, fmt.Errorf("queue %s@%d offset %d: %w", req.Topic, req.QueueID, next-1, err)
+			}
+			spans = append(spans, [2]int{start, len(buf)})
+		}
+	}
+	res.NextOffset = next
+	if len(spans) == 0 {
+		res.Status = NoMatchedMessage
+		return res, nil
+	}
+	res.Status = Found
+	res.Records = make([][]byte, len(spans))
+	for i, sp := range spans {
+		res.Records[i] = buf[sp[0]:sp[1]:sp[1]]
+	}
+	return res, nil
+}
+
+func (s *Store) checkStored(rec []byte, off int64) error {
+	if _, err := checkRecord(rec); err != nil {
+		return fmt.Errorf("commitlog offset %d: %w", off, err)
+	}
+	if recordOffset(rec) != off {
+		return fmt.Errorf("%w: record at commitlog offset %d claims offset %d", ErrCorrupt, off, recordOffset(rec))
+	}
+	return nil
+}
+
+// ReadMessage returns the record at commitlog offset off (what a message id
+// names), checked.
+func (s *Store) ReadMessage(off int64) ([]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	return s.cl.readRecord(off)
+}
+
+// QueryByKey returns up to limit records stored in [begin, end] (unix ms)
+// with key among their keys or as their unique key, newest first.
+func (s *Store) QueryByKey(key string, limit int, begin, end int64) ([][]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	if key == "" || limit < 1 {
+		return nil, fmt.Errorf("%w: key must be set and limit positive", ErrInvalidMessage)
+	}
+	var out [][]byte
+	seen := map[int64]bool{}
+	// The index may hold colliding keys; ask for more than limit and
+	// filter by the real key.
+	for _, off := range s.index.lookup(key, 4*limit, begin, end) {
+		if len(out) == limit || seen[off] {
+			continue
+		}
+		seen[off] = true
+		rec, err := s.cl.readRecord(off)
+		if errors.Is(err, ErrOffsetRemoved) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		r, err := DecodeRecord(rec)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(r.Keys, key) || r.Properties[PropertyUniqKey] == key {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// OffsetForTime returns the first queue offset whose message was stored at
+// or after ts (unix ms); the queue's end when none was. Store times are set
+// by successive masters and are nearly but not strictly ordered, so, as in
+// RocketMQ, the answer is a binary search's.
+func (s *Store) OffsetForTime(topic string, queueID int32, ts int64) (int64, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	q := s.queue(queueKey{topic, queueID}, false)
+	if q == nil {
+		return 0, nil
+	}
+	lo, hi := q.min.Load(), q.max.Load()
+	var one []cqEntry
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		one = q.entries(one[:0], mid, 1)
+		if len(one) == 0 {
+			lo = mid + 1 // removed under us
+			continue
+		}
+		head, err := s.cl.readAt(nil, one[0].offset, fixedHeader)
+		if errors.Is(err, ErrOffsetRemoved) {
+			lo = mid + 1
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if recordStoreTime(head) >= ts {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, nil
+}

@@ -1,0 +1,475 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Store is the on-disk store of one broker replica: commitlog, consume
+// queues, key index and checkpoint under one directory. Append has a single
+// caller at a time (the Raft state machine); reads run concurrently with it
+// and with each other.
+type Store struct {
+	cfg  Config
+	log  *slog.Logger
+	lock *os.File
+
+	cl    *commitlog
+	index *keyIndex
+
+	queuesMu sync.RWMutex
+	queues   map[queueKey]*consumeQueue
+
+	appendMu      sync.Mutex
+	lastRaftIndex uint64             // guarded by appendMu
+	failed        error              // guarded by appendMu
+	encBuf        []byte             // guarded by appendMu
+	batchNext     map[queueKey]int64 // guarded by appendMu
+	chunks        []chunk            // guarded by appendMu
+
+	dispatched atomic.Pointer[checkpoint] // what the next checkpoint may claim
+	cpMu       sync.Mutex
+	lastCP     checkpoint // guarded by cpMu
+
+	rebuild    bool // derived files were damaged or missing at open: recovery rebuilds them
+	rebuilding bool // a full rebuild is dispatching: queues may start past 0
+
+	closed atomic.Bool
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// AppendResult is where the store put one message.
+type AppendResult struct {
+	Offset      int64 // commitlog offset of the record
+	Size        int32 // record size in bytes
+	QueueOffset int64
+}
+
+type chunk struct {
+	pos      int64
+	from, to int
+}
+
+const (
+	commitlogDir    = "commitlog"
+	consumeQueueDir = "consumequeue"
+	indexDir        = "index"
+	lockFile        = "LOCK"
+)
+
+// Open opens or creates the store in cfg.Dir and recovers it: the commitlog
+// is cut at the last whole, valid batch, and the consume queues and index
+// are brought up to it. Only one Store may have a directory open.
+func Open(cfg Config) (*Store, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: create dir: %w", err)
+	}
+	s := &Store{
+		cfg:       cfg,
+		log:       cfg.Logger.With("store", cfg.Dir),
+		queues:    make(map[queueKey]*consumeQueue),
+		batchNext: make(map[queueKey]int64),
+		stop:      make(chan struct{}),
+	}
+	if s.lock, err = lockDir(cfg.Dir); err != nil {
+		return nil, err
+	}
+	if err := s.openFiles(); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	if err := s.recover(); err != nil {
+		s.closeFiles()
+		return nil, err
+	}
+	s.cl.prepare(s.cl.writePos.Load() - s.cl.writePos.Load()%cfg.SegmentSize + cfg.SegmentSize)
+	s.startLoops()
+	return s, nil
+}
+
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open lock file: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("storage: %s is in use by another process: %w", dir, err)
+	}
+	return f, nil
+}
+
+// openFiles opens every file as found; recovery decides what is valid.
+func (s *Store) openFiles() error {
+	// A derived directory that is gone (an operator may delete one to
+	// force a rebuild) is rebuilt from the commitlog.
+	for _, d := range []string{consumeQueueDir, indexDir} {
+		if _, err := os.Stat(filepath.Join(s.cfg.Dir, d)); os.IsNotExist(err) {
+			s.rebuild = true
+		}
+	}
+	var err error
+	if s.cl, err = openCommitlog(filepath.Join(s.cfg.Dir, commitlogDir), s.cfg.SegmentSize, s.log); err != nil {
+		return err
+	}
+	if s.index, err = openKeyIndex(filepath.Join(s.cfg.Dir, indexDir), s.cfg.IndexSlots, s.cfg.IndexEntries); err != nil {
+		if !errors.Is(err, ErrCorrupt) {
+			return err
+		}
+		// The index is derived data: start it again and rebuild it.
+		s.log.Warn("index damaged, rebuilding it", "err", err)
+		if err := os.RemoveAll(filepath.Join(s.cfg.Dir, indexDir)); err != nil {
+			return fmt.Errorf("storage: remove damaged index: %w", err)
+		}
+		if s.index, err = openKeyIndex(filepath.Join(s.cfg.Dir, indexDir), s.cfg.IndexSlots, s.cfg.IndexEntries); err != nil {
+			return err
+		}
+		s.rebuild = true
+	}
+	root := filepath.Join(s.cfg.Dir, consumeQueueDir)
+	topics, err := os.ReadDir(root)
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("storage: read consume queues: %w", err)
+	}
+	for _, t := range topics {
+		if !ValidTopic(t.Name()) {
+			s.log.Warn("ignoring unknown dir in consume queues", "dir", t.Name())
+			continue
+		}
+		ids, err := os.ReadDir(filepath.Join(root, t.Name()))
+		if err != nil {
+			return fmt.Errorf("storage: read consume queues: %w", err)
+		}
+		for _, id := range ids {
+			n, err := parseQueueID(id.Name())
+			if err != nil || n >= s.cfg.MaxQueuesPerTopic {
+				s.log.Warn("ignoring unknown dir in consume queues", "dir", filepath.Join(t.Name(), id.Name()))
+				continue
+			}
+			k := queueKey{topic: t.Name(), id: n}
+			q, err := openConsumeQueue(root, k, s.cfg.QueueEntriesPerFile)
+			if err != nil {
+				// Derived data: recovery rebuilds every queue.
+				s.log.Warn("consume queue damaged, rebuilding the queues", "topic", k.topic, "queue", k.id, "err", err)
+				s.rebuild = true
+				continue
+			}
+			s.queues[k] = q
+		}
+	}
+	return nil
+}
+
+func parseQueueID(s string) (int32, error) {
+	var n int32
+	if len(s) == 0 || len(s) > 9 {
+		return 0, errors.New("bad queue id")
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, errors.New("bad queue id")
+		}
+		n = n*10 + c - '0'
+	}
+	return n, nil
+}
+
+func (s *Store) closeFiles() {
+	s.queuesMu.Lock()
+	for _, q := range s.queues {
+		q.close()
+	}
+	s.queuesMu.Unlock()
+	if s.index != nil {
+		s.index.close()
+	}
+	if s.cl != nil {
+		s.cl.close()
+	}
+	if s.lock != nil {
+		s.lock.Close() // releases the flock
+	}
+}
+
+// queue returns the consume queue of k, creating it when asked.
+func (s *Store) queue(k queueKey, create bool) *consumeQueue {
+	s.queuesMu.RLock()
+	q := s.queues[k]
+	s.queuesMu.RUnlock()
+	if q != nil || !create {
+		return q
+	}
+	s.queuesMu.Lock()
+	defer s.queuesMu.Unlock()
+	if q = s.queues[k]; q == nil {
+		q = &consumeQueue{key: k, dir: queueDir(filepath.Join(s.cfg.Dir, consumeQueueDir), k), perFile: s.cfg.QueueEntriesPerFile}
+		s.queues[k] = q
+	}
+	return q
+}
+
+// Append stores msgs as one batch, the one Raft entry raftIndex, with one
+// write per segment touched (and one fdatasync in FlushSync mode). Queue
+// and commitlog offsets are assigned in order, deterministically, so every
+// replica appending the same batches holds the same bytes. Either every
+// message of the batch is stored or, on error, none is visible: an invalid
+// message rejects the whole batch before anything is written, and a failed
+// write fails the store until it is reopened (recovery cuts the partial
+// batch). raftIndex must rise above every index already appended:
+// ErrStaleRaftIndex says the entry is already applied.
+func (s *Store) Append(raftIndex uint64, msgs []Message) ([]AppendResult, error) {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	switch {
+	case s.closed.Load():
+		return nil, ErrClosed
+	case s.failed != nil:
+		return nil, fmt.Errorf("%w: %w", ErrFailed, s.failed)
+	case raftIndex <= s.lastRaftIndex:
+		return nil, fmt.Errorf("%w: %d <= %d", ErrStaleRaftIndex, raftIndex, s.lastRaftIndex)
+	case len(msgs) == 0:
+		return nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
+	}
+	results := make([]AppendResult, len(msgs))
+	for i := range msgs {
+		size, err := s.check(&msgs[i])
+		if err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		results[i].Size = int32(size)
+	}
+
+	// Place and encode every record before writing anything.
+	segSize := s.cfg.SegmentSize
+	pos := s.cl.writePos.Load()
+	buf, chunks := s.encBuf[:0], s.chunks[:0]
+	clear(s.batchNext)
+	cur := chunk{pos: pos}
+	for i := range msgs {
+		m := &msgs[i]
+		size := int64(results[i].Size)
+		if segEnd := pos - pos%segSize + segSize; pos+size > segEnd {
+			if left := segEnd - pos; left >= blankSize {
+				buf = appendBlank(buf, left)
+			}
+			cur.to = len(buf)
+			if cur.to > cur.from {
+				chunks = append(chunks, cur)
+			}
+			pos = segEnd
+			cur = chunk{pos: pos, from: len(buf)}
+		}
+		k := queueKey{m.Topic, m.QueueID}
+		qoff, ok := s.batchNext[k]
+		if !ok {
+			if q := s.queue(k, false); q != nil {
+				qoff = q.max.Load()
+			}
+		}
+		s.batchNext[k] = qoff + 1
+		var flag uint32
+		if i == len(msgs)-1 {
+			flag = sysFlagBatchEnd
+		}
+		buf = appendRecord(buf, m, int(size), raftIndex, pos, qoff, flag)
+		results[i].Offset, results[i].QueueOffset = pos, qoff
+		pos += size
+	}
+	cur.to = len(buf)
+	chunks = append(chunks, cur)
+	if cap(buf) <= 16<<20 { // keep the buffer unless one huge batch grew it
+		s.encBuf = buf
+	}
+	s.chunks = chunks
+
+	for _, c := range chunks {
+		if err := s.cl.write(c.pos, buf[c.from:c.to]); err != nil {
+			s.failed = err
+			return nil, err
+		}
+	}
+	s.cl.writePos.Store(pos)
+	if s.cfg.FlushMode == FlushSync {
+		if err := s.cl.flush(); err != nil {
+			s.failed = err
+			return nil, err
+		}
+	}
+	st := *s.dispatched.Load()
+	for i := range msgs {
+		m := &msgs[i]
+		r := results[i]
+		keyed, err := s.dispatch(queueKey{m.Topic, m.QueueID}, r, TagHash(m.Tags), m.Keys, m.Properties[PropertyUniqKey], m.StoreTime)
+		if err != nil {
+			s.failed = err
+			return nil, err
+		}
+		if keyed {
+			st.indexLast = r.Offset
+		}
+	}
+	s.lastRaftIndex = raftIndex
+	st.dispatched, st.raftIndex, st.last = pos, raftIndex, results[len(results)-1].Offset
+	st.queueEntries += int64(len(msgs))
+	s.dispatched.Store(&st)
+	return results, nil
+}
+
+// CheckMessage tells whether Append would take m: a legal topic, a queue id
+// in range, fields that fit, a record within MaxMessageSize. Callers that
+// merge several requests into one batch check each message first, so one
+// bad message cannot fail the others.
+func (s *Store) CheckMessage(m *Message) error {
+	_, err := s.check(m)
+	return err
+}
+
+func (s *Store) check(m *Message) (int, error) {
+	size, err := encodedSize(m)
+	if err != nil {
+		return 0, err
+	}
+	if size > s.cfg.MaxMessageSize {
+		return 0, fmt.Errorf("%w: %w: record of %d bytes, limit %d", ErrInvalidMessage, ErrMessageTooLarge, size, s.cfg.MaxMessageSize)
+	}
+	if m.QueueID < 0 || m.QueueID >= s.cfg.MaxQueuesPerTopic {
+		return 0, fmt.Errorf("%w: queue id %d out of range [0, %d)", ErrInvalidMessage, m.QueueID, s.cfg.MaxQueuesPerTopic)
+	}
+	return size, nil
+}
+
+func appendBlank(buf []byte, size int64) []byte {
+	start := len(buf)
+	buf = grow(buf, blankSize)
+	binary.BigEndian.PutUint32(buf[start:], uint32(size))
+	binary.BigEndian.PutUint32(buf[start+4:], blankMagic)
+	return buf
+}
+
+// dispatch adds a stored record to its consume queue and to the key index
+// (ReputMessageService in RocketMQ; here synchronous, so a record is
+// readable through its queue as soon as Append returns). It reports whether
+// the record went into the key index.
+func (s *Store) dispatch(k queueKey, r AppendResult, tagHash int64, keys []string, uniqKey string, storeTime int64) (bool, error) {
+	if err := s.queue(k, true).put(r.QueueOffset, cqEntry{offset: r.Offset, size: r.Size, tagHash: tagHash}, s.rebuilding); err != nil {
+		return false, err
+	}
+	if uniqKey != "" {
+		keys = append(keys[:len(keys):len(keys)], uniqKey)
+	}
+	return s.index.put(keys, r.Offset, storeTime)
+}
+
+// LastRaftIndex is the Raft index of the last batch the store holds. After
+// a restart the state machine skips entries at or below it.
+func (s *Store) LastRaftIndex() uint64 {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	return s.lastRaftIndex
+}
+
+// CommitlogOffsets returns the commitlog's first and end offsets.
+func (s *Store) CommitlogOffsets() (min, max int64) {
+	return s.cl.minOffset(), s.cl.writePos.Load()
+}
+
+// QueueOffsets returns the first readable and the next queue offset of a
+// queue; a queue never written has 0, 0.
+func (s *Store) QueueOffsets(topic string, queueID int32) (min, max int64) {
+	q := s.queue(queueKey{topic, queueID}, false)
+	if q == nil {
+		return 0, 0
+	}
+	return q.min.Load(), q.max.Load()
+}
+
+// Flush makes everything appended so far durable and writes a checkpoint.
+func (s *Store) Flush() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.checkpoint()
+}
+
+// checkpoint flushes the commitlog, then the consume queues and index up to
+// the last dispatched batch, then records that position.
+func (s *Store) checkpoint() error {
+	s.cpMu.Lock()
+	defer s.cpMu.Unlock()
+	st := s.dispatched.Load()
+	if st == nil || *st == s.lastCP {
+		return nil
+	}
+	if err := s.cl.flush(); err != nil {
+		return err
+	}
+	for _, q := range s.queueList() {
+		if err := q.sync(); err != nil {
+			return err
+		}
+	}
+	if err := s.index.sync(); err != nil {
+		return err
+	}
+	if err := writeCheckpoint(s.cfg.Dir, *st); err != nil {
+		return err
+	}
+	s.lastCP = *st
+	return nil
+}
+
+// DeleteTopic removes the consume queues of topic. Its records stay in the
+// commitlog until retention deletes their segments.
+func (s *Store) DeleteTopic(topic string) error {
+	if !ValidTopic(topic) {
+		return fmt.Errorf("%w: topic %q", ErrInvalidMessage, topic)
+	}
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	st := *s.dispatched.Load()
+	s.queuesMu.Lock()
+	for k, q := range s.queues {
+		if k.topic == topic {
+			st.queueEntries -= q.max.Load()
+			q.close()
+			delete(s.queues, k)
+		}
+	}
+	s.queuesMu.Unlock()
+	s.dispatched.Store(&st)
+	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, consumeQueueDir, topic)); err != nil {
+		return fmt.Errorf("storage: delete topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+// Close stops the background work, flushes, writes a checkpoint and closes
+// every file. It is safe to call more than once.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(s.stop)
+	s.wg.Wait()
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	var err error
+	if s.failed == nil {
+		err = s.checkpoint()
+	}
+	s.closeFiles()
+	return err
+}

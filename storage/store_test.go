@@ -1,0 +1,393 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestAppendReadAcrossSegmentsAndReopen(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	s := openStore(t, cfg)
+	appendBatches(t, s, 1, 300)
+	checkHolds(t, s, 300)
+	if _, max := s.CommitlogOffsets(); max < 3*cfg.SegmentSize {
+		t.Fatalf("test wrote %d bytes; it must cross several segments", max)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	s = openStore(t, cfg)
+	defer s.Close()
+	checkHolds(t, s, 300)
+	// Appending goes on where it stopped.
+	appendBatches(t, s, 301, 320)
+	checkHolds(t, s, 320)
+}
+
+func TestBatchSpanningSegmentsIsOneWritePerSegment(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	s := openStore(t, cfg)
+	defer s.Close()
+	// 100 messages of ~1.1 KiB: about 110 KiB, so the batch spans two
+	// segment boundaries of 64 KiB.
+	msgs := make([]Message, 100)
+	for i := range msgs {
+		msgs[i] = Message{Topic: "big", QueueID: int32(i % 3), Body: bytes.Repeat([]byte{byte(i)}, 1000), StoreTime: 5}
+	}
+	res, err := s.Append(1, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs := map[int64]bool{}
+	for i, r := range res {
+		segs[r.Offset/cfg.SegmentSize] = true
+		if (r.Offset+int64(r.Size)-1)/cfg.SegmentSize != r.Offset/cfg.SegmentSize {
+			t.Fatalf("record %d spans a segment boundary: offset %d size %d", i, r.Offset, r.Size)
+		}
+		if r.QueueOffset != int64(i/3) {
+			t.Fatalf("record %d: queue offset %d, want %d", i, r.QueueOffset, i/3)
+		}
+		raw, err := s.ReadMessage(r.Offset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := DecodeRecord(raw)
+		if !bytes.Equal(rec.Body, msgs[i].Body) || rec.RaftIndex != 1 {
+			t.Fatalf("record %d reads back wrong", i)
+		}
+		if (i == len(res)-1) != (rec.SysFlag&sysFlagBatchEnd != 0) {
+			t.Fatalf("record %d: batch-end flag %v", i, rec.SysFlag&sysFlagBatchEnd != 0)
+		}
+	}
+	if len(segs) < 2 {
+		t.Fatalf("batch stayed in %d segment", len(segs))
+	}
+}
+
+func TestGetMessagesStatusesAndLimits(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	defer s.Close()
+	var msgs []Message
+	for i := 0; i < 10; i++ {
+		tag := "A"
+		if i%3 == 0 {
+			tag = "B"
+		}
+		msgs = append(msgs, Message{Topic: "q", QueueID: 1, Tags: tag, Body: []byte(fmt.Sprintf("body-%d", i))})
+	}
+	if _, err := s.Append(7, msgs); err != nil {
+		t.Fatal(err)
+	}
+	get := func(r GetRequest) GetResult {
+		t.Helper()
+		r.Topic, r.QueueID = "q", 1
+		if r.MaxMessages == 0 {
+			r.MaxMessages = 32
+		}
+		if r.MaxBytes == 0 {
+			r.MaxBytes = 1 << 20
+		}
+		res, err := s.GetMessages(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	res := get(GetRequest{Offset: 0, MaxMessages: 4})
+	if res.Status != Found || len(res.Records) != 4 || res.NextOffset != 4 || res.MinOffset != 0 || res.MaxOffset != 10 {
+		t.Fatalf("first 4: %v %d next %d min %d max %d", res.Status, len(res.Records), res.NextOffset, res.MinOffset, res.MaxOffset)
+	}
+	// Tag filter: B is at 0, 3, 6, 9.
+	res = get(GetRequest{Offset: 1, TagHashes: []int64{TagHash("B")}})
+	if res.Status != Found || len(res.Records) != 3 || res.NextOffset != 10 {
+		t.Fatalf("tag B from 1: %v %d next %d", res.Status, len(res.Records), res.NextOffset)
+	}
+	for _, raw := range res.Records {
+		if r, _ := DecodeRecord(raw); r.Tags != "B" {
+			t.Fatalf("tag filter returned %q", r.Tags)
+		}
+	}
+	res = get(GetRequest{Offset: 1, TagHashes: []int64{TagHash("C")}})
+	if res.Status != NoMatchedMessage || res.NextOffset != 10 {
+		t.Fatalf("tag C: %v next %d", res.Status, res.NextOffset)
+	}
+	// Byte cap: the first record always comes, then only what fits.
+	res = get(GetRequest{Offset: 0, MaxBytes: 1})
+	if res.Status != Found || len(res.Records) != 1 || res.NextOffset != 1 {
+		t.Fatalf("1-byte cap: %v %d next %d", res.Status, len(res.Records), res.NextOffset)
+	}
+	one := len(res.Records[0])
+	res = get(GetRequest{Offset: 0, MaxBytes: 2*one + one/2})
+	if len(res.Records) != 2 {
+		t.Fatalf("cap of 2.5 records returned %d", len(res.Records))
+	}
+	if res = get(GetRequest{Offset: 10}); res.Status != NoNewMessage || res.NextOffset != 10 {
+		t.Fatalf("at end: %v next %d", res.Status, res.NextOffset)
+	}
+	if res = get(GetRequest{Offset: 11}); res.Status != OffsetOverflow || res.NextOffset != 10 {
+		t.Fatalf("past end: %v next %d", res.Status, res.NextOffset)
+	}
+	if res = get(GetRequest{Offset: -1}); res.Status != OffsetTooSmall || res.NextOffset != 0 {
+		t.Fatalf("negative: %v next %d", res.Status, res.NextOffset)
+	}
+	// A queue never written is empty at 0.
+	res, err := s.GetMessages(GetRequest{Topic: "other", QueueID: 0, Offset: 0, MaxMessages: 1, MaxBytes: 1})
+	if err != nil || res.Status != NoNewMessage {
+		t.Fatalf("unknown queue: %v %v", res.Status, err)
+	}
+}
+
+func TestBadInputWritesNothing(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	s := openStore(t, cfg)
+	defer s.Close()
+	appendBatches(t, s, 1, 3)
+	_, before := s.CommitlogOffsets()
+	good := Message{Topic: "ok", QueueID: 0, Body: []byte("x")}
+	cases := []struct {
+		name string
+		bad  Message
+		want error
+	}{
+		{"empty topic", Message{Topic: "", Body: []byte("x")}, ErrInvalidMessage},
+		{"illegal topic", Message{Topic: "a/b", Body: []byte("x")}, ErrInvalidMessage},
+		{"long topic", Message{Topic: strings.Repeat("t", 128), Body: []byte("x")}, ErrInvalidMessage},
+		{"negative queue", Message{Topic: "ok", QueueID: -1}, ErrInvalidMessage},
+		{"queue out of range", Message{Topic: "ok", QueueID: cfg.MaxQueuesPerTopic}, ErrInvalidMessage},
+		{"too large", Message{Topic: "ok", Body: make([]byte, cfg.MaxMessageSize)}, ErrMessageTooLarge},
+		{"long key", Message{Topic: "ok", Keys: []string{strings.Repeat("k", 70000)}}, ErrInvalidMessage},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// The bad message comes second: the good one before it must not
+			// be written either.
+			_, err := s.Append(100, []Message{good, c.bad})
+			if !errors.Is(err, c.want) {
+				t.Fatalf("err = %v, want %v", err, c.want)
+			}
+			if _, after := s.CommitlogOffsets(); after != before {
+				t.Fatalf("commitlog grew from %d to %d", before, after)
+			}
+			if _, max := s.QueueOffsets("ok", 0); max != 0 {
+				t.Fatalf("queue ok@0 has %d entries", max)
+			}
+		})
+	}
+	if _, err := s.Append(4, nil); !errors.Is(err, ErrInvalidMessage) {
+		t.Fatalf("empty batch: %v", err)
+	}
+	if _, err := s.Append(3, batchFor(3)); !errors.Is(err, ErrStaleRaftIndex) {
+		t.Fatalf("re-applied raft index: %v", err)
+	}
+	for _, r := range []GetRequest{
+		{Topic: "", MaxMessages: 1, MaxBytes: 1},
+		{Topic: "T", QueueID: -1, MaxMessages: 1, MaxBytes: 1},
+		{Topic: "T", QueueID: 99, MaxMessages: 1, MaxBytes: 1},
+		{Topic: "T", MaxMessages: 0, MaxBytes: 1},
+		{Topic: "T", MaxMessages: 1, MaxBytes: -5},
+	} {
+		if _, err := s.GetMessages(r); !errors.Is(err, ErrInvalidMessage) {
+			t.Fatalf("GetMessages(%+v) = %v", r, err)
+		}
+	}
+	for _, off := range []int64{-1, 1, before, before + 100, 1 << 40} {
+		if _, err := s.ReadMessage(off); err == nil {
+			t.Fatalf("ReadMessage(%d) found a record", off)
+		}
+	}
+	checkHolds(t, s, 3)
+}
+
+func TestSyncFlushMode(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.FlushMode = FlushSync
+	s := openStore(t, cfg)
+	appendBatches(t, s, 1, 20)
+	if got, want := s.cl.flushedPos.Load(), s.cl.writePos.Load(); got != want {
+		t.Fatalf("sync mode: flushed %d of %d", got, want)
+	}
+	s.crash()
+	s = openStore(t, cfg)
+	defer s.Close()
+	checkHolds(t, s, 20)
+}
+
+func TestAsyncFlusherFlushes(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.FlushInterval = 5 * time.Millisecond
+	cfg.CheckpointInterval = 10 * time.Millisecond
+	s := openStore(t, cfg)
+	defer s.Close()
+	appendBatches(t, s, 1, 20)
+	want := s.cl.writePos.Load()
+	waitFor(t, func() bool {
+		cp, ok, _ := readCheckpoint(cfg.Dir)
+		return s.cl.flushedPos.Load() == want && ok && cp.dispatched == want && cp.raftIndex == 20
+	})
+}
+
+func TestMessageIDAndKeyQueries(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	defer s.Close()
+	// 150 batches put more keys than one index file holds (100 entries).
+	appendBatches(t, s, 1, 150)
+	if len(s.index.files) < 3 {
+		t.Fatalf("index has %d files; the test must cross files", len(s.index.files))
+	}
+	for _, idx := range []uint64{1, 77, 150} {
+		for i, m := range batchFor(idx) {
+			recs, err := s.QueryByKey(m.Keys[0], 10, 0, 1<<62)
+			if err != nil || len(recs) != 1 {
+				t.Fatalf("key %s: %d records, %v", m.Keys[0], len(recs), err)
+			}
+			r, _ := DecodeRecord(recs[0])
+			if !bytes.Equal(r.Body, m.Body) {
+				t.Fatalf("key %s returned another message", m.Keys[0])
+			}
+			if recs, _ := s.QueryByKey("u-"+m.Keys[0], 10, 0, 1<<62); len(recs) != 1 {
+				t.Fatalf("unique key of %d/%d: %d records", idx, i, len(recs))
+			}
+			// Out of the time range.
+			if recs, _ := s.QueryByKey(m.Keys[0], 10, m.StoreTime+1, 1<<62); len(recs) != 0 {
+				t.Fatalf("key %s found outside its time range", m.Keys[0])
+			}
+			id := FormatMessageID("broker-a", r.Offset)
+			g, off, err := ParseMessageID(id)
+			if err != nil || g != "broker-a" || off != r.Offset {
+				t.Fatalf("message id %q parses to %q %d %v", id, g, off, err)
+			}
+			raw, err := s.ReadMessage(off)
+			if err != nil || !bytes.Equal(raw, recs[0]) {
+				t.Fatalf("message id %s: %v", id, err)
+			}
+		}
+	}
+	if recs, err := s.QueryByKey("no-such-key", 10, 0, 1<<62); err != nil || len(recs) != 0 {
+		t.Fatalf("unknown key: %d, %v", len(recs), err)
+	}
+	for _, bad := range []string{"", "x", "g@12", "g@zzzzzzzzzzzzzzzz", "@0000000000000001"} {
+		if _, _, err := ParseMessageID(bad); !errors.Is(err, ErrInvalidMessage) {
+			t.Fatalf("ParseMessageID(%q) = %v", bad, err)
+		}
+	}
+}
+
+func TestOffsetForTime(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	defer s.Close()
+	for i := 0; i < 50; i++ {
+		if _, err := s.Append(uint64(i+1), []Message{{Topic: "time", QueueID: 2, StoreTime: int64(1000 + 10*i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ ts, want int64 }{{0, 0}, {1000, 0}, {1001, 1}, {1250, 25}, {1490, 49}, {1491, 50}, {99999, 50}} {
+		got, err := s.OffsetForTime("time", 2, c.ts)
+		if err != nil || got != c.want {
+			t.Fatalf("OffsetForTime(%d) = %d, %v; want %d", c.ts, got, err, c.want)
+		}
+	}
+}
+
+func TestDeleteTopic(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	s := openStore(t, cfg)
+	appendBatches(t, s, 1, 10)
+	if _, err := s.Append(11, []Message{{Topic: "gone", Body: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteTopic("gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, max := s.QueueOffsets("gone", 0); max != 0 {
+		t.Fatalf("deleted topic still has %d", max)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Dir, consumeQueueDir, "gone")); !os.IsNotExist(err) {
+		t.Fatalf("deleted topic's files remain: %v", err)
+	}
+	s.Close()
+	s = openStore(t, cfg)
+	defer s.Close()
+	checkQueues(t, s, 10)
+	if _, max := s.QueueOffsets("gone", 0); max != 0 {
+		t.Fatalf("deleted topic came back with %d", max)
+	}
+}
+
+func TestOneStorePerDirectory(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	s := openStore(t, cfg)
+	defer s.Close()
+	if s2, err := Open(cfg); err == nil {
+		s2.Close()
+		t.Fatal("a second Open of the same directory succeeded")
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for _, c := range []Config{
+		{},
+		{Dir: "x", SegmentSize: 1000, MaxMessageSize: 4000},
+		{Dir: "x", MaxMessageSize: 10},
+		{Dir: "x", IndexEntries: 1 << 31},
+		{Dir: "x", FlushInterval: -1},
+	} {
+		if _, err := c.withDefaults(); err == nil {
+			t.Fatalf("config %+v accepted", c)
+		}
+	}
+}
+
+// Readers run against a writer; with -race this checks the publication of
+// commitlog and consume queue writes.
+func TestConcurrentReadsDuringAppends(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	defer s.Close()
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	errs := make(chan error, 4)
+	for q := int32(0); q < 4; q++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var off int64
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				res, err := s.GetMessages(GetRequest{Topic: "T", QueueID: q, Offset: off, MaxMessages: 16, MaxBytes: 1 << 20})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, raw := range res.Records {
+					r, err := DecodeRecord(raw)
+					if err != nil || r.QueueOffset != off || r.QueueID != q {
+						errs <- fmt.Errorf("queue %d offset %d: got %d/%d %v", q, off, r.QueueID, r.QueueOffset, err)
+						return
+					}
+					off++
+				}
+			}
+		}()
+	}
+	appendBatches(t, s, 1, 400)
+	close(done)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	checkHolds(t, s, 400)
+}
