@@ -33,6 +33,7 @@ type Broker struct {
 	meta  *metadata
 	fsm   *fsm
 	node  *cluster.RaftNode
+	ms    *cluster.Membership // nil without gossip
 
 	grpc *grpc.Server
 	lis  net.Listener
@@ -99,6 +100,13 @@ func Start(cfg Config) (*Broker, error) {
 	)
 	pb.RegisterBrokerServer(b.grpc, &service{b: b})
 
+	if err := b.startGossip(); err != nil {
+		b.cancel()
+		b.node.Close()
+		b.lis.Close()
+		store.Close()
+		return nil, err
+	}
 	b.goLoop(b.leaderLoop)
 	b.goLoop(b.batcher.run)
 	b.goLoop(b.holdCheckLoop)
@@ -153,8 +161,16 @@ func (b *Broker) Close() error {
 		b.grpc.Stop()
 		<-stopped
 	}
-	err := b.node.Close()
+	if b.ms != nil {
+		// Leave first, so name servers drop this replica from routes.
+		if err := b.ms.Close(); err != nil {
+			b.log.Warn("leaving gossip", "err", err)
+		}
+	}
+	// Cancel first: a snapshot restore copying the commitlog (catch-up)
+	// holds the state machine, and Raft's shutdown waits for it.
 	b.cancel()
+	err := b.node.Close()
 	b.wg.Wait()
 	if serr := b.store.Close(); err == nil {
 		err = serr

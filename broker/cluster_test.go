@@ -76,11 +76,13 @@ func testConfig(dir string, id int, grpcAddrs, raftAddrs []string) Config {
 		Dir:       filepath.Join(dir, fmt.Sprintf("r%d", id)),
 		GRPCAddr:  grpcAddrs[id-1],
 		Raft: cluster.RaftConfig{
-			BindAddr:           raftAddrs[id-1],
-			Peers:              peers,
-			HeartbeatTimeout:   50 * time.Millisecond,
-			ElectionTimeout:    50 * time.Millisecond,
-			LeaderLeaseTimeout: 50 * time.Millisecond,
+			BindAddr: raftAddrs[id-1],
+			Peers:    peers,
+			// Tight, but with room for a loaded 2-core machine: a leader
+			// steps down after 100 ms without a quorum.
+			HeartbeatTimeout:   100 * time.Millisecond,
+			ElectionTimeout:    100 * time.Millisecond,
+			LeaderLeaseTimeout: 100 * time.Millisecond,
 			CommitTimeout:      5 * time.Millisecond,
 			TransportTimeout:   2 * time.Second,
 			LogLevel:           "error",

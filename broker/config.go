@@ -30,6 +30,9 @@ type Config struct {
 	Raft cluster.RaftConfig
 	// Store configures the store; its Dir and Logger are filled in.
 	Store storage.Config
+	// Gossip puts the replica in the cluster's gossip pool (off when its
+	// BindAddr is empty).
+	Gossip GossipConfig
 
 	// SendTimeout is a send's default time to be replicated and applied
 	// when the request names none. Default 3 s.
@@ -141,6 +144,15 @@ func (c Config) withDefaults() (Config, error) {
 	dur(&c.OffsetCommitInterval, 200*time.Millisecond)
 	dur(&c.ConsumerExpiry, 120*time.Second)
 	dur(&c.CatchUpTimeout, 30*time.Second)
+	if c.Gossip.Cluster == "" {
+		c.Gossip.Cluster = "raftmq"
+	}
+	if c.Gossip.RefreshInterval == 0 {
+		c.Gossip.RefreshInterval = 200 * time.Millisecond
+		if c.Gossip.Fast {
+			c.Gossip.RefreshInterval = 100 * time.Millisecond
+		}
+	}
 	if c.SlaveReadLag == 0 {
 		c.SlaveReadLag = 20000
 	}

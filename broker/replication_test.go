@@ -112,19 +112,19 @@ func TestReplicatedSendsAreOnEveryReplica(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			at := m
 			for n := 0; n < 40; n++ {
 				q := int32((s + n) % 4)
 				req := oneMessage("orders", q, fmt.Sprintf("s%d-n%d", s, n))
 				if n%5 == 0 { // some batches
 					req.Messages = append(req.Messages, &pb.Message{Body: []byte(fmt.Sprintf("s%d-n%d-b", s, n))})
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				resp, err := g.client(m).SendMessage(ctx, req)
-				cancel()
+				resp, i, err := g.sendRedirecting(at, req, 10*time.Second)
 				if err != nil {
 					t.Errorf("send: %v", err)
 					return
 				}
+				at = i
 				mu.Lock()
 				for i, r := range resp.Results {
 					acks = append(acks, acked{body: string(req.Messages[i].Body), queue: q, res: r})
@@ -137,7 +137,9 @@ func TestReplicatedSendsAreOnEveryReplica(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	// Queue offsets are dense and unique per queue.
+	// No two acks share a place. (Offsets are dense in the store; a send
+	// retried after an unknown outcome may leave an unacked copy between
+	// acked ones.)
 	seen := map[int32]map[int64]bool{}
 	for _, a := range acks {
 		if seen[a.queue] == nil {
@@ -147,13 +149,6 @@ func TestReplicatedSendsAreOnEveryReplica(t *testing.T) {
 			t.Fatalf("queue %d offset %d acked twice", a.queue, a.res.QueueOffset)
 		}
 		seen[a.queue][a.res.QueueOffset] = true
-	}
-	for q, offs := range seen {
-		for off := int64(0); off < int64(len(offs)); off++ {
-			if !offs[off] {
-				t.Fatalf("queue %d: offset %d missing among %d acks", q, off, len(offs))
-			}
-		}
 	}
 	g.checkIdentical(acks)
 }

@@ -39,25 +39,13 @@ type commitlog struct {
 	flushMu    sync.Mutex
 	flushedPos atomic.Int64
 
-	next *pendingSegment // the following segment, zero-filled in the background; writer only
-	wg   sync.WaitGroup
+	z  *zeroer // preallocation ahead of the writer; nil until started, or disabled
+	wg sync.WaitGroup
 }
 
 type segment struct {
 	start int64
 	f     *os.File
-}
-
-// pendingSegment is a segment file being zero-filled ahead of need. Writing
-// into blocks that are already allocated and written makes each fdatasync
-// about twice as cheap as into a growing or fallocated file (measured here:
-// 256 KiB appends + fdatasync, 2.6 k/s zero-filled vs 2.0 k/s fallocated
-// vs 0.8 k/s growing).
-type pendingSegment struct {
-	start int64
-	done  chan struct{}
-	f     *os.File
-	err   error
 }
 
 func segmentName(start int64) string { return fmt.Sprintf("%020d", start) }
@@ -133,12 +121,10 @@ func (c *commitlog) closeFiles() {
 // close waits for a background preparation and closes every file. The
 // caller has flushed what it wants flushed.
 func (c *commitlog) close() {
-	c.wg.Wait()
-	if c.next != nil && c.next.f != nil {
-		c.next.f.Close()
-		os.Remove(c.next.f.Name())
+	if c.z != nil {
+		c.z.stop()
+		c.z = nil
 	}
-	c.next = nil
 	c.mu.Lock()
 	c.closeFiles()
 	c.mu.Unlock()
@@ -219,6 +205,9 @@ func (c *commitlog) write(pos int64, b []byte) error {
 	if err != nil {
 		return err
 	}
+	if c.z != nil {
+		c.z.claim(pos, pos+int64(len(b)))
+	}
 	if _, err := s.f.WriteAt(b, pos-s.start); err != nil {
 		return fmt.Errorf("storage: write segment %s: %w", segmentName(s.start), err)
 	}
@@ -246,8 +235,25 @@ func (c *commitlog) ensureSegment(start int64) (*segment, error) {
 			return nil, fmt.Errorf("storage: sync segment %s before roll: %w", segmentName(last.start), err)
 		}
 	}
-	f, err := c.takePrepared(start)
-	if err != nil {
+	final := filepath.Join(c.dir, segmentName(start))
+	var f *os.File
+	if c.z != nil {
+		c.z.lockForRoll(start)
+		defer c.z.unlock()
+		f = c.z.takeNext(start)
+	}
+	if f == nil {
+		var err error
+		if f, err = createSparse(final+".alloc", c.segSize); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.Rename(f.Name(), final); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("storage: install segment: %w", err)
+	}
+	if err := syncDir(c.dir); err != nil {
+		f.Close()
 		return nil, err
 	}
 	s := &segment{start: start, f: f}
@@ -255,75 +261,7 @@ func (c *commitlog) ensureSegment(start int64) (*segment, error) {
 	c.segs = append(c.segs, s)
 	c.mu.Unlock()
 	c.log.Debug("commitlog rolled", "segment", segmentName(start))
-	c.prepare(start + c.segSize)
 	return s, nil
-}
-
-// prepare starts zero-filling the segment at start in the background.
-func (c *commitlog) prepare(start int64) {
-	if c.next != nil {
-		return
-	}
-	p := &pendingSegment{start: start, done: make(chan struct{})}
-	c.next = p
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		defer close(p.done)
-		p.f, p.err = createZeroed(filepath.Join(c.dir, segmentName(start)+".alloc"), c.segSize)
-	}()
-}
-
-// takePrepared returns the file of the segment at start under its final
-// name: the background one when it was prepared for that start, else a
-// fresh one.
-func (c *commitlog) takePrepared(start int64) (*os.File, error) {
-	p := c.next
-	c.next = nil
-	if p != nil {
-		<-p.done
-		if p.err == nil && p.start != start {
-			p.f.Close()
-			os.Remove(p.f.Name())
-		}
-		if p.err != nil || p.start != start {
-			p = nil
-		}
-	}
-	final := filepath.Join(c.dir, segmentName(start))
-	if p == nil {
-		f, err := createZeroed(final+".alloc", c.segSize)
-		if err != nil {
-			return nil, err
-		}
-		p = &pendingSegment{start: start, f: f}
-	}
-	if err := os.Rename(p.f.Name(), final); err != nil {
-		p.f.Close()
-		return nil, fmt.Errorf("storage: install segment: %w", err)
-	}
-	if err := syncDir(c.dir); err != nil {
-		p.f.Close()
-		return nil, err
-	}
-	return p.f, nil
-}
-
-// createZeroed creates path filled with size zero bytes, synced.
-func createZeroed(path string, size int64) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("storage: create segment: %w", err)
-	}
-	if err := zeroRange(f, 0, size); err == nil {
-		err = f.Sync()
-	}
-	if err != nil {
-		f.Close()
-		os.Remove(path)
-		return nil, fmt.Errorf("storage: preallocate segment %s: %w", filepath.Base(path), err)
-	}
-	return f, nil
 }
 
 // zeroRange writes zeros over [from, to) of f.
@@ -364,6 +302,13 @@ func (c *commitlog) flush() error {
 // deleted and the rest of the segment holding it is zeroed, so no stale
 // record can ever be read back after new ones.
 func (c *commitlog) truncate(end int64) error {
+	if c.z != nil {
+		return c.z.reset(end, func() error { return c.cut(end) })
+	}
+	return c.cut(end)
+}
+
+func (c *commitlog) cut(end int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	keep := c.segs[:0]

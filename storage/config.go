@@ -28,6 +28,10 @@ type Config struct {
 	// (as RocketMQ). Every replica of a group must use the same size, or
 	// their commitlogs are not byte-identical.
 	SegmentSize int64
+	// PreallocateAhead is how far ahead of the writer the commitlog's
+	// blocks are written with zeros in the background (see zeroer).
+	// Default 64 MiB; negative disables it.
+	PreallocateAhead int64
 	// MaxMessageSize caps one encoded record. Default 4 MiB. Must fit in a
 	// segment.
 	MaxMessageSize int
@@ -79,6 +83,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	def(&c.SegmentSize, 1<<30)
 	def(&c.QueueEntriesPerFile, 300_000)
+	def(&c.PreallocateAhead, 64<<20)
 	if c.MaxMessageSize == 0 {
 		c.MaxMessageSize = 4 << 20
 	}

@@ -95,7 +95,9 @@ func Open(cfg Config) (*Store, error) {
 		s.closeFiles()
 		return nil, err
 	}
-	s.cl.prepare(s.cl.writePos.Load() - s.cl.writePos.Load()%cfg.SegmentSize + cfg.SegmentSize)
+	if cfg.PreallocateAhead > 0 {
+		s.cl.z = startZeroer(s.cl, cfg.PreallocateAhead, s.log)
+	}
 	s.startLoops()
 	return s, nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -390,4 +391,55 @@ func TestConcurrentReadsDuringAppends(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHolds(t, s, 400)
+}
+
+// allocated is how many bytes of a file have blocks on disk.
+func allocated(t *testing.T, path string) int64 {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}
+
+// Segments are created sparse; the zeroer writes their blocks ahead of the
+// writer, into the next segment too, which the writer then rolls into.
+func TestPreallocationRunsAheadOfWriter(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize = 4 << 20
+	cfg.PreallocateAhead = 6 << 20
+	s := openStore(t, cfg)
+	appendBatches(t, s, 1, 3)
+	seg := segmentPath(cfg, 0)
+	next := filepath.Join(cfg.Dir, commitlogDir, segmentName(cfg.SegmentSize)+".alloc")
+	waitFor(t, func() bool {
+		_, err := os.Stat(next)
+		return allocated(t, seg) == cfg.SegmentSize && err == nil && allocated(t, next) >= 1<<20
+	})
+	// Fill past the first segment: the writer takes the prepared one.
+	big := make([]Message, 0, 64)
+	for i := 0; i < 64; i++ {
+		big = append(big, Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)})
+	}
+	for idx := uint64(4); idx < 10; idx++ {
+		if _, err := s.Append(idx, big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(segmentPath(cfg, cfg.SegmentSize)); err != nil {
+		t.Fatalf("second segment: %v", err)
+	}
+	s.Close()
+	if _, err := os.Stat(filepath.Join(cfg.Dir, commitlogDir, segmentName(2*cfg.SegmentSize)+".alloc")); !os.IsNotExist(err) {
+		t.Fatalf("a prepared segment outlived Close: %v", err)
+	}
+	// With preallocation off, appends go into sparse blocks and all is well.
+	cfg.PreallocateAhead = -1
+	s = openStore(t, cfg)
+	defer s.Close()
+	appendBatches(t, s, 10, 20)
+	if got := readQueue(t, s, "T", 0); len(got) == 0 {
+		t.Fatal("queue 0 empty")
+	}
 }

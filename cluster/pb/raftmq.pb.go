@@ -3385,6 +3385,463 @@ func (x *BrokerSnapshot) GetMasters() []*MasterAnnounce {
 	return nil
 }
 
+type GetRouteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRouteRequest) Reset() {
+	*x = GetRouteRequest{}
+	mi := &file_raftmq_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRouteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRouteRequest) ProtoMessage() {}
+
+func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRouteRequest.ProtoReflect.Descriptor instead.
+func (*GetRouteRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *GetRouteRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+// A broker group hosting a topic, as the name server sees it now.
+type GroupRoute struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	ReadQueues    int32                  `protobuf:"varint,2,opt,name=read_queues,json=readQueues,proto3" json:"read_queues,omitempty"`
+	WriteQueues   int32                  `protobuf:"varint,3,opt,name=write_queues,json=writeQueues,proto3" json:"write_queues,omitempty"`
+	Perm          int32                  `protobuf:"varint,4,opt,name=perm,proto3" json:"perm,omitempty"`
+	Replicas      []*ReplicaInfo         `protobuf:"bytes,5,rep,name=replicas,proto3" json:"replicas,omitempty"`                  // live replicas, by id; master marks the current master
+	MasterId      int32                  `protobuf:"varint,6,opt,name=master_id,json=masterId,proto3" json:"master_id,omitempty"` // 0: no master known (an election is on)
+	Term          uint64                 `protobuf:"varint,7,opt,name=term,proto3" json:"term,omitempty"`                         // the Raft term of the master's claim
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupRoute) Reset() {
+	*x = GroupRoute{}
+	mi := &file_raftmq_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupRoute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupRoute) ProtoMessage() {}
+
+func (x *GroupRoute) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
+func (*GroupRoute) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *GroupRoute) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupRoute) GetReadQueues() int32 {
+	if x != nil {
+		return x.ReadQueues
+	}
+	return 0
+}
+
+func (x *GroupRoute) GetWriteQueues() int32 {
+	if x != nil {
+		return x.WriteQueues
+	}
+	return 0
+}
+
+func (x *GroupRoute) GetPerm() int32 {
+	if x != nil {
+		return x.Perm
+	}
+	return 0
+}
+
+func (x *GroupRoute) GetReplicas() []*ReplicaInfo {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *GroupRoute) GetMasterId() int32 {
+	if x != nil {
+		return x.MasterId
+	}
+	return 0
+}
+
+func (x *GroupRoute) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+type RouteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Groups        []*GroupRoute          `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"` // by group name
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteResponse) Reset() {
+	*x = RouteResponse{}
+	mi := &file_raftmq_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteResponse) ProtoMessage() {}
+
+func (x *RouteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
+func (*RouteResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *RouteResponse) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *RouteResponse) GetGroups() []*GroupRoute {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+type GetClusterInfoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClusterInfoRequest) Reset() {
+	*x = GetClusterInfoRequest{}
+	mi := &file_raftmq_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClusterInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClusterInfoRequest) ProtoMessage() {}
+
+func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
+func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{58}
+}
+
+type ClusterGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Replicas      []*ReplicaInfo         `protobuf:"bytes,2,rep,name=replicas,proto3" json:"replicas,omitempty"`
+	MasterId      int32                  `protobuf:"varint,3,opt,name=master_id,json=masterId,proto3" json:"master_id,omitempty"`
+	Term          uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	TopicsVersion int64                  `protobuf:"varint,5,opt,name=topics_version,json=topicsVersion,proto3" json:"topics_version,omitempty"`
+	Topics        []string               `protobuf:"bytes,6,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterGroup) Reset() {
+	*x = ClusterGroup{}
+	mi := &file_raftmq_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterGroup) ProtoMessage() {}
+
+func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterGroup.ProtoReflect.Descriptor instead.
+func (*ClusterGroup) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ClusterGroup) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ClusterGroup) GetReplicas() []*ReplicaInfo {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+func (x *ClusterGroup) GetMasterId() int32 {
+	if x != nil {
+		return x.MasterId
+	}
+	return 0
+}
+
+func (x *ClusterGroup) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *ClusterGroup) GetTopicsVersion() int64 {
+	if x != nil {
+		return x.TopicsVersion
+	}
+	return 0
+}
+
+func (x *ClusterGroup) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+type ClusterInfoResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cluster       string                 `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Groups        []*ClusterGroup        `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`                              // by group name
+	NameServers   []string               `protobuf:"bytes,3,rep,name=name_servers,json=nameServers,proto3" json:"name_servers,omitempty"` // gRPC addresses of live name servers
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterInfoResponse) Reset() {
+	*x = ClusterInfoResponse{}
+	mi := &file_raftmq_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterInfoResponse) ProtoMessage() {}
+
+func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
+func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ClusterInfoResponse) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *ClusterInfoResponse) GetGroups() []*ClusterGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *ClusterInfoResponse) GetNameServers() []string {
+	if x != nil {
+		return x.NameServers
+	}
+	return nil
+}
+
+type ListTopicNamesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topics        []string               `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicNamesResponse) Reset() {
+	*x = ListTopicNamesResponse{}
+	mi := &file_raftmq_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicNamesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicNamesResponse) ProtoMessage() {}
+
+func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicNamesResponse.ProtoReflect.Descriptor instead.
+func (*ListTopicNamesResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ListTopicNamesResponse) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+type WatchRoutesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topics        []string               `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRoutesRequest) Reset() {
+	*x = WatchRoutesRequest{}
+	mi := &file_raftmq_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRoutesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRoutesRequest) ProtoMessage() {}
+
+func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
+func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *WatchRoutesRequest) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
 var File_raftmq_proto protoreflect.FileDescriptor
 
 const file_raftmq_proto_rawDesc = "" +
@@ -3603,7 +4060,38 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0etopics_version\x18\x04 \x01(\x03R\rtopicsVersion\x121\n" +
 	"\aoffsets\x18\x05 \x03(\v2\x17.raftmq.v1.OffsetCommitR\aoffsets\x12:\n" +
 	"\x06groups\x18\x06 \x03(\v2\".raftmq.v1.SubscriptionGroupConfigR\x06groups\x123\n" +
-	"\amasters\x18\a \x03(\v2\x19.raftmq.v1.MasterAnnounceR\amasters*\xa9\x02\n" +
+	"\amasters\x18\a \x03(\v2\x19.raftmq.v1.MasterAnnounceR\amasters\"'\n" +
+	"\x0fGetRouteRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\"\xdf\x01\n" +
+	"\n" +
+	"GroupRoute\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1f\n" +
+	"\vread_queues\x18\x02 \x01(\x05R\n" +
+	"readQueues\x12!\n" +
+	"\fwrite_queues\x18\x03 \x01(\x05R\vwriteQueues\x12\x12\n" +
+	"\x04perm\x18\x04 \x01(\x05R\x04perm\x122\n" +
+	"\breplicas\x18\x05 \x03(\v2\x16.raftmq.v1.ReplicaInfoR\breplicas\x12\x1b\n" +
+	"\tmaster_id\x18\x06 \x01(\x05R\bmasterId\x12\x12\n" +
+	"\x04term\x18\a \x01(\x04R\x04term\"T\n" +
+	"\rRouteResponse\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12-\n" +
+	"\x06groups\x18\x02 \x03(\v2\x15.raftmq.v1.GroupRouteR\x06groups\"\x17\n" +
+	"\x15GetClusterInfoRequest\"\xc8\x01\n" +
+	"\fClusterGroup\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x122\n" +
+	"\breplicas\x18\x02 \x03(\v2\x16.raftmq.v1.ReplicaInfoR\breplicas\x12\x1b\n" +
+	"\tmaster_id\x18\x03 \x01(\x05R\bmasterId\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12%\n" +
+	"\x0etopics_version\x18\x05 \x01(\x03R\rtopicsVersion\x12\x16\n" +
+	"\x06topics\x18\x06 \x03(\tR\x06topics\"\x83\x01\n" +
+	"\x13ClusterInfoResponse\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12/\n" +
+	"\x06groups\x18\x02 \x03(\v2\x17.raftmq.v1.ClusterGroupR\x06groups\x12!\n" +
+	"\fname_servers\x18\x03 \x03(\tR\vnameServers\"0\n" +
+	"\x16ListTopicNamesResponse\x12\x16\n" +
+	"\x06topics\x18\x01 \x03(\tR\x06topics\",\n" +
+	"\x12WatchRoutesRequest\x12\x16\n" +
+	"\x06topics\x18\x01 \x03(\tR\x06topics*\xa9\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -3658,7 +4146,14 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x10QueryMessageById\x12\".raftmq.v1.QueryMessageByIdRequest\x1a\x1f.raftmq.v1.QueryMessageResponse\x12Y\n" +
 	"\x11QueryMessageByKey\x12#.raftmq.v1.QueryMessageByKeyRequest\x1a\x1f.raftmq.v1.QueryMessageResponse\x12U\n" +
 	"\x0eDescribeBroker\x12 .raftmq.v1.DescribeBrokerRequest\x1a!.raftmq.v1.DescribeBrokerResponse\x12M\n" +
-	"\rCopyCommitlog\x12\x1f.raftmq.v1.CopyCommitlogRequest\x1a\x19.raftmq.v1.CommitlogChunk0\x01B%Z#github.com/raftmq/raftmq/cluster/pbb\x06proto3"
+	"\rCopyCommitlog\x12\x1f.raftmq.v1.CopyCommitlogRequest\x1a\x19.raftmq.v1.CommitlogChunk0\x012\xbb\x02\n" +
+	"\n" +
+	"NameServer\x12@\n" +
+	"\bGetRoute\x12\x1a.raftmq.v1.GetRouteRequest\x1a\x18.raftmq.v1.RouteResponse\x12R\n" +
+	"\x0eGetClusterInfo\x12 .raftmq.v1.GetClusterInfoRequest\x1a\x1e.raftmq.v1.ClusterInfoResponse\x12M\n" +
+	"\n" +
+	"ListTopics\x12\x1c.raftmq.v1.ListTopicsRequest\x1a!.raftmq.v1.ListTopicNamesResponse\x12H\n" +
+	"\vWatchRoutes\x12\x1d.raftmq.v1.WatchRoutesRequest\x1a\x18.raftmq.v1.RouteResponse0\x01B%Z#github.com/raftmq/raftmq/cluster/pbb\x06proto3"
 
 var (
 	file_raftmq_proto_rawDescOnce sync.Once
@@ -3673,7 +4168,7 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 }
 
 var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
@@ -3733,10 +4228,18 @@ var file_raftmq_proto_goTypes = []any{
 	(*StoredMessage)(nil),                   // 55: raftmq.v1.StoredMessage
 	(*OffsetCommit)(nil),                    // 56: raftmq.v1.OffsetCommit
 	(*BrokerSnapshot)(nil),                  // 57: raftmq.v1.BrokerSnapshot
-	nil,                                     // 58: raftmq.v1.Message.PropertiesEntry
+	(*GetRouteRequest)(nil),                 // 58: raftmq.v1.GetRouteRequest
+	(*GroupRoute)(nil),                      // 59: raftmq.v1.GroupRoute
+	(*RouteResponse)(nil),                   // 60: raftmq.v1.RouteResponse
+	(*GetClusterInfoRequest)(nil),           // 61: raftmq.v1.GetClusterInfoRequest
+	(*ClusterGroup)(nil),                    // 62: raftmq.v1.ClusterGroup
+	(*ClusterInfoResponse)(nil),             // 63: raftmq.v1.ClusterInfoResponse
+	(*ListTopicNamesResponse)(nil),          // 64: raftmq.v1.ListTopicNamesResponse
+	(*WatchRoutesRequest)(nil),              // 65: raftmq.v1.WatchRoutesRequest
+	nil,                                     // 66: raftmq.v1.Message.PropertiesEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
-	58, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
+	66, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
 	3,  // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
 	5,  // 2: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
 	1,  // 3: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
@@ -3762,53 +4265,65 @@ var file_raftmq_proto_depIdxs = []int32{
 	56, // 23: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
 	33, // 24: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
 	53, // 25: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	4,  // 26: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	7,  // 27: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	9,  // 28: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	12, // 29: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	16, // 30: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	18, // 31: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	20, // 32: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	22, // 33: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	24, // 34: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	27, // 35: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	29, // 36: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	31, // 37: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	34, // 38: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	36, // 39: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	38, // 40: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	40, // 41: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	42, // 42: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	44, // 43: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	45, // 44: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	47, // 45: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	50, // 46: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	6,  // 47: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	8,  // 48: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	10, // 49: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	13, // 50: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	17, // 51: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	19, // 52: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	21, // 53: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	23, // 54: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	25, // 55: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	28, // 56: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	30, // 57: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	32, // 58: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	35, // 59: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	37, // 60: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	39, // 61: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	41, // 62: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	43, // 63: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	46, // 64: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	46, // 65: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	49, // 66: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	51, // 67: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	47, // [47:68] is the sub-list for method output_type
-	26, // [26:47] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	48, // 26: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	59, // 27: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	48, // 28: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	62, // 29: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	4,  // 30: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	7,  // 31: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	9,  // 32: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	12, // 33: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	16, // 34: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	18, // 35: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	20, // 36: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	22, // 37: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	24, // 38: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	27, // 39: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	29, // 40: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	31, // 41: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	34, // 42: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	36, // 43: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	38, // 44: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	40, // 45: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	42, // 46: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	44, // 47: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	45, // 48: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	47, // 49: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	50, // 50: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	58, // 51: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	61, // 52: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	31, // 53: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	65, // 54: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	6,  // 55: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	8,  // 56: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	10, // 57: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	13, // 58: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	17, // 59: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	19, // 60: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	21, // 61: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	23, // 62: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	25, // 63: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	28, // 64: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	30, // 65: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	32, // 66: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	35, // 67: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	37, // 68: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	39, // 69: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	41, // 70: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	43, // 71: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	46, // 72: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	46, // 73: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	49, // 74: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	51, // 75: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	60, // 76: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	63, // 77: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	64, // 78: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	60, // 79: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	55, // [55:80] is the sub-list for method output_type
+	30, // [30:55] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -3831,9 +4346,9 @@ func file_raftmq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   56,
+			NumMessages:   64,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_raftmq_proto_goTypes,
 		DependencyIndexes: file_raftmq_proto_depIdxs,

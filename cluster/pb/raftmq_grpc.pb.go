@@ -896,3 +896,225 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "raftmq.proto",
 }
+
+const (
+	NameServer_GetRoute_FullMethodName       = "/raftmq.v1.NameServer/GetRoute"
+	NameServer_GetClusterInfo_FullMethodName = "/raftmq.v1.NameServer/GetClusterInfo"
+	NameServer_ListTopics_FullMethodName     = "/raftmq.v1.NameServer/ListTopics"
+	NameServer_WatchRoutes_FullMethodName    = "/raftmq.v1.NameServer/WatchRoutes"
+)
+
+// NameServerClient is the client API for NameServer service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+type NameServerClient interface {
+	GetRoute(ctx context.Context, in *GetRouteRequest, opts ...grpc.CallOption) (*RouteResponse, error)
+	GetClusterInfo(ctx context.Context, in *GetClusterInfoRequest, opts ...grpc.CallOption) (*ClusterInfoResponse, error)
+	ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicNamesResponse, error)
+	// Sends the current route of each watched topic, then every change.
+	WatchRoutes(ctx context.Context, in *WatchRoutesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RouteResponse], error)
+}
+
+type nameServerClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewNameServerClient(cc grpc.ClientConnInterface) NameServerClient {
+	return &nameServerClient{cc}
+}
+
+func (c *nameServerClient) GetRoute(ctx context.Context, in *GetRouteRequest, opts ...grpc.CallOption) (*RouteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RouteResponse)
+	err := c.cc.Invoke(ctx, NameServer_GetRoute_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nameServerClient) GetClusterInfo(ctx context.Context, in *GetClusterInfoRequest, opts ...grpc.CallOption) (*ClusterInfoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClusterInfoResponse)
+	err := c.cc.Invoke(ctx, NameServer_GetClusterInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nameServerClient) ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicNamesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTopicNamesResponse)
+	err := c.cc.Invoke(ctx, NameServer_ListTopics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *nameServerClient) WatchRoutes(ctx context.Context, in *WatchRoutesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RouteResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NameServer_ServiceDesc.Streams[0], NameServer_WatchRoutes_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRoutesRequest, RouteResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NameServer_WatchRoutesClient = grpc.ServerStreamingClient[RouteResponse]
+
+// NameServerServer is the server API for NameServer service.
+// All implementations must embed UnimplementedNameServerServer
+// for forward compatibility.
+type NameServerServer interface {
+	GetRoute(context.Context, *GetRouteRequest) (*RouteResponse, error)
+	GetClusterInfo(context.Context, *GetClusterInfoRequest) (*ClusterInfoResponse, error)
+	ListTopics(context.Context, *ListTopicsRequest) (*ListTopicNamesResponse, error)
+	// Sends the current route of each watched topic, then every change.
+	WatchRoutes(*WatchRoutesRequest, grpc.ServerStreamingServer[RouteResponse]) error
+	mustEmbedUnimplementedNameServerServer()
+}
+
+// UnimplementedNameServerServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedNameServerServer struct{}
+
+func (UnimplementedNameServerServer) GetRoute(context.Context, *GetRouteRequest) (*RouteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRoute not implemented")
+}
+func (UnimplementedNameServerServer) GetClusterInfo(context.Context, *GetClusterInfoRequest) (*ClusterInfoResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetClusterInfo not implemented")
+}
+func (UnimplementedNameServerServer) ListTopics(context.Context, *ListTopicsRequest) (*ListTopicNamesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTopics not implemented")
+}
+func (UnimplementedNameServerServer) WatchRoutes(*WatchRoutesRequest, grpc.ServerStreamingServer[RouteResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchRoutes not implemented")
+}
+func (UnimplementedNameServerServer) mustEmbedUnimplementedNameServerServer() {}
+func (UnimplementedNameServerServer) testEmbeddedByValue()                    {}
+
+// UnsafeNameServerServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to NameServerServer will
+// result in compilation errors.
+type UnsafeNameServerServer interface {
+	mustEmbedUnimplementedNameServerServer()
+}
+
+func RegisterNameServerServer(s grpc.ServiceRegistrar, srv NameServerServer) {
+	// If the following call panics, it indicates UnimplementedNameServerServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&NameServer_ServiceDesc, srv)
+}
+
+func _NameServer_GetRoute_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRouteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NameServerServer).GetRoute(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NameServer_GetRoute_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NameServerServer).GetRoute(ctx, req.(*GetRouteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NameServer_GetClusterInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetClusterInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NameServerServer).GetClusterInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NameServer_GetClusterInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NameServerServer).GetClusterInfo(ctx, req.(*GetClusterInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NameServer_ListTopics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTopicsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NameServerServer).ListTopics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NameServer_ListTopics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NameServerServer).ListTopics(ctx, req.(*ListTopicsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _NameServer_WatchRoutes_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRoutesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NameServerServer).WatchRoutes(m, &grpc.GenericServerStream[WatchRoutesRequest, RouteResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NameServer_WatchRoutesServer = grpc.ServerStreamingServer[RouteResponse]
+
+// NameServer_ServiceDesc is the grpc.ServiceDesc for NameServer service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var NameServer_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "raftmq.v1.NameServer",
+	HandlerType: (*NameServerServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "GetRoute",
+			Handler:    _NameServer_GetRoute_Handler,
+		},
+		{
+			MethodName: "GetClusterInfo",
+			Handler:    _NameServer_GetClusterInfo_Handler,
+		},
+		{
+			MethodName: "ListTopics",
+			Handler:    _NameServer_ListTopics_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchRoutes",
+			Handler:       _NameServer_WatchRoutes_Handler,
+			ServerStreams: true,
+		},
+	},
+	Metadata: "raftmq.proto",
+}

@@ -1,0 +1,153 @@
+package cluster
+
+import (
+	"crypto/rand"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestMemberMetaStaysUnderMemberlistLimit(t *testing.T) {
+	biggest := MemberMeta{
+		Role: RoleBroker, Cluster: strings.Repeat("c", maxMetaName), Group: strings.Repeat("g", maxMetaName),
+		GRPCAddr: strings.Repeat("a", maxMetaAddr), ReplicaID: -1 << 31, Leader: true, Term: 1<<64 - 1, TopicsVersion: -1 << 63,
+	}
+	b, err := biggest.Encode()
+	if err != nil || len(b) > MaxMetaSize {
+		t.Fatalf("largest metadata: %d bytes, %v", len(b), err)
+	}
+	got, err := DecodeMemberMeta(b)
+	if err != nil || got != biggest {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	over := biggest
+	over.GRPCAddr += "x"
+	if _, err := over.Encode(); err == nil {
+		t.Fatal("an over-long address was encoded")
+	}
+	// Garbage never panics and never decodes into nonsense lengths.
+	buf := make([]byte, 600)
+	for i := 0; i < 20000; i++ {
+		n := i % len(buf)
+		rand.Read(buf[:n])
+		DecodeMemberMeta(buf[:n])
+		if n > 2 {
+			for cut := 0; cut < n && cut < len(b); cut++ {
+				DecodeMemberMeta(b[:cut])
+			}
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// collect reads a member's events in the background.
+type collector struct {
+	events chan MemberEvent
+}
+
+func collect(m *Membership) *collector {
+	c := &collector{events: make(chan MemberEvent, 1000)}
+	go func() {
+		for e := range m.Events {
+			c.events <- e
+		}
+	}()
+	return c
+}
+
+// waitEvent waits for an event matching want.
+func (c *collector) waitEvent(t *testing.T, want func(MemberEvent) bool) MemberEvent {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case e := <-c.events:
+			if want(e) {
+				return e
+			}
+		case <-deadline:
+			t.Fatal("event not seen within 5 s")
+		}
+	}
+}
+
+func start(t *testing.T, name string, meta MemberMeta, join ...string) *Membership {
+	t.Helper()
+	m, err := StartMembership(MembershipConfig{Name: name, BindAddr: freeAddr(t), Join: join, Meta: meta, Fast: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestMembershipJoinUpdateLeave(t *testing.T) {
+	ns := start(t, "ns-1", MemberMeta{Role: RoleNameServer, Cluster: "c", GRPCAddr: "127.0.0.1:9876"})
+	defer ns.Close()
+	events := collect(ns)
+	seed := ns.ml.LocalNode().Address()
+	b1 := start(t, "broker-a-1", MemberMeta{Role: RoleBroker, Cluster: "c", Group: "broker-a", ReplicaID: 1, GRPCAddr: "127.0.0.1:10911"}, seed)
+	b2 := start(t, "broker-a-2", MemberMeta{Role: RoleBroker, Cluster: "c", Group: "broker-a", ReplicaID: 2, GRPCAddr: "127.0.0.1:10912"}, seed)
+	defer b2.Close()
+	e := events.waitEvent(t, func(e MemberEvent) bool { return e.Kind == MemberJoined && e.Name == "broker-a-1" })
+	if e.Meta.Group != "broker-a" || e.Meta.ReplicaID != 1 || e.Meta.Role != RoleBroker {
+		t.Fatalf("join event: %+v", e)
+	}
+	if err := b1.UpdateMeta(MemberMeta{Role: RoleBroker, Cluster: "c", Group: "broker-a", ReplicaID: 1, GRPCAddr: "127.0.0.1:10911", Leader: true, Term: 3, TopicsVersion: 7}); err != nil {
+		t.Fatal(err)
+	}
+	e = events.waitEvent(t, func(e MemberEvent) bool { return e.Kind == MemberUpdated && e.Name == "broker-a-1" })
+	if !e.Meta.Leader || e.Meta.Term != 3 || e.Meta.TopicsVersion != 7 {
+		t.Fatalf("update event: %+v", e)
+	}
+	if n := len(b2.Members()); n != 3 {
+		t.Fatalf("b2 sees %d members", n)
+	}
+	b1.Close()
+	events.waitEvent(t, func(e MemberEvent) bool { return e.Kind == MemberLeft && e.Name == "broker-a-1" })
+}
+
+// Garbage on the gossip port, UDP and TCP, does not bring a member down.
+func TestGarbageOnGossipPort(t *testing.T) {
+	m := start(t, "victim", MemberMeta{Role: RoleNameServer})
+	defer m.Close()
+	addr := m.ml.LocalNode().Address()
+	junk := make([]byte, 2000)
+	for i := 0; i < 50; i++ {
+		rand.Read(junk)
+		if u, err := net.Dial("udp", addr); err == nil {
+			u.Write(junk[:1+i*37%len(junk)])
+			u.Close()
+		}
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Write(junk[:1+i*53%len(junk)])
+			c.Close()
+		}
+	}
+	other := start(t, "other", MemberMeta{Role: RoleNameServer}, addr)
+	defer other.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(m.Members()) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the member stopped working after garbage")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/raftmq/raftmq/broker"
+	"github.com/raftmq/raftmq/storage"
+)
+
+// brokerFlags are `raftmq broker`'s settings; a YAML file (--config) may
+// set them too, under the same names, and flags given on the command line
+// win over it.
+type brokerFlags struct {
+	Group         string `yaml:"group"`
+	ID            int    `yaml:"id"`
+	Dir           string `yaml:"dir"`
+	GRPC          string `yaml:"grpc"`
+	AdvertiseGRPC string `yaml:"advertise-grpc"`
+	Raft          string `yaml:"raft"`
+	AdvertiseRaft string `yaml:"advertise-raft"`
+	Peers         string `yaml:"peers"`
+	Gossip        string `yaml:"gossip"`
+	Join          string `yaml:"join"`
+	FlushSync     bool   `yaml:"flush-sync"`
+	LogLevel      string `yaml:"log-level"`
+}
+
+func brokerCommand() *cobra.Command {
+	var f brokerFlags
+	var configFile string
+	cmd := &cobra.Command{
+		Use:   "broker",
+		Short: "run one replica of a broker group",
+		Long: `Run one replica of a broker group. The replicas of a group form a Raft group:
+the leader is the group's master, the others are slaves. --peers lists the
+group's Raft addresses by replica id; it bootstraps the group when this
+replica has no state yet, and is ignored afterwards.
+
+Example (replica 1 of 3):
+  raftmq broker --group broker-a --id 1 --dir data/a1 --grpc 127.0.0.1:10911 \
+    --raft 127.0.0.1:10921 --peers 1=127.0.0.1:10921,2=127.0.0.1:10922,3=127.0.0.1:10923`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				if err := loadConfigFile(configFile, &f, cmd); err != nil {
+					return err
+				}
+			}
+			return runBroker(cmd.Context(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&configFile, "config", "", "YAML file setting any of these flags by name")
+	fl.StringVar(&f.Group, "group", "", "broker group name, e.g. broker-a")
+	fl.IntVar(&f.ID, "id", 0, "this replica's id in the group (1..n)")
+	fl.StringVar(&f.Dir, "dir", "", "data directory")
+	fl.StringVar(&f.GRPC, "grpc", "127.0.0.1:10911", "gRPC listen address")
+	fl.StringVar(&f.AdvertiseGRPC, "advertise-grpc", "", "gRPC address clients and peers dial (default --grpc)")
+	fl.StringVar(&f.Raft, "raft", "127.0.0.1:10921", "Raft listen address")
+	fl.StringVar(&f.AdvertiseRaft, "advertise-raft", "", "Raft address peers dial (default --raft)")
+	fl.StringVar(&f.Peers, "peers", "", "the group's Raft addresses: 1=HOST:PORT,2=HOST:PORT,...")
+	fl.StringVar(&f.Gossip, "gossip", "", "gossip address (used with the name servers; accepted now)")
+	fl.StringVar(&f.Join, "join", "", "gossip members to join: HOST:PORT,... (accepted now)")
+	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
+	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+// loadConfigFile fills f from a YAML file, leaving flags set on the command
+// line as they are.
+func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var fromFile brokerFlags
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&fromFile); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	set := func(name string, dst *string, v string) {
+		if !cmd.Flags().Changed(name) && v != "" {
+			*dst = v
+		}
+	}
+	set("group", &f.Group, fromFile.Group)
+	set("dir", &f.Dir, fromFile.Dir)
+	set("grpc", &f.GRPC, fromFile.GRPC)
+	set("advertise-grpc", &f.AdvertiseGRPC, fromFile.AdvertiseGRPC)
+	set("raft", &f.Raft, fromFile.Raft)
+	set("advertise-raft", &f.AdvertiseRaft, fromFile.AdvertiseRaft)
+	set("peers", &f.Peers, fromFile.Peers)
+	set("gossip", &f.Gossip, fromFile.Gossip)
+	set("join", &f.Join, fromFile.Join)
+	set("log-level", &f.LogLevel, fromFile.LogLevel)
+	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
+		f.ID = fromFile.ID
+	}
+	if !cmd.Flags().Changed("flush-sync") && fromFile.FlushSync {
+		f.FlushSync = true
+	}
+	return nil
+}
+
+// parsePeers reads "1=HOST:PORT,2=HOST:PORT".
+func parsePeers(s string) (map[string]string, error) {
+	peers := map[string]string{}
+	for _, p := range strings.Split(s, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(p, "=")
+		if n, err := strconv.Atoi(id); !ok || err != nil || n < 1 || addr == "" {
+			return nil, fmt.Errorf("--peers: %q is not ID=HOST:PORT with ID >= 1", p)
+		}
+		if _, dup := peers[id]; dup {
+			return nil, fmt.Errorf("--peers: replica %s listed twice", id)
+		}
+		peers[id] = addr
+	}
+	return peers, nil
+}
+
+func runBroker(ctx context.Context, f brokerFlags) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.LogLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if f.Group == "" || f.ID < 1 || f.Dir == "" {
+		return fmt.Errorf("--group, --id (>= 1) and --dir are required")
+	}
+	peers, err := parsePeers(f.Peers)
+	if err != nil {
+		return err
+	}
+	if len(peers) == 0 {
+		// A group of one: still a Raft group, on the same code path.
+		peers[strconv.Itoa(f.ID)] = firstNonEmpty(f.AdvertiseRaft, f.Raft)
+	}
+	cfg := broker.Config{
+		Group:         f.Group,
+		ReplicaID:     int32(f.ID),
+		Dir:           f.Dir,
+		GRPCAddr:      f.GRPC,
+		AdvertiseGRPC: f.AdvertiseGRPC,
+		Logger:        log,
+	}
+	cfg.Raft.BindAddr = f.Raft
+	cfg.Raft.AdvertiseAddr = f.AdvertiseRaft
+	cfg.Raft.Peers = peers
+	if f.FlushSync {
+		cfg.Store.FlushMode = storage.FlushSync
+	}
+	b, err := broker.Start(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("broker %s replica %d serving gRPC on %s\n", f.Group, f.ID, b.Addr())
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	select {
+	case sig := <-sigs:
+		log.Info("stopping", "signal", sig.String())
+	case <-ctx.Done():
+	}
+	// Hand the master role over first, so writers wait for no election.
+	done := make(chan error, 1)
+	go func() { done <- b.TransferLeadership() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			log.Warn("leadership transfer failed", "err", err)
+		}
+	case <-time.After(5 * time.Second):
+		log.Warn("leadership transfer timed out")
+	}
+	return b.Close()
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,280 @@
+// Package namesrv owns the name server: it joins the gossip pool, keeps the
+// route table from member events and the brokers' topic tables (fetched
+// with DescribeBroker when a broker announces a new version), and answers
+// clients' route queries over gRPC. It has no state on disk.
+package namesrv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// Config configures a name server. Zero fields take the documented
+// defaults.
+type Config struct {
+	// Name is the gossip member name. Default "namesrv@" + AdvertiseGRPC.
+	Name string
+	// Cluster is the cluster's name. Default "raftmq".
+	Cluster string
+	// GRPCAddr is where clients reach the name server; AdvertiseGRPC what
+	// others are told (default GRPCAddr).
+	GRPCAddr      string
+	AdvertiseGRPC string
+	// GossipAddr and AdvertiseGossip: the gossip member's addresses.
+	GossipAddr      string
+	AdvertiseGossip string
+	// Join lists gossip members to join.
+	Join []string
+	// SecretKey encrypts gossip when set.
+	SecretKey []byte
+	// FastGossip uses test timings (tens of milliseconds).
+	FastGossip bool
+	// RefreshInterval is how often topic tables that could not be fetched
+	// are tried again. Default 2 s.
+	RefreshInterval time.Duration
+	// FetchTimeout bounds one DescribeBroker. Default 3 s.
+	FetchTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Server is a running name server.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	table  *routeTable
+	ms     *cluster.Membership
+	grpc   *grpc.Server
+	lis    net.Listener
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	fetchMu  sync.Mutex
+	fetching map[string]bool // groups with a fetch in flight
+}
+
+// Start starts a name server: gRPC first, then gossip.
+func Start(cfg Config) (*Server, error) {
+	if cfg.GRPCAddr == "" || cfg.GossipAddr == "" {
+		return nil, errors.New("namesrv: Config needs GRPCAddr and GossipAddr")
+	}
+	if cfg.Cluster == "" {
+		cfg.Cluster = "raftmq"
+	}
+	if cfg.RefreshInterval == 0 {
+		cfg.RefreshInterval = 2 * time.Second
+	}
+	if cfg.FetchTimeout == 0 {
+		cfg.FetchTimeout = 3 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, table: newRouteTable(), fetching: map[string]bool{}}
+	var err error
+	if s.lis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("namesrv: listen on %s: %w", cfg.GRPCAddr, err)
+	}
+	if s.cfg.AdvertiseGRPC == "" {
+		s.cfg.AdvertiseGRPC = s.lis.Addr().String()
+	}
+	if s.cfg.Name == "" {
+		s.cfg.Name = "namesrv@" + s.cfg.AdvertiseGRPC
+	}
+	s.log = cfg.Logger.With("namesrv", s.cfg.Name)
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.ms, err = cluster.StartMembership(cluster.MembershipConfig{
+		Name: s.cfg.Name, BindAddr: cfg.GossipAddr, AdvertiseAddr: cfg.AdvertiseGossip, Join: cfg.Join,
+		SecretKey: cfg.SecretKey, Fast: cfg.FastGossip, Logger: s.log,
+		Meta: cluster.MemberMeta{Role: cluster.RoleNameServer, Cluster: cfg.Cluster, GRPCAddr: s.cfg.AdvertiseGRPC},
+	})
+	if err != nil {
+		s.lis.Close()
+		return nil, err
+	}
+	s.grpc = grpc.NewServer()
+	pb.RegisterNameServerServer(s.grpc, &service{s: s})
+	s.wg.Add(3)
+	go func() {
+		defer s.wg.Done()
+		s.grpc.Serve(s.lis)
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.eventLoop()
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.refreshLoop()
+	}()
+	s.log.Info("name server started", "grpc", s.cfg.AdvertiseGRPC, "gossip", cfg.GossipAddr)
+	return s, nil
+}
+
+// Addr is the gRPC address the name server listens on.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Close leaves the pool and stops serving.
+func (s *Server) Close() error {
+	s.cancel()
+	err := s.ms.Close() // ends eventLoop: Events closes
+	s.grpc.Stop()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) eventLoop() {
+	for e := range s.ms.Events {
+		for _, m := range s.table.apply(e) {
+			s.fetch(m)
+		}
+	}
+}
+
+func (s *Server) refreshLoop() {
+	t := time.NewTicker(s.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			for _, m := range s.table.stale() {
+				s.fetch(m)
+			}
+		}
+	}
+}
+
+// fetch gets a group's topic table from the replica m, in the background,
+// one fetch per group at a time.
+func (s *Server) fetch(m cluster.MemberEvent) {
+	s.fetchMu.Lock()
+	if s.fetching[m.Meta.Group] || s.ctx.Err() != nil {
+		s.fetchMu.Unlock()
+		return
+	}
+	s.fetching[m.Meta.Group] = true
+	s.wg.Add(1)
+	s.fetchMu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.fetchMu.Lock()
+			delete(s.fetching, m.Meta.Group)
+			s.fetchMu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.FetchTimeout)
+		defer cancel()
+		conn, err := grpc.NewClient(m.Meta.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			s.log.Warn("fetch topic table", "broker", m.Name, "err", err)
+			return
+		}
+		defer conn.Close()
+		d, err := pb.NewBrokerClient(conn).DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
+		if err != nil {
+			s.log.Warn("fetch topic table", "broker", m.Name, "err", err)
+			return
+		}
+		s.table.setTopics(d.Group, d.TopicsVersion, d.Topics)
+		// The group may have moved on while we fetched.
+		for _, again := range s.table.stale() {
+			if again.Meta.Group == m.Meta.Group && again.Meta.TopicsVersion > d.TopicsVersion {
+				s.wg.Add(1)
+				go func() {
+					defer s.wg.Done()
+					s.fetchAfter(again)
+				}()
+			}
+		}
+	}()
+}
+
+// fetchAfter retries a fetch once the one in flight has finished.
+func (s *Server) fetchAfter(m cluster.MemberEvent) {
+	for {
+		s.fetchMu.Lock()
+		busy := s.fetching[m.Meta.Group]
+		s.fetchMu.Unlock()
+		if !busy || s.ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	s.fetch(m)
+}
+
+type service struct {
+	pb.UnimplementedNameServerServer
+	s *Server
+}
+
+func (v *service) GetRoute(_ context.Context, req *pb.GetRouteRequest) (*pb.RouteResponse, error) {
+	if req.Topic == "" || len(req.Topic) > 127 {
+		return nil, status.Error(codes.InvalidArgument, "topic name must be 1 to 127 characters")
+	}
+	r := v.s.table.route(req.Topic)
+	if len(r.Groups) == 0 {
+		return nil, topicNotFound(req.Topic)
+	}
+	return r, nil
+}
+
+func (v *service) GetClusterInfo(context.Context, *pb.GetClusterInfoRequest) (*pb.ClusterInfoResponse, error) {
+	return v.s.table.clusterInfo(v.s.cfg.Cluster), nil
+}
+
+func (v *service) ListTopics(context.Context, *pb.ListTopicsRequest) (*pb.ListTopicNamesResponse, error) {
+	return &pb.ListTopicNamesResponse{Topics: v.s.table.topicNames()}, nil
+}
+
+// WatchRoutes sends the watched topics' routes, then each change of them.
+func (v *service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStreamingServer[pb.RouteResponse]) error {
+	if len(req.Topics) == 0 || len(req.Topics) > 1000 {
+		return status.Error(codes.InvalidArgument, "watch 1 to 1000 topics")
+	}
+	last := map[string]*pb.RouteResponse{}
+	for {
+		changed := v.s.table.watch()
+		for _, topic := range req.Topics {
+			r := v.s.table.route(topic)
+			if prev, ok := last[topic]; ok && proto.Equal(prev, r) {
+				continue
+			}
+			if err := stream.Send(r); err != nil {
+				return err
+			}
+			last[topic] = r
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case <-v.s.ctx.Done():
+			return status.Error(codes.Unavailable, "name server stopping")
+		}
+	}
+}
+
+func topicNotFound(topic string) error {
+	return cluster.StatusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "no route for topic "+topic, nil)
+}

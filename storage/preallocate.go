@@ -1,0 +1,232 @@
+package storage
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// zeroer writes zeros into the commitlog's files a little ahead of the
+// writer, in the background. An fdatasync after writing into blocks that
+// are already allocated and written costs about half of one into a
+// growing, sparse or fallocated file (measured here: 256 KiB appends +
+// fdatasync, 2.6 k/s into zero-filled blocks vs 2.0 k/s fallocated vs
+// 0.8 k/s growing; 4 KiB appends 6.8 k/s vs 3.0 k/s). Segments themselves
+// are created sparse, so creating one costs nothing whatever its size;
+// the zeroer makes their blocks real before the writer gets there.
+//
+// The next segment is prepared under a temporary name (<start>.alloc) and
+// renamed when the writer rolls into it, so an empty next segment never
+// appears in the commitlog.
+//
+// The writer and the zeroer never write the same bytes at once: the writer
+// claims the range it writes (waiting if the zeroer is inside it) and so
+// moves the zeroer past it.
+type zeroer struct {
+	c     *commitlog
+	ahead int64 // how far past the writer to keep zeroed
+	log   *slog.Logger
+
+	mu        sync.Mutex
+	cond      *sync.Cond
+	zeroedTo  int64 // commitlog offset up to which the files are written
+	writeHigh int64 // the writer's highest written offset
+	busyFrom  int64 // [busyFrom, busyTo): being zeroed now, outside mu
+	busyTo    int64
+	next      *os.File // the following segment, as <start>.alloc
+	nextStart int64
+	stopped   bool
+	done      chan struct{}
+}
+
+const zeroChunk = 1 << 20
+
+func startZeroer(c *commitlog, ahead int64, log *slog.Logger) *zeroer {
+	pos := c.writePos.Load()
+	z := &zeroer{c: c, ahead: ahead, log: log, zeroedTo: pos, writeHigh: pos, done: make(chan struct{})}
+	z.cond = sync.NewCond(&z.mu)
+	go z.run()
+	return z
+}
+
+func (z *zeroer) run() {
+	defer close(z.done)
+	for {
+		z.mu.Lock()
+		for !z.stopped && !z.needed() {
+			z.cond.Wait()
+		}
+		if z.stopped {
+			z.mu.Unlock()
+			return
+		}
+		from := z.zeroedTo
+		segStart := from - from%z.c.segSize
+		to := min(from+zeroChunk, segStart+z.c.segSize)
+		f, err := z.fileFor(segStart)
+		if err != nil || f == nil {
+			if err != nil {
+				z.log.Warn("commitlog preallocation stopped", "err", err)
+			}
+			z.stopped = true // appends go on, into sparse blocks
+			z.mu.Unlock()
+			return
+		}
+		z.busyFrom, z.busyTo = from, to
+		z.mu.Unlock()
+
+		err = zeroRange(f, from-segStart, to-segStart)
+		if err == nil {
+			err = fdatasync(f)
+		}
+
+		z.mu.Lock()
+		z.busyFrom, z.busyTo = 0, 0
+		if err == nil {
+			z.zeroedTo = max(z.zeroedTo, to)
+		} else {
+			z.log.Warn("commitlog preallocation failed", "err", err)
+			z.stopped = true
+		}
+		z.cond.Broadcast()
+		z.mu.Unlock()
+	}
+}
+
+// needed reports whether there is zeroing to do: less than ahead past the
+// writer, and no further than the end of the segment after the active one
+// (before the first segment exists, the end of the first). Caller holds mu.
+func (z *zeroer) needed() bool {
+	if z.zeroedTo >= z.writeHigh+z.ahead {
+		return false
+	}
+	z.c.mu.RLock()
+	defer z.c.mu.RUnlock()
+	var limit int64
+	if n := len(z.c.segs); n > 0 {
+		limit = z.c.segs[n-1].start + 2*z.c.segSize
+	} else {
+		limit = z.writeHigh - z.writeHigh%z.c.segSize + z.c.segSize
+	}
+	return z.zeroedTo < limit
+}
+
+// fileFor returns the file of the segment starting at segStart: the active
+// segment, or the next one (created sparse under its temporary name).
+// Caller holds mu.
+func (z *zeroer) fileFor(segStart int64) (*os.File, error) {
+	z.c.mu.RLock()
+	var last *segment
+	if n := len(z.c.segs); n > 0 {
+		last = z.c.segs[n-1]
+	}
+	z.c.mu.RUnlock()
+	if last != nil && last.start == segStart {
+		return last.f, nil
+	}
+	if last != nil && segStart != last.start+z.c.segSize {
+		return nil, fmt.Errorf("storage: nothing to preallocate at %d after segment %d", segStart, last.start)
+	}
+	if z.next != nil && z.nextStart != segStart {
+		z.dropNext()
+	}
+	if z.next == nil {
+		f, err := createSparse(filepath.Join(z.c.dir, segmentName(segStart)+".alloc"), z.c.segSize)
+		if err != nil {
+			return nil, err
+		}
+		z.next, z.nextStart = f, segStart
+	}
+	return z.next, nil
+}
+
+// claim is called by the writer before it writes [pos, end).
+func (z *zeroer) claim(pos, end int64) {
+	z.mu.Lock()
+	for pos < z.busyTo && z.busyFrom < end {
+		z.cond.Wait()
+	}
+	z.zeroedTo = max(z.zeroedTo, end)
+	z.writeHigh = max(z.writeHigh, end)
+	if z.zeroedTo-z.writeHigh < z.ahead/2 {
+		z.cond.Broadcast()
+	}
+	z.mu.Unlock()
+}
+
+// lockForRoll is taken by the writer around rolling into the segment at
+// start: it waits for zeroing in that segment to finish and keeps the
+// zeroer out until unlocked. takeNext, under it, hands over the prepared
+// file of that segment, or nil.
+func (z *zeroer) lockForRoll(start int64) {
+	z.mu.Lock()
+	for z.busyTo > start && z.busyFrom < start+z.c.segSize {
+		z.cond.Wait()
+	}
+}
+
+// unlock ends a roll; the zeroer may now work on the segment after it.
+func (z *zeroer) unlock() {
+	z.cond.Broadcast()
+	z.mu.Unlock()
+}
+
+func (z *zeroer) takeNext(start int64) *os.File {
+	if z.next == nil || z.nextStart != start {
+		return nil
+	}
+	f := z.next
+	z.next = nil
+	return f
+}
+
+// reset is called when the commitlog is cut at end: what the zeroer
+// prepared past it no longer fits.
+func (z *zeroer) reset(end int64, cut func() error) error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	for z.busyTo != 0 {
+		z.cond.Wait()
+	}
+	z.dropNext()
+	z.writeHigh = end
+	z.zeroedTo = end - end%z.c.segSize + z.c.segSize // cut zeroes the rest of the segment
+	err := cut()
+	z.cond.Broadcast()
+	return err
+}
+
+func (z *zeroer) dropNext() {
+	if z.next != nil {
+		z.next.Close()
+		os.Remove(z.next.Name())
+		z.next = nil
+	}
+}
+
+func (z *zeroer) stop() {
+	z.mu.Lock()
+	z.stopped = true
+	z.cond.Broadcast()
+	z.mu.Unlock()
+	<-z.done
+	z.mu.Lock()
+	z.dropNext()
+	z.mu.Unlock()
+}
+
+// createSparse creates path as a file of size bytes, all holes.
+func createSparse(path string, size int64) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("storage: create segment: %w", err)
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("storage: size segment %s: %w", filepath.Base(path), err)
+	}
+	return f, nil
+}
