@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,18 +19,20 @@ import (
 // set them too, under the same names, and flags given on the command line
 // win over it.
 type brokerFlags struct {
-	Group         string `yaml:"group"`
-	ID            int    `yaml:"id"`
-	Dir           string `yaml:"dir"`
-	GRPC          string `yaml:"grpc"`
-	AdvertiseGRPC string `yaml:"advertise-grpc"`
-	Raft          string `yaml:"raft"`
-	AdvertiseRaft string `yaml:"advertise-raft"`
-	Peers         string `yaml:"peers"`
-	Gossip        string `yaml:"gossip"`
-	Join          string `yaml:"join"`
-	FlushSync     bool   `yaml:"flush-sync"`
-	LogLevel      string `yaml:"log-level"`
+	Group           string `yaml:"group"`
+	ID              int    `yaml:"id"`
+	Dir             string `yaml:"dir"`
+	GRPC            string `yaml:"grpc"`
+	AdvertiseGRPC   string `yaml:"advertise-grpc"`
+	Raft            string `yaml:"raft"`
+	AdvertiseRaft   string `yaml:"advertise-raft"`
+	Peers           string `yaml:"peers"`
+	Gossip          string `yaml:"gossip"`
+	AdvertiseGossip string `yaml:"advertise-gossip"`
+	Join            string `yaml:"join"`
+	Cluster         string `yaml:"cluster"`
+	FlushSync       bool   `yaml:"flush-sync"`
+	LogLevel        string `yaml:"log-level"`
 }
 
 func brokerCommand() *cobra.Command {
@@ -69,8 +68,10 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.Raft, "raft", "127.0.0.1:10921", "Raft listen address")
 	fl.StringVar(&f.AdvertiseRaft, "advertise-raft", "", "Raft address peers dial (default --raft)")
 	fl.StringVar(&f.Peers, "peers", "", "the group's Raft addresses: 1=HOST:PORT,2=HOST:PORT,...")
-	fl.StringVar(&f.Gossip, "gossip", "", "gossip address (used with the name servers; accepted now)")
-	fl.StringVar(&f.Join, "join", "", "gossip members to join: HOST:PORT,... (accepted now)")
+	fl.StringVar(&f.Gossip, "gossip", "", "gossip address (TCP and UDP), where name servers learn about this replica")
+	fl.StringVar(&f.AdvertiseGossip, "advertise-gossip", "", "gossip address others reach (default --gossip; a host name is resolved)")
+	fl.StringVar(&f.Join, "join", "", "gossip members to join (name servers): HOST:PORT,...")
+	fl.StringVar(&f.Cluster, "cluster", "raftmq", "cluster name")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
 	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
@@ -103,6 +104,8 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("peers", &f.Peers, fromFile.Peers)
 	set("gossip", &f.Gossip, fromFile.Gossip)
 	set("join", &f.Join, fromFile.Join)
+	set("advertise-gossip", &f.AdvertiseGossip, fromFile.AdvertiseGossip)
+	set("cluster", &f.Cluster, fromFile.Cluster)
 	set("log-level", &f.LogLevel, fromFile.LogLevel)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
@@ -134,11 +137,10 @@ func parsePeers(s string) (map[string]string, error) {
 }
 
 func runBroker(ctx context.Context, f brokerFlags) error {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.LogLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+	log, err := newLogger(f.LogLevel)
+	if err != nil {
+		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if f.Group == "" || f.ID < 1 || f.Dir == "" {
 		return fmt.Errorf("--group, --id (>= 1) and --dir are required")
 	}
@@ -161,6 +163,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	cfg.Raft.BindAddr = f.Raft
 	cfg.Raft.AdvertiseAddr = f.AdvertiseRaft
 	cfg.Raft.Peers = peers
+	cfg.Gossip = broker.GossipConfig{BindAddr: f.Gossip, AdvertiseAddr: f.AdvertiseGossip, Join: splitList(f.Join), Cluster: f.Cluster}
 	if f.FlushSync {
 		cfg.Store.FlushMode = storage.FlushSync
 	}
@@ -170,14 +173,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	}
 	fmt.Printf("broker %s replica %d serving gRPC on %s\n", f.Group, f.ID, b.Addr())
 
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	select {
-	case sig := <-sigs:
-		log.Info("stopping", "signal", sig.String())
-	case <-ctx.Done():
-	}
+	waitForSignal(ctx, log)
 	// Hand the master role over first, so writers wait for no election.
 	done := make(chan error, 1)
 	go func() { done <- b.TransferLeadership() }()

@@ -19,16 +19,25 @@ import (
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
-// buildBinary builds raftmq once per test run.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "raftmq")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+var binPath string
+
+// TestMain builds the raftmq binary once for the tests that run it.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "raftmq-bin")
 	if err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+		panic(err)
 	}
-	return bin
+	binPath = filepath.Join(dir, "raftmq")
+	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build raftmq: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
+
+func buildBinary(*testing.T) string { return binPath }
 
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()

@@ -17,7 +17,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(brokerCommand())
+	root.AddCommand(brokerCommand(), namesrvCommand(), devCommand(), topicCommand(), clusterCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "raftmq:", err)
 		os.Exit(1)

@@ -1,0 +1,428 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// admin reaches the name servers (any one answers; the next is tried on
+// failure) and the brokers they name.
+type admin struct {
+	nameServers []string
+	conns       map[string]*grpc.ClientConn
+	timeout     time.Duration
+}
+
+// namesrvFlag adds --namesrv to a client command.
+func namesrvFlag(cmd *cobra.Command, dst *string) {
+	cmd.PersistentFlags().StringVar(dst, "namesrv", "", "name server addresses HOST:PORT[,HOST:PORT] (default $RAFTMQ_NAMESRV)")
+}
+
+func newAdmin(namesrvs string) (*admin, error) {
+	if namesrvs == "" {
+		namesrvs = os.Getenv("RAFTMQ_NAMESRV")
+	}
+	addrs := splitList(namesrvs)
+	if len(addrs) == 0 {
+		return nil, errors.New("no name server: give --namesrv HOST:PORT or set RAFTMQ_NAMESRV")
+	}
+	return &admin{nameServers: addrs, conns: map[string]*grpc.ClientConn{}, timeout: 10 * time.Second}, nil
+}
+
+func (a *admin) close() {
+	for _, c := range a.conns {
+		c.Close()
+	}
+}
+
+func (a *admin) conn(addr string) (*grpc.ClientConn, error) {
+	if c, ok := a.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	a.conns[addr] = c
+	return c, nil
+}
+
+// nameServer runs fn against the name servers in turn until one answers.
+func (a *admin) nameServer(ctx context.Context, fn func(context.Context, pb.NameServerClient) error) error {
+	var err error
+	for _, addr := range a.nameServers {
+		var c *grpc.ClientConn
+		if c, err = a.conn(addr); err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err = fn(cctx, pb.NewNameServerClient(c))
+		cancel()
+		if reason, _ := cluster.ReasonOf(err); err == nil || reason == pb.ErrorReason_TOPIC_NOT_FOUND {
+			return err
+		}
+	}
+	return fmt.Errorf("no name server answered (%s): %w", strings.Join(a.nameServers, ","), err)
+}
+
+func (a *admin) clusterInfo(ctx context.Context) (*pb.ClusterInfoResponse, error) {
+	var info *pb.ClusterInfoResponse
+	err := a.nameServer(ctx, func(ctx context.Context, c pb.NameServerClient) (err error) {
+		info, err = c.GetClusterInfo(ctx, &pb.GetClusterInfoRequest{})
+		return err
+	})
+	return info, err
+}
+
+func (a *admin) broker(addr string) (pb.BrokerClient, error) {
+	c, err := a.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewBrokerClient(c), nil
+}
+
+// onMaster runs fn on a group's master, following NOT_LEADER answers and
+// waiting out an election, within the admin timeout.
+func (a *admin) onMaster(ctx context.Context, g *pb.ClusterGroup, fn func(context.Context, pb.BrokerClient) error) error {
+	addr := ""
+	for _, r := range g.Replicas {
+		if r.Master {
+			addr = r.GrpcAddress
+		}
+	}
+	deadline := time.Now().Add(a.timeout)
+	next := 0
+	var err error
+	for time.Now().Before(deadline) {
+		if addr == "" { // no master known: ask the replicas in turn
+			addr = g.Replicas[next%len(g.Replicas)].GrpcAddress
+			next++
+		}
+		var b pb.BrokerClient
+		if b, err = a.broker(addr); err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = fn(cctx, b)
+		cancel()
+		reason, meta := cluster.ReasonOf(err)
+		if err == nil || reason != pb.ErrorReason_NOT_LEADER {
+			return err
+		}
+		addr = meta["leader"]
+		if addr == "" {
+			time.Sleep(100 * time.Millisecond) // an election is on
+		}
+	}
+	return fmt.Errorf("group %s: no master answered: %w", g.Group, err)
+}
+
+// targetGroups is the named group, or all groups.
+func targetGroups(info *pb.ClusterInfoResponse, group string) ([]*pb.ClusterGroup, error) {
+	if group == "" {
+		if len(info.Groups) == 0 {
+			return nil, errors.New("no broker group is known to the name server yet")
+		}
+		return info.Groups, nil
+	}
+	for _, g := range info.Groups {
+		if g.Group == group {
+			return []*pb.ClusterGroup{g}, nil
+		}
+	}
+	return nil, fmt.Errorf("no broker group %q in the cluster", group)
+}
+
+func hosting(info *pb.ClusterInfoResponse, topic string) []*pb.ClusterGroup {
+	var out []*pb.ClusterGroup
+	for _, g := range info.Groups {
+		for _, t := range g.Topics {
+			if t == topic {
+				out = append(out, g)
+			}
+		}
+	}
+	return out
+}
+
+func parsePerm(s string) (int32, error) {
+	switch s {
+	case "rw", "":
+		return 6, nil
+	case "r":
+		return 4, nil
+	case "w":
+		return 2, nil
+	}
+	return 0, fmt.Errorf("--perm %q: want rw, r or w", s)
+}
+
+func permString(p int32) string {
+	s := ""
+	if p&4 != 0 {
+		s += "r"
+	}
+	if p&2 != 0 {
+		s += "w"
+	}
+	if s == "" {
+		s = "-"
+	}
+	return s
+}
+
+func topicCommand() *cobra.Command {
+	var ns string
+	cmd := &cobra.Command{Use: "topic", Short: "create, update, delete, list and route topics"}
+	namesrvFlag(cmd, &ns)
+
+	var name, group, perm string
+	var queues, readQ, writeQ int32
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "create a topic on a broker group (all groups when none is named)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return upsertTopic(cmd.Context(), ns, name, group, perm, queues, queues, queues, false)
+		},
+	}
+	create.Flags().StringVar(&name, "name", "", "topic name")
+	create.Flags().Int32Var(&queues, "queues", 4, "read and write queues on each group")
+	create.Flags().StringVar(&group, "group", "", "broker group (default: all)")
+	create.Flags().StringVar(&perm, "perm", "rw", "permissions: rw, r or w")
+
+	var uname, ugroup, uperm string
+	var uqueues int32
+	update := &cobra.Command{
+		Use:   "update",
+		Short: "change a topic's queues or permissions on the groups hosting it",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return upsertTopic(cmd.Context(), ns, uname, ugroup, uperm, uqueues, readQ, writeQ, true)
+		},
+	}
+	update.Flags().StringVar(&uname, "name", "", "topic name")
+	update.Flags().Int32Var(&uqueues, "queues", 0, "read and write queues")
+	update.Flags().Int32Var(&readQ, "read-queues", 0, "read queues (overrides --queues)")
+	update.Flags().Int32Var(&writeQ, "write-queues", 0, "write queues (overrides --queues)")
+	update.Flags().StringVar(&ugroup, "group", "", "broker group (default: every group hosting the topic)")
+	update.Flags().StringVar(&uperm, "perm", "rw", "permissions: rw, r or w")
+
+	var dname, dgroup string
+	del := &cobra.Command{
+		Use:   "delete",
+		Short: "delete a topic from the groups hosting it",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := newAdmin(ns)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			info, err := a.clusterInfo(cmd.Context())
+			if err != nil {
+				return err
+			}
+			groups := hosting(info, dname)
+			if dgroup != "" {
+				if groups, err = targetGroups(info, dgroup); err != nil {
+					return err
+				}
+			}
+			if len(groups) == 0 {
+				return fmt.Errorf("topic %q is on no broker group", dname)
+			}
+			for _, g := range groups {
+				err := a.onMaster(cmd.Context(), g, func(ctx context.Context, b pb.BrokerClient) error {
+					_, err := b.DeleteTopic(ctx, &pb.DeleteTopicRequest{Name: dname})
+					return err
+				})
+				if err != nil {
+					return fmt.Errorf("delete topic %s on %s: %w", dname, g.Group, err)
+				}
+				fmt.Printf("deleted topic %s on %s\n", dname, g.Group)
+			}
+			return nil
+		},
+	}
+	del.Flags().StringVar(&dname, "name", "", "topic name")
+	del.Flags().StringVar(&dgroup, "group", "", "broker group (default: every group hosting the topic)")
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "list the topics of the cluster, one per line",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := newAdmin(ns)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			return a.nameServer(cmd.Context(), func(ctx context.Context, c pb.NameServerClient) error {
+				r, err := c.ListTopics(ctx, &pb.ListTopicsRequest{})
+				if err == nil {
+					for _, t := range r.Topics {
+						fmt.Println(t)
+					}
+				}
+				return err
+			})
+		},
+	}
+
+	var rname string
+	route := &cobra.Command{
+		Use:   "route",
+		Short: "show the groups hosting a topic, with their master and slaves",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := newAdmin(ns)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			var r *pb.RouteResponse
+			err = a.nameServer(cmd.Context(), func(ctx context.Context, c pb.NameServerClient) (err error) {
+				r, err = c.GetRoute(ctx, &pb.GetRouteRequest{Topic: rname})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			printRoute(r)
+			return nil
+		},
+	}
+	route.Flags().StringVar(&rname, "name", "", "topic name")
+	cmd.AddCommand(create, update, del, list, route)
+	return cmd
+}
+
+// printRoute writes a topic's route:
+//
+//	topic T
+//	group broker-a queues 4/4 perm rw term 2
+//	  master 1 127.0.0.1:10911
+//	  slave  2 127.0.0.1:10921
+func printRoute(r *pb.RouteResponse) {
+	fmt.Printf("topic %s\n", r.Topic)
+	for _, g := range r.Groups {
+		fmt.Printf("group %s queues %d/%d perm %s term %d\n", g.Group, g.ReadQueues, g.WriteQueues, permString(g.Perm), g.Term)
+		for _, rep := range g.Replicas {
+			role := "slave "
+			if rep.Master {
+				role = "master"
+			}
+			fmt.Printf("  %s %d %s\n", role, rep.Id, rep.GrpcAddress)
+		}
+	}
+}
+
+func upsertTopic(ctx context.Context, ns, name, group, perm string, queues, readQ, writeQ int32, update bool) error {
+	if name == "" {
+		return errors.New("--name is required")
+	}
+	p, err := parsePerm(perm)
+	if err != nil {
+		return err
+	}
+	if readQ == 0 {
+		readQ = queues
+	}
+	if writeQ == 0 {
+		writeQ = queues
+	}
+	if readQ < 1 || writeQ < 1 {
+		return errors.New("queue counts must be at least 1")
+	}
+	a, err := newAdmin(ns)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	info, err := a.clusterInfo(ctx)
+	if err != nil {
+		return err
+	}
+	groups, err := targetGroups(info, group)
+	if err != nil {
+		return err
+	}
+	if update && group == "" {
+		if groups = hosting(info, name); len(groups) == 0 {
+			return fmt.Errorf("topic %q is on no broker group", name)
+		}
+	}
+	verb := "created"
+	if update {
+		verb = "updated"
+	}
+	for _, g := range groups {
+		err := a.onMaster(ctx, g, func(ctx context.Context, b pb.BrokerClient) error {
+			_, err := b.CreateTopic(ctx, &pb.CreateTopicRequest{Update: update,
+				Topic: &pb.TopicConfig{Name: name, ReadQueues: readQ, WriteQueues: writeQ, Perm: p}})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s topic %s on %s: %w", strings.TrimSuffix(verb, "d"), name, g.Group, err)
+		}
+		fmt.Printf("%s topic %s on %s: %d read / %d write queues, perm %s\n", verb, name, g.Group, readQ, writeQ, permString(p))
+	}
+	return nil
+}
+
+func clusterCommand() *cobra.Command {
+	var ns string
+	cmd := &cobra.Command{Use: "cluster", Short: "show the cluster"}
+	namesrvFlag(cmd, &ns)
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "list broker groups and replicas: role, addresses, Raft term and applied index",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			a, err := newAdmin(ns)
+			if err != nil {
+				return err
+			}
+			defer a.close()
+			info, err := a.clusterInfo(cmd.Context())
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "GROUP\tREPLICA\tROLE\tGRPC\tRAFT\tTERM\tAPPLIED")
+			for _, g := range info.Groups {
+				for _, r := range g.Replicas {
+					role, raftAddr, term, applied := "slave", "-", "-", "-"
+					if r.Master {
+						role = "master"
+					}
+					if b, err := a.broker(r.GrpcAddress); err == nil {
+						ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+						d, err := b.DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
+						cancel()
+						if err == nil {
+							term, applied = fmt.Sprint(d.Term), fmt.Sprint(d.AppliedIndex)
+							for _, rep := range d.Replicas {
+								if rep.Id == r.Id {
+									raftAddr = rep.RaftAddress
+								}
+							}
+						}
+					}
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", g.Group, r.Id, role, r.GrpcAddress, raftAddr, term, applied)
+				}
+			}
+			return w.Flush()
+		},
+	}
+	cmd.AddCommand(list)
+	return cmd
+}

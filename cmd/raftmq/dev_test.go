@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// freeRange finds n consecutive free TCP ports on 127.0.0.1 starting at a
+// multiple of 100 (dev's layout needs ranges, not single ports).
+func freeRange(t *testing.T, n int) int {
+	t.Helper()
+	for base := 20000 + (os.Getpid()%200)*100; base < 60000; base += 100 {
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				ok = false
+				continue
+			}
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no free port range")
+	return 0
+}
+
+// startDev runs `raftmq dev` and returns its name server address once the
+// cluster is ready (the example lines are printed).
+func startDev(t *testing.T, bin, dir string, port, base int) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(bin, "dev", "--dir", dir, "--port", fmt.Sprint(port), "--base-port", fmt.Sprint(base))
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	r := bufio.NewReader(out)
+	first, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(first, "namesrv 127.0.0.1:") {
+		t.Fatalf("first line %q (%v)", first, err)
+	}
+	addr := strings.TrimSpace(strings.TrimPrefix(first, "namesrv "))
+	for i := 0; i < 2; i++ {
+		line, err := r.ReadString('\n')
+		if err != nil || !strings.Contains(line, "--namesrv "+addr) {
+			t.Fatalf("example line %q (%v)", line, err)
+		}
+	}
+	go io.Copy(io.Discard, r)
+	return cmd, addr
+}
+
+// raftmq runs the binary and returns its output; it fails the test when
+// the command fails.
+func raftmq(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("raftmq %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func waitOutput(t *testing.T, d time.Duration, bin string, want string, args ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		out, _ := exec.Command(bin, args...).CombinedOutput()
+		if strings.Contains(string(out), want) {
+			return string(out)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("raftmq %v never said %q; last output:\n%s", args, want, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The admin CLI against `raftmq dev`, end to end: real processes, real
+// ports; dev stops cleanly on Ctrl-C and comes back with its data.
+func TestAdminCLIAgainstDev(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	base := freeRange(t, 100)
+	port := base + 90
+	dev, ns := startDev(t, bin, dir, port, base)
+
+	out := raftmq(t, bin, "cluster", "list", "--namesrv", ns)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "GROUP") || strings.Count(out, " master ") != 1 || strings.Count(out, " slave ") != 2 {
+		t.Fatalf("cluster list:\n%s", out)
+	}
+	out = raftmq(t, bin, "topic", "create", "--namesrv", ns, "--name", "orders", "--queues", "8")
+	if !strings.Contains(out, "created topic orders on broker-a") {
+		t.Fatalf("topic create: %s", out)
+	}
+	// Routable within 2 s.
+	route := waitOutput(t, 2*time.Second, bin, "queues 8/8", "topic", "route", "--namesrv", ns, "--name", "orders")
+	if !strings.Contains(route, "topic orders\ngroup broker-a queues 8/8 perm rw") || strings.Count(route, "  master ") != 1 || strings.Count(route, "  slave  ") != 2 {
+		t.Fatalf("topic route:\n%s", route)
+	}
+	// RAFTMQ_NAMESRV works in place of --namesrv.
+	env := exec.Command(bin, "topic", "list")
+	env.Env = append(os.Environ(), "RAFTMQ_NAMESRV="+ns)
+	if out, err := env.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "orders" {
+		t.Fatalf("topic list: %q %v", out, err)
+	}
+	raftmq(t, bin, "topic", "update", "--namesrv", ns, "--name", "orders", "--queues", "2", "--perm", "r")
+	waitOutput(t, 2*time.Second, bin, "queues 2/2 perm r ", "topic", "route", "--namesrv", ns, "--name", "orders")
+	raftmq(t, bin, "topic", "create", "--namesrv", ns, "--name", "keep", "--queues", "3")
+	raftmq(t, bin, "topic", "delete", "--namesrv", ns, "--name", "orders")
+	waitOutput(t, 2*time.Second, bin, "no route for topic orders", "topic", "route", "--namesrv", ns, "--name", "orders")
+
+	// Errors are clear, and exit non-zero.
+	for _, args := range [][]string{
+		{"topic", "route", "--namesrv", ns, "--name", "missing"},
+		{"topic", "create", "--namesrv", ns, "--name", "bad/name"},
+		{"topic", "create", "--namesrv", ns, "--name", "x", "--group", "broker-z"},
+		{"topic", "list"},
+		{"cluster", "list", "--namesrv", "127.0.0.1:1"},
+	} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "RAFTMQ_NAMESRV=")
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "raftmq:") {
+			t.Fatalf("%v: %v %q", args, err, out)
+		}
+	}
+
+	dev.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- dev.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("dev exited with %v on Ctrl-C", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("dev did not stop on Ctrl-C")
+	}
+	// Back with its data.
+	_, ns = startDev(t, bin, dir, port, base)
+	waitOutput(t, 5*time.Second, bin, "group broker-a queues 3/3", "topic", "route", "--namesrv", ns, "--name", "keep")
+}
