@@ -136,6 +136,9 @@ func (b *Broker) Addr() string { return b.lis.Addr().String() }
 // IsMaster reports whether this replica is the group's master now.
 func (b *Broker) IsMaster() bool { return b.master.Load() }
 
+// HeldPulls is the number of pulls held for long polling now.
+func (b *Broker) HeldPulls() int { return b.holds.size() }
+
 // Raft is the replica's Raft member (for tests and tooling).
 func (b *Broker) Raft() *raft.Raft { return b.node.Raft }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -141,6 +142,57 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "raftmq:") {
 			t.Fatalf("%v: %v %q", args, err, out)
 		}
+	}
+
+	// Produce and consume, as the dev banner suggests.
+	out = raftmq(t, bin, "produce", "--namesrv", ns, "--topic", "keep", "--count", "5", "--size", "32", "--json", "--key", "k1")
+	var ids []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var r struct {
+			Body, MsgID string
+			Error       string
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil || r.Error != "" || !strings.HasPrefix(r.MsgID, "broker-a@") {
+			t.Fatalf("produce --json line %q: %v", line, err)
+		}
+		ids = append(ids, r.MsgID)
+	}
+	if len(ids) != 5 {
+		t.Fatalf("produce printed %d acks", len(ids))
+	}
+	stdin := exec.Command(bin, "produce", "--namesrv", ns, "--topic", "keep", "--tag", "S")
+	stdin.Stdin = strings.NewReader("from stdin 1\nfrom stdin 2\n")
+	if out, err := stdin.CombinedOutput(); err != nil || strings.Count(string(out), "OK broker-a@") != 2 {
+		t.Fatalf("produce from stdin: %v\n%s", err, out)
+	}
+	out = raftmq(t, bin, "consume", "--namesrv", ns, "--topic", "keep", "--group", "g1", "--count", "7", "--json", "--timeout", "20s")
+	got := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m struct {
+			MsgID, Topic, Body string
+			Keys               []string
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m.Topic != "keep" {
+			t.Fatalf("consume --json line %q: %v", line, err)
+		}
+		got[m.MsgID] = true
+	}
+	for _, id := range ids {
+		if !got[id] {
+			t.Fatalf("consumed %v, missing %s", got, id)
+		}
+	}
+	if len(got) != 7 {
+		t.Fatalf("consumed %d messages, want 7", len(got))
+	}
+	// The group's offsets were committed: nothing more to read.
+	if out := raftmq(t, bin, "consume", "--namesrv", ns, "--topic", "keep", "--group", "g1", "--timeout", "1s"); out != "" {
+		t.Fatalf("second consume read again:\n%s", out)
+	}
+	// A tag filter: only the stdin messages.
+	out = raftmq(t, bin, "consume", "--namesrv", ns, "--topic", "keep", "--group", "g2", "--tag", "S", "--timeout", "2s")
+	if strings.Count(out, "tags=S") != 2 || strings.Count(out, "\n") != 2 {
+		t.Fatalf("tag-filtered consume:\n%s", out)
 	}
 
 	dev.Process.Signal(syscall.SIGINT)

@@ -17,7 +17,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(brokerCommand(), namesrvCommand(), devCommand(), topicCommand(), clusterCommand())
+	root.AddCommand(brokerCommand(), namesrvCommand(), devCommand(), topicCommand(), clusterCommand(), produceCommand(), consumeCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "raftmq:", err)
 		os.Exit(1)

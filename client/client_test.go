@@ -1,0 +1,310 @@
+package client
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/broker"
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+func createTopicOn(b pb.BrokerClient, topic string, queues int32) error {
+	_, err := b.CreateTopic(context.Background(), &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: topic, ReadQueues: queues, WriteQueues: queues}})
+	return err
+}
+
+func TestProduceEveryWayAndPullBack(t *testing.T) {
+	c := newCluster(t, 2, 1, nil)
+	c.createTopic("t", 4)
+	p := c.producer()
+	defer p.Shutdown()
+	ctx := context.Background()
+	sent := map[string]bool{}
+	groups := map[string]bool{}
+	for i := 0; i < 20; i++ {
+		r, err := p.Send(ctx, &Message{Topic: "t", Tags: "A", Keys: []string{bodyOf(i)}, Body: []byte(bodyOf(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.MsgID == "" || r.UniqKey == "" {
+			t.Fatalf("result %+v", r)
+		}
+		groups[r.Queue.Group] = true
+		sent[bodyOf(i)] = true
+	}
+	if len(groups) != 2 {
+		t.Fatalf("round robin used groups %v", groups)
+	}
+	batch := []*Message{{Topic: "t", Body: []byte("b1")}, {Topic: "t", Body: []byte("b2")}}
+	rs, err := p.SendBatch(ctx, batch)
+	if err != nil || len(rs) != 2 || rs[0].Queue != rs[1].Queue || rs[1].QueueOffset != rs[0].QueueOffset+1 {
+		t.Fatalf("batch: %v %v", rs, err)
+	}
+	sent["b1"], sent["b2"] = true, true
+	var wg sync.WaitGroup
+	wg.Add(1)
+	if err := p.SendAsync(ctx, &Message{Topic: "t", Body: []byte("async")}, func(r *SendResult, err error) {
+		defer wg.Done()
+		if err != nil || r.MsgID == "" {
+			t.Errorf("async: %v %v", r, err)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	sent["async"] = true
+	if err := p.SendOneway(ctx, &Message{Topic: "t", Body: []byte("oneway")}); err != nil {
+		t.Fatal(err)
+	}
+	sent["oneway"] = true
+	// Same sharding key, same queue.
+	var q MessageQueue
+	for i := 0; i < 10; i++ {
+		r, err := p.SendOrderly(ctx, &Message{Topic: "t", Body: []byte("ord" + bodyOf(i))}, "customer-42")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && r.Queue != q {
+			t.Fatalf("orderly send moved from %v to %v", q, r.Queue)
+		}
+		q = r.Queue
+		sent["ord"+bodyOf(i)] = true
+	}
+	// Refused before sending.
+	for _, bad := range []*Message{{Topic: "t"}, {Body: []byte("x")}, {Topic: "t", Body: make([]byte, 5<<20)}} {
+		if _, err := p.Send(ctx, bad); err == nil {
+			t.Fatalf("sent %+v", bad)
+		}
+	}
+	if _, err := p.Send(ctx, &Message{Topic: "no_such_topic", Body: []byte("x")}); err == nil {
+		t.Fatal("sent to an unknown topic outside dev mode")
+	}
+
+	pc := c.pullConsumer("cg")
+	defer pc.Shutdown()
+	waitFor(t, 5*time.Second, "one-way message stored", func() bool { return len(drain(t, pc, "t")) == len(sent) })
+	for _, m := range drain(t, pc, "t") {
+		if !sent[string(m.Body)] {
+			t.Fatalf("pulled %q, never sent", m.Body)
+		}
+		if m.UniqKey() == "" || m.MsgID == "" {
+			t.Fatalf("pulled message without ids: %+v", m)
+		}
+		delete(sent, string(m.Body))
+	}
+	if len(sent) != 0 {
+		t.Fatalf("never pulled: %v", sent)
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	p, err := NewProducer(WithNameServers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(context.Background(), &Message{Topic: "t", Body: []byte("x")}); err == nil {
+		t.Fatal("send before Start")
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Start() == nil {
+		t.Fatal("second Start")
+	}
+	if err := p.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if p.Shutdown() == nil {
+		t.Fatal("second Shutdown")
+	}
+	if _, err := NewProducer(); err == nil {
+		t.Fatal("producer without name servers")
+	}
+	if _, err := NewPullConsumer(WithNameServers("x:1")); err == nil {
+		t.Fatal("consumer without group")
+	}
+}
+
+// A pull held by the master answers when a message arrives; callback pulls
+// share the path.
+func TestLongPollingPulls(t *testing.T) {
+	c := newCluster(t, 1, 3, nil)
+	c.createTopic("lp", 1)
+	p := c.producer()
+	defer p.Shutdown()
+	pc := c.pullConsumer("cg")
+	defer pc.Shutdown()
+	ctx := context.Background()
+	mqs, err := pc.Queues(ctx, "lp")
+	if err != nil || len(mqs) != 1 {
+		t.Fatal(mqs, err)
+	}
+	got := make(chan *PullResult, 1)
+	if err := pc.PullAsync(ctx, mqs[0], "*", 0, 32, 20*time.Second, func(r *PullResult, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}); err != nil {
+		t.Fatal(err)
+	}
+	m := c.brokers["broker-a"][c.master("broker-a")]
+	waitFor(t, 5*time.Second, "pull held", func() bool { return heldPulls(m) == 1 })
+	if _, err := p.Send(ctx, &Message{Topic: "lp", Body: []byte("wake")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r == nil || r.Status != PullFound || string(r.Messages[0].Body) != "wake" || r.NextOffset != 1 {
+			t.Fatalf("held pull: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("held pull not answered on arrival")
+	}
+	// A pull whose context is done fails cleanly.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if r, err := pc.PullBlocking(done, mqs[0], "*", 1, 32, time.Second); err == nil {
+		t.Fatalf("pull with a cancelled context: %+v", r)
+	}
+	// Offsets: commit, fetch, seek by time.
+	if off, _ := pc.FetchOffset(ctx, mqs[0]); off != -1 {
+		t.Fatalf("fresh group offset %d", off)
+	}
+	if err := pc.CommitOffset(ctx, mqs[0], 1); err != nil {
+		t.Fatal(err)
+	}
+	if off, err := pc.FetchOffset(ctx, mqs[0]); err != nil || off != 1 {
+		t.Fatalf("committed offset %d %v", off, err)
+	}
+	if off, err := pc.OffsetForTime(ctx, mqs[0], time.Now().Add(time.Hour)); err != nil || off != 1 {
+		t.Fatalf("offset for a future time: %d %v", off, err)
+	}
+	if off, err := pc.OffsetForTime(ctx, mqs[0], time.Time{}); err != nil || off != 0 {
+		t.Fatalf("offset for the epoch: %d %v", off, err)
+	}
+}
+
+func heldPulls(b *broker.Broker) int { return b.HeldPulls() }
+
+// A consumer far behind is sent to a slave, and back when caught up.
+func TestSlaveReadsFollowSuggestions(t *testing.T) {
+	c := newCluster(t, 1, 3, func(cfg *broker.Config) { cfg.SlaveReadLag = 20 })
+	c.createTopic("cold", 1)
+	p := c.producer()
+	defer p.Shutdown()
+	msgs := make([]*Message, 100)
+	for i := range msgs {
+		msgs[i] = &Message{Topic: "cold", Body: []byte(bodyOf(i))}
+	}
+	if _, err := p.SendBatch(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	pc := c.pullConsumer("cg")
+	defer pc.Shutdown()
+	mqs, _ := pc.Queues(context.Background(), "cold")
+	var sawSlave atomic.Bool
+	next := 0
+	for off := int64(0); off < 100; {
+		r, err := pc.Pull(context.Background(), mqs[0], "*", off, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range r.Messages {
+			if string(m.Body) != bodyOf(next) {
+				t.Fatalf("offset %d: %q, want %q", m.QueueOffset, m.Body, bodyOf(next))
+			}
+			next++
+		}
+		pc.mu.Lock()
+		if pc.readsAt[mqs[0]] != "" {
+			sawSlave.Store(true)
+		}
+		pc.mu.Unlock()
+		off = r.NextOffset
+	}
+	if !sawSlave.Load() {
+		t.Fatal("the consumer never read from a slave")
+	}
+	if r, err := pc.Pull(context.Background(), mqs[0], "*", 100, 8); err != nil || r.Status != PullNoNewMessage {
+		t.Fatalf("at the end: %+v %v", r, err)
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.readsAt[mqs[0]] != "" {
+		t.Fatal("caught-up consumer still reads from the slave")
+	}
+}
+
+// The master dies while producing: sends redirect and retry, and every
+// acknowledged message can be pulled.
+func TestProducerRidesOutMasterFailure(t *testing.T) {
+	c := newCluster(t, 1, 3, nil)
+	c.createTopic("fo", 2)
+	p := c.producer(WithSendTimeout(10*time.Second), WithRetries(10))
+	defer p.Shutdown()
+	var (
+		mu    sync.Mutex
+		acked []string
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for s := 0; s < 4; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body := bodyOf(s*100000 + i)
+				if _, err := p.Send(context.Background(), &Message{Topic: "fo", Body: []byte(body)}); err != nil {
+					t.Errorf("send: %v", err)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, body)
+				mu.Unlock()
+			}
+		}()
+	}
+	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
+	waitFor(t, 10*time.Second, "sends", func() bool { return count() > 100 })
+	c.stop("broker-a", c.master("broker-a"))
+	before := count()
+	waitFor(t, 15*time.Second, "sends after failover", func() bool { return count() > before+100 })
+	close(stop)
+	wg.Wait()
+	pc := c.pullConsumer("cg")
+	defer pc.Shutdown()
+	got := map[string]bool{}
+	for _, m := range drain(t, pc, "fo") {
+		got[string(m.Body)] = true
+	}
+	for _, b := range acked {
+		if !got[b] {
+			t.Fatalf("acknowledged %s lost", b)
+		}
+	}
+}
+
+func TestAutoCreateInDevMode(t *testing.T) {
+	c := newCluster(t, 1, 1, func(cfg *broker.Config) { cfg.AutoCreateTopics = true })
+	c.master("broker-a")
+	p := c.producer()
+	defer p.Shutdown()
+	waitFor(t, 5*time.Second, "group known to the name server", func() bool {
+		g, err := p.r.clusterGroups(context.Background())
+		return err == nil && len(g) == 1 && masterAddr(g[0].Replicas) != ""
+	})
+	r, err := p.Send(context.Background(), &Message{Topic: "fresh", Body: []byte("first")})
+	if err != nil || !strings.HasPrefix(r.MsgID, "broker-a@") {
+		t.Fatalf("first send to a new topic: %v %v", r, err)
+	}
+}

@@ -1,0 +1,96 @@
+package client
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/storage"
+)
+
+// Message is what a producer sends.
+type Message struct {
+	Topic      string
+	Tags       string
+	Keys       []string
+	Properties map[string]string
+	Body       []byte
+	Flag       int32
+}
+
+// PropertyReconsumeTimes counts a message's redeliveries.
+const PropertyReconsumeTimes = "RECONSUME_TIME"
+
+// MessageQueue names one queue of a topic on a broker group.
+type MessageQueue struct {
+	Topic   string
+	Group   string // broker group
+	QueueID int32
+}
+
+// MessageExt is a received message with where and when it was stored.
+type MessageExt struct {
+	Message
+	MsgID          string
+	Queue          MessageQueue
+	QueueOffset    int64
+	BornTime       time.Time
+	StoreTime      time.Time
+	ReconsumeTimes int
+}
+
+// UniqKey is the producer's unique key of the message (set on every send).
+func (m *MessageExt) UniqKey() string { return m.Properties[storage.PropertyUniqKey] }
+
+func decodeMessage(raw []byte, group string) (*MessageExt, error) {
+	r, err := storage.DecodeRecord(raw)
+	if err != nil {
+		return nil, err
+	}
+	m := &MessageExt{
+		Message: Message{Topic: r.Topic, Tags: r.Tags, Keys: r.Keys, Properties: r.Properties,
+			Body: append([]byte(nil), r.Body...), Flag: r.Flag},
+		MsgID:       storage.FormatMessageID(group, r.Offset),
+		Queue:       MessageQueue{Topic: r.Topic, Group: group, QueueID: r.QueueID},
+		QueueOffset: r.QueueOffset,
+		BornTime:    time.UnixMilli(r.BornTime),
+		StoreTime:   time.UnixMilli(r.StoreTime),
+	}
+	if n, err := strconv.Atoi(r.Properties[PropertyReconsumeTimes]); err == nil {
+		m.ReconsumeTimes = n
+	}
+	return m, nil
+}
+
+// uniqKeys makes the unique keys producers put on every message: a random
+// per-process prefix and a counter.
+var (
+	uniqPrefix = func() string {
+		b := make([]byte, 8)
+		rand.Read(b)
+		return hex.EncodeToString(b)
+	}()
+	uniqCounter atomic.Uint64
+)
+
+func newUniqKey() string {
+	return uniqPrefix + strconv.FormatUint(uniqCounter.Add(1), 16)
+}
+
+// toProto converts a message for sending, adding its unique key.
+func (m *Message) toProto() (*pb.Message, string) {
+	props := make(map[string]string, len(m.Properties)+1)
+	for k, v := range m.Properties {
+		props[k] = v
+	}
+	key := props[storage.PropertyUniqKey]
+	if key == "" {
+		key = newUniqKey()
+		props[storage.PropertyUniqKey] = key
+	}
+	return &pb.Message{Topic: m.Topic, Tags: m.Tags, Keys: m.Keys, Properties: props, Body: m.Body, Flag: m.Flag,
+		BornTimestamp: time.Now().UnixMilli()}, key
+}

@@ -1,0 +1,73 @@
+// Package client is raftmq's Go SDK: route discovery through the name
+// servers, a producer (sync, async, one-way and batch sends, queue
+// selectors, retries) and a pull consumer (blocking and callback pulls,
+// offset helpers). It speaks only the gRPC contract (cluster/pb); stored
+// records are decoded with storage.DecodeRecord, whose format the contract
+// names.
+package client
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Option configures a producer or consumer.
+type Option func(*options)
+
+type options struct {
+	nameServers    []string
+	sendTimeout    time.Duration
+	retries        int
+	routeRefresh   time.Duration
+	maxMessageSize int
+	group          string
+	logger         *slog.Logger
+}
+
+func defaultOptions() options {
+	return options{
+		sendTimeout:    3 * time.Second,
+		retries:        2,
+		routeRefresh:   30 * time.Second,
+		maxMessageSize: 4 << 20,
+		logger:         slog.Default(),
+	}
+}
+
+func buildOptions(opts []Option) (options, error) {
+	o := defaultOptions()
+	for _, f := range opts {
+		f(&o)
+	}
+	if len(o.nameServers) == 0 {
+		return o, errors.New("client: no name server (use WithNameServers)")
+	}
+	return o, nil
+}
+
+// WithNameServers sets the name servers' gRPC addresses; any one answers.
+func WithNameServers(addrs ...string) Option {
+	return func(o *options) { o.nameServers = append(o.nameServers, addrs...) }
+}
+
+// WithSendTimeout bounds a send, retries included. Default 3 s.
+func WithSendTimeout(d time.Duration) Option { return func(o *options) { o.sendTimeout = d } }
+
+// WithRetries sets how many times a send that failed retriably is tried
+// again (on another group when the topic has one, else on the group's new
+// master). Default 2.
+func WithRetries(n int) Option { return func(o *options) { o.retries = n } }
+
+// WithRouteRefresh sets how long a cached route is used. Default 30 s.
+func WithRouteRefresh(d time.Duration) Option { return func(o *options) { o.routeRefresh = d } }
+
+// WithMaxMessageSize sets the body size the producer refuses before
+// sending. Default 4 MiB (the brokers' default).
+func WithMaxMessageSize(n int) Option { return func(o *options) { o.maxMessageSize = n } }
+
+// WithGroup sets a consumer's group.
+func WithGroup(g string) Option { return func(o *options) { o.group = g } }
+
+// WithLogger sets the logger. Default slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }

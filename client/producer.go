@@ -1,0 +1,319 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// Producer sends messages to the masters of the broker groups hosting
+// their topic. It is safe for concurrent use.
+type Producer struct {
+	opts  options
+	r     *router
+	rr    atomic.Uint64 // round-robin position over a topic's queues
+	state lifecycle
+	wg    sync.WaitGroup // async and one-way sends in flight
+}
+
+// SendResult is where a message was stored.
+type SendResult struct {
+	MsgID       string
+	Queue       MessageQueue
+	QueueOffset int64
+	UniqKey     string
+}
+
+// NewProducer makes a producer; Start it before sending.
+func NewProducer(opts ...Option) (*Producer, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Producer{opts: o, r: newRouter(o)}, nil
+}
+
+// Start readies the producer. It may be called once.
+func (p *Producer) Start() error { return p.state.start() }
+
+// Shutdown waits for async and one-way sends and closes the connections.
+// It may be called once; nothing of the producer runs after it.
+func (p *Producer) Shutdown() error {
+	if err := p.state.shutdown(); err != nil {
+		return err
+	}
+	p.wg.Wait()
+	p.r.close()
+	return nil
+}
+
+// Send sends one message and waits for it to be stored on a quorum of its
+// group's replicas.
+func (p *Producer) Send(ctx context.Context, m *Message) (*SendResult, error) {
+	res, err := p.send(ctx, []*Message{m}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// SendBatch sends messages of one topic as one batch: stored atomically,
+// in order, in one queue.
+func (p *Producer) SendBatch(ctx context.Context, msgs []*Message) ([]*SendResult, error) {
+	return p.send(ctx, msgs, nil)
+}
+
+// SendOrderly sends m to the queue its sharding key maps to, so messages
+// with the same key keep their order (as long as the topic's queues do
+// not change). A failed send is retried on the same queue only.
+func (p *Producer) SendOrderly(ctx context.Context, m *Message, shardingKey string) (*SendResult, error) {
+	h := fnv.New32a()
+	h.Write([]byte(shardingKey))
+	sum := h.Sum32()
+	res, err := p.send(ctx, []*Message{m}, func(queues []MessageQueue) MessageQueue {
+		return queues[int(sum%uint32(len(queues)))]
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res[0], nil
+}
+
+// SendAsync sends m in the background and calls cb with the outcome.
+func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(*SendResult, error)) error {
+	if err := p.state.running(); err != nil {
+		return err
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		res, err := p.Send(ctx, m)
+		cb(res, err)
+	}()
+	return nil
+}
+
+// SendOneway sends m without waiting for or reporting the outcome.
+func (p *Producer) SendOneway(ctx context.Context, m *Message) error {
+	if err := p.checkMessages([]*Message{m}); err != nil {
+		return err
+	}
+	return p.SendAsync(context.WithoutCancel(ctx), m, func(*SendResult, error) {})
+}
+
+func (p *Producer) checkMessages(msgs []*Message) error {
+	if len(msgs) == 0 {
+		return errors.New("client: no messages to send")
+	}
+	topic := msgs[0].Topic
+	for _, m := range msgs {
+		switch {
+		case m == nil:
+			return errors.New("client: nil message")
+		case m.Topic == "":
+			return errors.New("client: message without a topic")
+		case m.Topic != topic:
+			return errors.New("client: a batch goes to one topic")
+		case len(m.Body) == 0:
+			return errors.New("client: message body is empty")
+		case len(m.Body) > p.opts.maxMessageSize:
+			return fmt.Errorf("client: body of %d bytes over the limit of %d", len(m.Body), p.opts.maxMessageSize)
+		}
+	}
+	return nil
+}
+
+// writeQueue is a queue a send can go to, with its group's master.
+type writeQueue struct {
+	MessageQueue
+	master string
+}
+
+// writeQueues lists a topic's writable queues, by group and id. A topic no
+// name server knows yet goes to queue 0 of every group: a broker in dev
+// mode creates it on first send, others answer TOPIC_NOT_FOUND.
+func (p *Producer) writeQueues(ctx context.Context, topic string) ([]writeQueue, error) {
+	route, err := p.r.route(ctx, topic)
+	if reason, _ := cluster.ReasonOf(err); reason == pb.ErrorReason_TOPIC_NOT_FOUND {
+		groups, gerr := p.r.clusterGroups(ctx)
+		if gerr != nil || len(groups) == 0 {
+			return nil, err
+		}
+		var out []writeQueue
+		for _, g := range groups {
+			out = append(out, writeQueue{MessageQueue{topic, g.Group, 0}, masterAddr(g.Replicas)})
+		}
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []writeQueue
+	for _, g := range route.Groups {
+		if g.Perm&2 == 0 {
+			continue
+		}
+		for q := int32(0); q < g.WriteQueues; q++ {
+			out = append(out, writeQueue{MessageQueue{topic, g.Group, q}, masterAddr(g.Replicas)})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Group != out[j].Group {
+			return out[i].Group < out[j].Group
+		}
+		return out[i].QueueID < out[j].QueueID
+	})
+	if len(out) == 0 {
+		return nil, fmt.Errorf("client: topic %s has no writable queue", topic)
+	}
+	return out, nil
+}
+
+// send tries a batch on a queue (chosen by pick, or round robin avoiding
+// the group that failed last) and retries retriable failures within the
+// send timeout: a NOT_LEADER answer redirects to the master it names.
+func (p *Producer) send(ctx context.Context, msgs []*Message, pick func([]MessageQueue) MessageQueue) ([]*SendResult, error) {
+	if err := p.state.running(); err != nil {
+		return nil, err
+	}
+	if err := p.checkMessages(msgs); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.opts.sendTimeout)
+	defer cancel()
+	topic := msgs[0].Topic
+	req := &pb.SendMessageRequest{Topic: topic, TimeoutMs: p.opts.sendTimeout.Milliseconds()}
+	keys := make([]string, len(msgs))
+	for i, m := range msgs {
+		pm, key := m.toProto()
+		req.Messages = append(req.Messages, pm)
+		keys[i] = key
+	}
+	var (
+		lastErr   error
+		avoid     string
+		redirect  string
+		redirectQ MessageQueue
+	)
+	for attempt := 0; attempt <= p.opts.retries && ctx.Err() == nil; attempt++ {
+		var mq MessageQueue
+		addr := redirect
+		if addr != "" {
+			mq = redirectQ
+		} else {
+			queues, err := p.writeQueues(ctx, topic)
+			if err != nil {
+				return nil, err
+			}
+			wq := p.choose(queues, pick, avoid)
+			mq, addr = wq.MessageQueue, wq.master
+		}
+		redirect = ""
+		if addr == "" { // no master known: an election is on
+			lastErr = fmt.Errorf("client: group %s has no master right now", mq.Group)
+			p.r.invalidate(topic)
+			sleepCtx(ctx, 100*time.Millisecond)
+			continue
+		}
+		b, err := p.r.broker(addr)
+		if err != nil {
+			return nil, err
+		}
+		req.QueueId = mq.QueueID
+		resp, err := b.SendMessage(ctx, req)
+		if err == nil {
+			out := make([]*SendResult, len(resp.Results))
+			for i, r := range resp.Results {
+				out[i] = &SendResult{MsgID: r.MsgId, Queue: MessageQueue{topic, resp.Group, resp.QueueId}, QueueOffset: r.QueueOffset, UniqKey: keys[i]}
+			}
+			return out, nil
+		}
+		lastErr = err
+		if !retriable(err) {
+			return nil, err
+		}
+		p.r.invalidate(topic)
+		if reason, meta := cluster.ReasonOf(err); reason == pb.ErrorReason_NOT_LEADER && meta["leader"] != "" && meta["leader"] != addr {
+			redirect, redirectQ = meta["leader"], mq
+			continue
+		}
+		if pick == nil {
+			avoid = mq.Group
+		}
+		// Let an election finish and the name servers hear of it.
+		sleepCtx(ctx, min(100*time.Millisecond<<attempt, time.Second))
+	}
+	if lastErr == nil {
+		lastErr = ctx.Err()
+	}
+	return nil, fmt.Errorf("client: send to %s failed: %w", topic, lastErr)
+}
+
+func (p *Producer) choose(queues []writeQueue, pick func([]MessageQueue) MessageQueue, avoid string) writeQueue {
+	if pick != nil {
+		mqs := make([]MessageQueue, len(queues))
+		for i, q := range queues {
+			mqs[i] = q.MessageQueue
+		}
+		want := pick(mqs)
+		for _, q := range queues {
+			if q.MessageQueue == want {
+				return q
+			}
+		}
+	}
+	for range queues {
+		q := queues[int(p.rr.Add(1)%uint64(len(queues)))]
+		if q.Group != avoid {
+			return q
+		}
+	}
+	return queues[int(p.rr.Add(1)%uint64(len(queues)))]
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// lifecycle makes Start and Shutdown callable once each.
+type lifecycle struct{ state atomic.Int32 }
+
+const (
+	stateNew int32 = iota
+	stateRunning
+	stateShutdown
+)
+
+func (l *lifecycle) start() error {
+	if !l.state.CompareAndSwap(stateNew, stateRunning) {
+		return errors.New("client: Start called twice or after Shutdown")
+	}
+	return nil
+}
+
+func (l *lifecycle) shutdown() error {
+	if !l.state.CompareAndSwap(stateRunning, stateShutdown) {
+		return errors.New("client: Shutdown without Start, or twice")
+	}
+	return nil
+}
+
+func (l *lifecycle) running() error {
+	if l.state.Load() != stateRunning {
+		return errors.New("client: not started, or shut down")
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// router finds where topics live: it asks the name servers (any one; the
+// next on failure), caches routes, refreshes them every RouteRefresh and at
+// once when a send or pull learns they are stale, and keeps one gRPC
+// connection per address.
+type router struct {
+	opts options
+
+	mu     sync.Mutex
+	routes map[string]*cachedRoute
+	conns  map[string]*grpc.ClientConn
+	closed bool
+}
+
+type cachedRoute struct {
+	route   *pb.RouteResponse
+	fetched time.Time
+}
+
+func newRouter(o options) *router {
+	return &router{opts: o, routes: map[string]*cachedRoute{}, conns: map[string]*grpc.ClientConn{}}
+}
+
+var errClosed = errors.New("client: shut down")
+
+// conn returns the connection to addr, dialing it lazily.
+func (r *router) conn(addr string) (*grpc.ClientConn, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errClosed
+	}
+	if c, ok := r.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	if err != nil {
+		return nil, err
+	}
+	r.conns[addr] = c
+	return c, nil
+}
+
+func (r *router) broker(addr string) (pb.BrokerClient, error) {
+	c, err := r.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewBrokerClient(c), nil
+}
+
+// nameServer runs fn against the name servers in turn until one answers
+// (a TOPIC_NOT_FOUND is an answer).
+func (r *router) nameServer(ctx context.Context, fn func(context.Context, pb.NameServerClient) error) error {
+	var err error
+	for _, addr := range r.opts.nameServers {
+		var c *grpc.ClientConn
+		if c, err = r.conn(addr); err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err = fn(cctx, pb.NewNameServerClient(c))
+		cancel()
+		if reason, _ := cluster.ReasonOf(err); err == nil || reason == pb.ErrorReason_TOPIC_NOT_FOUND || ctx.Err() != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("client: no name server answered (%s): %w", strings.Join(r.opts.nameServers, ","), err)
+}
+
+// route returns topic's route, from the cache while it is fresh.
+func (r *router) route(ctx context.Context, topic string) (*pb.RouteResponse, error) {
+	r.mu.Lock()
+	c := r.routes[topic]
+	r.mu.Unlock()
+	if c != nil && time.Since(c.fetched) < r.opts.routeRefresh {
+		return c.route, nil
+	}
+	return r.refresh(ctx, topic)
+}
+
+// refresh fetches topic's route now.
+func (r *router) refresh(ctx context.Context, topic string) (*pb.RouteResponse, error) {
+	var route *pb.RouteResponse
+	err := r.nameServer(ctx, func(ctx context.Context, c pb.NameServerClient) (err error) {
+		route, err = c.GetRoute(ctx, &pb.GetRouteRequest{Topic: topic})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.routes[topic] = &cachedRoute{route: route, fetched: time.Now()}
+	r.mu.Unlock()
+	return route, nil
+}
+
+// invalidate drops a cached route after a sign it is stale.
+func (r *router) invalidate(topic string) {
+	r.mu.Lock()
+	delete(r.routes, topic)
+	r.mu.Unlock()
+}
+
+// clusterGroups lists the broker groups the name servers know.
+func (r *router) clusterGroups(ctx context.Context) ([]*pb.ClusterGroup, error) {
+	var info *pb.ClusterInfoResponse
+	err := r.nameServer(ctx, func(ctx context.Context, c pb.NameServerClient) (err error) {
+		info, err = c.GetClusterInfo(ctx, &pb.GetClusterInfoRequest{})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return info.Groups, nil
+}
+
+func (r *router) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+}
+
+// masterAddr is a group's master address in a route ("" when none known).
+func masterAddr(replicas []*pb.ReplicaInfo) string {
+	for _, rep := range replicas {
+		if rep.Master {
+			return rep.GrpcAddress
+		}
+	}
+	return ""
+}
+
+// retriable reports whether a failed call may succeed elsewhere or later:
+// not the master, unreachable, overloaded, timed out.
+func retriable(err error) bool {
+	reason, _ := cluster.ReasonOf(err)
+	switch reason {
+	case pb.ErrorReason_NOT_LEADER, pb.ErrorReason_TOO_MANY_REQUESTS, pb.ErrorReason_TIMEOUT:
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.ResourceExhausted, codes.Aborted:
+		return true
+	}
+	return false
+}

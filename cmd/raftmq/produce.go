@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/raftmq/raftmq/client"
+)
+
+func produceCommand() *cobra.Command {
+	var (
+		ns, topic, tag, key, body, mode string
+		count, size                     int
+		asJSON                          bool
+		timeout                         time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "produce",
+		Short: "send messages: --body, --count N --size B, or one per line of stdin",
+		Long: `Send messages to a topic. With --body, send it (--count times, default once);
+with --count and --size, send that many generated bodies of that size; with
+neither, send each line of stdin as one message.
+
+Each acknowledged message prints one line: OK <msgId> <group> <queue> <queueOffset>
+(one-way sends print nothing per message). With --json each prints one JSON
+object {"body","msgId","group","queue","queueOffset"}, and each failure one
+with an "error" field. The exit status is 1 when any send failed.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if topic == "" {
+				return errors.New("--topic is required")
+			}
+			if mode != "sync" && mode != "async" && mode != "oneway" {
+				return fmt.Errorf("--mode %q: want sync, async or oneway", mode)
+			}
+			if body != "" && cmd.Flags().Changed("size") {
+				return errors.New("give --body or --size, not both")
+			}
+			nsAddrs := ns
+			if nsAddrs == "" {
+				nsAddrs = os.Getenv("RAFTMQ_NAMESRV")
+			}
+			if nsAddrs == "" {
+				return errors.New("no name server: give --namesrv HOST:PORT or set RAFTMQ_NAMESRV")
+			}
+			p, err := client.NewProducer(client.WithNameServers(splitList(nsAddrs)...), client.WithSendTimeout(timeout))
+			if err != nil {
+				return err
+			}
+			if err := p.Start(); err != nil {
+				return err
+			}
+			out := &producePrinter{json: asJSON}
+			bodies := make(chan string)
+			go func() {
+				defer close(bodies)
+				switch {
+				case body != "":
+					for i := 0; i < max(count, 1); i++ {
+						bodies <- body
+					}
+				case count > 0:
+					for i := 0; i < count; i++ {
+						bodies <- generatedBody(i, size)
+					}
+				default:
+					sc := bufio.NewScanner(os.Stdin)
+					sc.Buffer(make([]byte, 64<<10), 8<<20)
+					for sc.Scan() {
+						bodies <- sc.Text()
+					}
+				}
+			}()
+			ctx := cmd.Context()
+			var wg sync.WaitGroup
+			for b := range bodies {
+				m := &client.Message{Topic: topic, Tags: tag, Body: []byte(b)}
+				if key != "" {
+					m.Keys = []string{key}
+				}
+				switch mode {
+				case "sync":
+					r, err := p.Send(ctx, m)
+					out.print(b, r, err)
+				case "async":
+					wg.Add(1)
+					err := p.SendAsync(ctx, m, func(r *client.SendResult, err error) {
+						defer wg.Done()
+						out.print(b, r, err)
+					})
+					if err != nil {
+						wg.Done()
+						out.print(b, nil, err)
+					}
+				case "oneway":
+					if err := p.SendOneway(ctx, m); err != nil {
+						out.print(b, nil, err)
+					}
+				}
+			}
+			wg.Wait()
+			if err := p.Shutdown(); err != nil {
+				return err
+			}
+			if out.failed > 0 {
+				return fmt.Errorf("%d of the sends failed", out.failed)
+			}
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&ns, "namesrv", "", "name server addresses HOST:PORT[,HOST:PORT] (default $RAFTMQ_NAMESRV)")
+	fl.StringVar(&topic, "topic", "", "topic")
+	fl.StringVar(&tag, "tag", "", "tag of every message")
+	fl.StringVar(&key, "key", "", "key of every message")
+	fl.StringVar(&body, "body", "", "message body")
+	fl.IntVar(&count, "count", 0, "number of messages")
+	fl.IntVar(&size, "size", 128, "body size of generated messages (with --count)")
+	fl.StringVar(&mode, "mode", "sync", "sync, async or oneway")
+	fl.BoolVar(&asJSON, "json", false, "print one JSON object per message")
+	fl.DurationVar(&timeout, "timeout", 3*time.Second, "per-send timeout, retries included")
+	return cmd
+}
+
+// generatedBody is body i of size bytes: a recognizable prefix, padded.
+func generatedBody(i, size int) string {
+	s := fmt.Sprintf("message-%d", i)
+	if len(s) >= size {
+		return s
+	}
+	return s + strings.Repeat("x", size-len(s))
+}
+
+// producePrinter prints send outcomes, one line each, from any goroutine.
+type producePrinter struct {
+	mu     sync.Mutex
+	json   bool
+	failed int
+}
+
+func (p *producePrinter) print(body string, r *client.SendResult, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.failed++
+	}
+	if !p.json {
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "FAILED %v\n", err)
+		} else {
+			fmt.Printf("OK %s %s %d %d\n", r.MsgID, r.Queue.Group, r.Queue.QueueID, r.QueueOffset)
+		}
+		return
+	}
+	obj := map[string]any{"body": jsonBody(body)}
+	if err != nil {
+		obj["error"] = err.Error()
+	} else {
+		obj["msgId"], obj["group"], obj["queue"], obj["queueOffset"] = r.MsgID, r.Queue.Group, r.Queue.QueueID, r.QueueOffset
+	}
+	b, _ := json.Marshal(obj)
+	fmt.Println(string(b))
+}
+
+func jsonBody(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
