@@ -207,3 +207,20 @@ func TestHeldPullEndings(t *testing.T) {
 		t.Fatal("leadership did not move")
 	}
 }
+
+// A slave behind the offset a consumer asks for (it has not applied it
+// yet) answers no new message at that offset and sends it to the master.
+func TestSlaveBehindDoesNotMoveConsumerBack(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.createTopic("behind", 1)
+	m := g.master()
+	slave := (m + 1) % 3
+	o := <-g.pullAsync(context.Background(), slave, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: "behind", QueueOffset: 5})
+	if o.err != nil || o.resp.Status != pb.PullStatus_PULL_NO_NEW_MESSAGE || o.resp.NextBeginOffset != 5 || o.resp.SuggestReplicaId != int32(m+1) {
+		t.Fatalf("pull past a slave's end: %+v %v", o.resp, o.err)
+	}
+	o = <-g.pullAsync(context.Background(), m, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: "behind", QueueOffset: 5})
+	if o.err != nil || o.resp.Status != pb.PullStatus_PULL_OFFSET_ILLEGAL || o.resp.NextBeginOffset != 0 {
+		t.Fatalf("pull past the master's end: %+v %v", o.resp, o.err)
+	}
+}

@@ -69,7 +69,7 @@ func (s *service) PullMessage(ctx context.Context, req *pb.PullMessageRequest) (
 			return nil, err
 		}
 	}
-	return b.pullResponse(res, master, req.QueueId), nil
+	return b.pullResponse(res, master, req.QueueId, req.QueueOffset), nil
 }
 
 // hold waits for the queue to grow past the pull's offset, then reads it
@@ -111,8 +111,13 @@ var pullStatus = map[storage.GetStatus]pb.PullStatus{
 // pullResponse turns a read into an answer, with a replica suggestion: the
 // master sends a consumer far behind to a slave (its data is cold there
 // too, and the master keeps its cache and disk for the writers), and a
-// slave sends a consumer that has caught up back to the master.
-func (b *Broker) pullResponse(res storage.GetResult, master bool, queue int32) *pb.PullMessageResponse {
+// slave sends a consumer that has caught up back to the master. A slave
+// that has not yet applied what the consumer asks for says so with no new
+// message, never by "correcting" the offset back to its own end.
+func (b *Broker) pullResponse(res storage.GetResult, master bool, queue int32, offset int64) *pb.PullMessageResponse {
+	if !master && res.Status == storage.OffsetOverflow {
+		res.Status, res.NextOffset = storage.NoNewMessage, offset
+	}
 	out := &pb.PullMessageResponse{
 		Status:          pullStatus[res.Status],
 		NextBeginOffset: res.NextOffset,
