@@ -229,6 +229,10 @@ func (s *service) Heartbeat(_ context.Context, req *pb.HeartbeatRequest) (*pb.He
 			return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group names must match [A-Za-z0-9_%-]{1,127}")
 		}
 	}
+	if req.Unregister {
+		s.b.consumers.unregister(req.ClientId, req.Groups)
+		return &pb.HeartbeatResponse{}, nil
+	}
 	changed := s.b.consumers.heartbeat(req.ClientId, req.Groups, time.Now())
 	return &pb.HeartbeatResponse{ChangedGroups: changed}, nil
 }

@@ -62,6 +62,24 @@ func (t *consumerTable) heartbeat(client string, groups []*pb.ConsumerGroupInfo,
 	return changed
 }
 
+// unregister removes a client from groups.
+func (t *consumerTable) unregister(client string, groups []*pb.ConsumerGroupInfo) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, gi := range groups {
+		if g := t.groups[gi.Group]; g != nil {
+			if _, ok := g.members[client]; ok {
+				delete(g.members, client)
+				g.version++
+			}
+			if len(g.members) == 0 {
+				delete(t.groups, gi.Group)
+			}
+		}
+		delete(t.seenVer[client], gi.Group)
+	}
+}
+
 func (t *consumerTable) expireLocked(now time.Time) {
 	for name, g := range t.groups {
 		for c, last := range g.members {

@@ -150,12 +150,18 @@ func (c *PullConsumer) PullBlocking(ctx context.Context, mq MessageQueue, expr s
 	if err := c.state.running(); err != nil {
 		return nil, err
 	}
+	return c.pull(ctx, mq, expr, offset, max, suspend, 0)
+}
+
+// pull is the one request path of every pull (blocking, callback, and the
+// push consumer's); commit > 0 commits that offset for the group with it.
+func (c *PullConsumer) pull(ctx context.Context, mq MessageQueue, expr string, offset int64, max int32, suspend time.Duration, commit int64) (*PullResult, error) {
 	tags, err := parseTags(expr)
 	if err != nil {
 		return nil, err
 	}
 	req := &pb.PullMessageRequest{ConsumerGroup: c.opts.group, Topic: mq.Topic, QueueId: mq.QueueID,
-		QueueOffset: offset, MaxMessages: max, SuspendTimeoutMs: suspend.Milliseconds(), Subscription: expr}
+		QueueOffset: offset, MaxMessages: max, SuspendTimeoutMs: suspend.Milliseconds(), Subscription: expr, CommitOffset: commit}
 	g, err := c.groupRoute(ctx, mq)
 	if err != nil {
 		return nil, err

@@ -1067,9 +1067,12 @@ func (x *ConsumerGroupInfo) GetSubscriptions() []*Subscription {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientId      string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
-	Groups        []*ConsumerGroupInfo   `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Groups   []*ConsumerGroupInfo   `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	// The client leaves these groups (a consumer shutting down), so the
+	// others rebalance at once instead of after the expiry.
+	Unregister    bool `protobuf:"varint,3,opt,name=unregister,proto3" json:"unregister,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1116,6 +1119,13 @@ func (x *HeartbeatRequest) GetGroups() []*ConsumerGroupInfo {
 		return x.Groups
 	}
 	return nil
+}
+
+func (x *HeartbeatRequest) GetUnregister() bool {
+	if x != nil {
+		return x.Unregister
+	}
+	return false
 }
 
 type HeartbeatResponse struct {
@@ -3917,10 +3927,13 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x11ConsumerGroupInfo\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12*\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x16.raftmq.v1.ConsumeModeR\x04mode\x12=\n" +
-	"\rsubscriptions\x18\x03 \x03(\v2\x17.raftmq.v1.SubscriptionR\rsubscriptions\"e\n" +
+	"\rsubscriptions\x18\x03 \x03(\v2\x17.raftmq.v1.SubscriptionR\rsubscriptions\"\x85\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
-	"\x06groups\x18\x02 \x03(\v2\x1c.raftmq.v1.ConsumerGroupInfoR\x06groups\":\n" +
+	"\x06groups\x18\x02 \x03(\v2\x1c.raftmq.v1.ConsumerGroupInfoR\x06groups\x12\x1e\n" +
+	"\n" +
+	"unregister\x18\x03 \x01(\bR\n" +
+	"unregister\":\n" +
 	"\x11HeartbeatResponse\x12%\n" +
 	"\x0echanged_groups\x18\x01 \x03(\tR\rchangedGroups\"?\n" +
 	"\x16GetConsumerListRequest\x12%\n" +

@@ -1,0 +1,569 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// ConsumeResult is what a listener says of the messages it was given.
+type ConsumeResult int
+
+const (
+	// ConsumeSuccess: consumed; the group's offset may move past them.
+	ConsumeSuccess ConsumeResult = iota
+	// ConsumeRetryLater: deliver them again later.
+	ConsumeRetryLater
+)
+
+// MessageListener consumes messages (a batch of PushConfig.BatchSize at
+// most). A panic counts as ConsumeRetryLater.
+type MessageListener func(ctx context.Context, msgs []*MessageExt) ConsumeResult
+
+// ConsumeFrom says where a queue the group has no committed offset for
+// starts (RocketMQ's consumeFromWhere); a committed offset always wins.
+type ConsumeFrom int
+
+const (
+	ConsumeFromLast ConsumeFrom = iota
+	ConsumeFromFirst
+	ConsumeFromTime
+)
+
+// PushConfig tunes a push consumer. Zero fields take the defaults, which
+// are RocketMQ's.
+type PushConfig struct {
+	ConsumeFrom     ConsumeFrom
+	ConsumeFromTime time.Time
+	Strategy        AllocateStrategy // default AllocateAveragely
+	Workers         int              // listener goroutines; default 20
+	BatchSize       int              // messages per listener call; default 1
+	PullBatch       int32            // messages per pull; default 32
+	PullSuspend     time.Duration    // long-polling hold; default 15 s
+	// Flow control per queue: pulling pauses (PullBackoff) while more than
+	// MaxCachedMessages or MaxCachedBytes are held, or the held offsets
+	// span more than MaxSpan. Defaults 1000, 100 MiB, 2000, 50 ms.
+	MaxCachedMessages int
+	MaxCachedBytes    int64
+	MaxSpan           int64
+	PullBackoff       time.Duration
+	// ErrorBackoff: wait after a failed pull. Default 3 s.
+	ErrorBackoff time.Duration
+	// RetryDelay: a message the listener asked to retry is delivered
+	// again after it (locally). Default 5 s.
+	RetryDelay time.Duration
+	// RebalanceInterval, HeartbeatInterval, CommitInterval: defaults 20 s,
+	// 30 s, 5 s.
+	RebalanceInterval time.Duration
+	HeartbeatInterval time.Duration
+	CommitInterval    time.Duration
+	// ClientID identifies this member in its group. Default
+	// hostname@pid@counter.
+	ClientID string
+}
+
+func (c PushConfig) withDefaults() PushConfig {
+	dur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if c.Strategy == nil {
+		c.Strategy = AllocateAveragely
+	}
+	if c.Workers <= 0 {
+		c.Workers = 20
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 1
+	}
+	if c.PullBatch <= 0 {
+		c.PullBatch = 32
+	}
+	if c.MaxCachedMessages <= 0 {
+		c.MaxCachedMessages = 1000
+	}
+	if c.MaxCachedBytes <= 0 {
+		c.MaxCachedBytes = 100 << 20
+	}
+	if c.MaxSpan <= 0 {
+		c.MaxSpan = 2000
+	}
+	dur(&c.PullSuspend, 15*time.Second)
+	dur(&c.PullBackoff, 50*time.Millisecond)
+	dur(&c.ErrorBackoff, 3*time.Second)
+	dur(&c.RetryDelay, 5*time.Second)
+	dur(&c.RebalanceInterval, 20*time.Second)
+	dur(&c.HeartbeatInterval, 30*time.Second)
+	dur(&c.CommitInterval, 5*time.Second)
+	if c.ClientID == "" {
+		host, _ := os.Hostname()
+		c.ClientID = host + "@" + strconv.Itoa(os.Getpid()) + "@" + newUniqKey()
+	}
+	return c
+}
+
+// PushConsumer consumes a group's share of its subscriptions' queues and
+// hands messages to a listener (clustering mode: each message to one
+// member of the group). Its pieces follow RocketMQ's: one pull loop per
+// assigned queue feeds that queue's process queue and a pool of workers;
+// flow control pauses pulls; rebalance splits the queues among the
+// group's members every RebalanceInterval and when a broker says the group
+// changed; the group's offset per queue is the smallest offset still in
+// flight, committed every CommitInterval, with pulls, when a queue is
+// taken away, and at Shutdown.
+type PushConsumer struct {
+	opts  options
+	cfg   PushConfig
+	pc    *PullConsumer
+	state lifecycle
+
+	subs     map[string]string // topic -> tag expression
+	listener MessageListener
+
+	mu        sync.Mutex
+	queues    map[MessageQueue]*queueState
+	committed map[MessageQueue]int64
+
+	work      chan consumeTask
+	rebalance chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // loops
+	workers   sync.WaitGroup // listener goroutines and delayed retries
+}
+
+type queueState struct {
+	pq     *processQueue
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type consumeTask struct {
+	mq   MessageQueue
+	pq   *processQueue
+	msgs []*MessageExt
+}
+
+// NewPushConsumer makes a push consumer of the group set by WithGroup.
+func NewPushConsumer(cfg PushConfig, opts ...Option) (*PushConsumer, error) {
+	pc, err := NewPullConsumer(opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &PushConsumer{opts: pc.opts, cfg: cfg.withDefaults(), pc: pc, subs: map[string]string{},
+		queues: map[MessageQueue]*queueState{}, committed: map[MessageQueue]int64{}}, nil
+}
+
+// Subscribe registers the listener for topic's messages matching expr ("*"
+// or "TagA || TagB"). Call it before Start; one listener serves every
+// subscription.
+func (c *PushConsumer) Subscribe(topic, expr string, listener MessageListener) error {
+	if c.state.state.Load() != stateNew {
+		return errors.New("client: Subscribe after Start")
+	}
+	if _, err := parseTags(expr); err != nil {
+		return err
+	}
+	if topic == "" || listener == nil {
+		return errors.New("client: Subscribe needs a topic and a listener")
+	}
+	c.subs[topic] = expr
+	c.listener = listener
+	return nil
+}
+
+// ClientID is this member's id in its group.
+func (c *PushConsumer) ClientID() string { return c.cfg.ClientID }
+
+// Start joins the group and starts consuming. It may be called once.
+func (c *PushConsumer) Start() error {
+	if len(c.subs) == 0 {
+		return errors.New("client: Start without a subscription")
+	}
+	if err := c.state.start(); err != nil {
+		return err
+	}
+	if err := c.pc.Start(); err != nil {
+		return err
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.work = make(chan consumeTask, c.cfg.Workers)
+	c.rebalance = make(chan struct{}, 1)
+	for i := 0; i < c.cfg.Workers; i++ {
+		c.workers.Add(1)
+		go func() {
+			defer c.workers.Done()
+			c.worker()
+		}()
+	}
+	c.loop(c.cfg.HeartbeatInterval, c.heartbeat)
+	c.loop(c.cfg.CommitInterval, c.commitAll)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(c.cfg.RebalanceInterval)
+		defer t.Stop()
+		for {
+			c.doRebalance()
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-t.C:
+			case <-c.rebalance:
+			}
+		}
+	}()
+	return nil
+}
+
+// loop runs f now and every d until Shutdown.
+func (c *PushConsumer) loop(d time.Duration, f func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			f()
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Shutdown stops pulling, lets the listener finish what it holds, commits
+// the group's offsets and closes the connections. Nothing of the consumer
+// runs after it.
+func (c *PushConsumer) Shutdown() error {
+	if err := c.state.shutdown(); err != nil {
+		return err
+	}
+	c.cancel()
+	c.wg.Wait()
+	c.mu.Lock()
+	for _, qs := range c.queues {
+		qs.cancel()
+		<-qs.done
+	}
+	c.mu.Unlock()
+	c.workers.Wait()
+	c.commitAll()
+	// Leave the group so the others take its queues now.
+	c.sendHeartbeat(context.Background(), true)
+	return c.pc.Shutdown()
+}
+
+// trigger asks for a rebalance now.
+func (c *PushConsumer) trigger() {
+	select {
+	case c.rebalance <- struct{}{}:
+	default:
+	}
+}
+
+// masters returns the masters of the groups hosting the subscriptions.
+func (c *PushConsumer) masters(ctx context.Context) map[string]string {
+	out := map[string]string{}
+	for topic := range c.subs {
+		route, err := c.pc.r.route(ctx, topic)
+		if err != nil {
+			continue
+		}
+		for _, g := range route.Groups {
+			if addr := masterAddr(g.Replicas); addr != "" {
+				out[g.Group] = addr
+			}
+		}
+	}
+	return out
+}
+
+// heartbeat tells every master who this member is and what it consumes;
+// a broker answering that the group changed triggers a rebalance.
+func (c *PushConsumer) heartbeat() { c.sendHeartbeat(c.ctx, false) }
+
+// sendHeartbeat sends a heartbeat, or with unregister a goodbye, to every
+// master of the subscriptions.
+func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
+	info := &pb.ConsumerGroupInfo{Group: c.opts.group, Mode: pb.ConsumeMode_CLUSTERING}
+	for topic, expr := range c.subs {
+		info.Subscriptions = append(info.Subscriptions, &pb.Subscription{Topic: topic, Expression: expr})
+	}
+	sort.Slice(info.Subscriptions, func(i, j int) bool { return info.Subscriptions[i].Topic < info.Subscriptions[j].Topic })
+	for _, addr := range c.masters(ctx) {
+		b, err := c.pc.r.broker(addr)
+		if err != nil {
+			continue
+		}
+		hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := b.Heartbeat(hctx, &pb.HeartbeatRequest{ClientId: c.cfg.ClientID, Groups: []*pb.ConsumerGroupInfo{info}, Unregister: unregister})
+		cancel()
+		if err != nil {
+			c.opts.logger.Debug("heartbeat failed", "broker", addr, "err", err)
+			continue
+		}
+		if len(resp.ChangedGroups) > 0 {
+			c.trigger()
+		}
+	}
+}
+
+// members asks a master for the group's members.
+func (c *PushConsumer) members(ctx context.Context, topic string) ([]string, error) {
+	route, err := c.pc.r.route(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range route.Groups {
+		addr := masterAddr(g.Replicas)
+		if addr == "" {
+			continue
+		}
+		b, err := c.pc.r.broker(addr)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		resp, err := b.GetConsumerList(cctx, &pb.GetConsumerListRequest{ConsumerGroup: c.opts.group})
+		cancel()
+		if err == nil {
+			sort.Strings(resp.ClientIds)
+			return resp.ClientIds, nil
+		}
+	}
+	return nil, fmt.Errorf("client: no master of %s answered the member list", topic)
+}
+
+// doRebalance computes this member's share of every subscription and
+// starts and stops queues to match. A member the brokers do not list yet
+// (its first heartbeat is on the way) keeps what it has.
+func (c *PushConsumer) doRebalance() {
+	want := map[MessageQueue]string{} // queue -> expression
+	for topic, expr := range c.subs {
+		queues, err := c.pc.Queues(c.ctx, topic)
+		if err != nil {
+			c.opts.logger.Debug("rebalance: no route", "topic", topic, "err", err)
+			return
+		}
+		members, err := c.members(c.ctx, topic)
+		if err != nil || sort.SearchStrings(members, c.cfg.ClientID) == len(members) ||
+			members[sort.SearchStrings(members, c.cfg.ClientID)] != c.cfg.ClientID {
+			return
+		}
+		for _, mq := range c.cfg.Strategy(c.cfg.ClientID, members, queues) {
+			want[mq] = expr
+		}
+	}
+	c.mu.Lock()
+	var gone []MessageQueue
+	for mq := range c.queues {
+		if _, keep := want[mq]; !keep {
+			gone = append(gone, mq)
+		}
+	}
+	c.mu.Unlock()
+	for _, mq := range gone {
+		c.stopQueue(mq)
+	}
+	for mq, expr := range want {
+		c.mu.Lock()
+		_, have := c.queues[mq]
+		c.mu.Unlock()
+		if !have {
+			c.startQueue(mq, expr)
+		}
+	}
+}
+
+// startQueue starts pulling mq from the group's committed offset, or from
+// where ConsumeFrom says when there is none.
+func (c *PushConsumer) startQueue(mq MessageQueue, expr string) {
+	off, err := c.pc.FetchOffset(c.ctx, mq)
+	if err == nil && off < 0 {
+		var min, max int64
+		switch c.cfg.ConsumeFrom {
+		case ConsumeFromFirst:
+			min, _, err = c.pc.Offsets(c.ctx, mq)
+			off = min
+		case ConsumeFromTime:
+			off, err = c.pc.OffsetForTime(c.ctx, mq, c.cfg.ConsumeFromTime)
+		default:
+			_, max, err = c.pc.Offsets(c.ctx, mq)
+			off = max
+		}
+	}
+	if err != nil {
+		c.opts.logger.Debug("rebalance: no start offset", "queue", mq, "err", err)
+		return // the next rebalance tries again
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	qs := &queueState{pq: newProcessQueue(off), cancel: cancel, done: make(chan struct{})}
+	c.mu.Lock()
+	c.queues[mq] = qs
+	c.committed[mq] = off
+	c.mu.Unlock()
+	go func() {
+		defer close(qs.done)
+		c.pullLoop(ctx, mq, expr, qs.pq)
+	}()
+}
+
+// stopQueue stops pulling mq, commits its offset and forgets it.
+func (c *PushConsumer) stopQueue(mq MessageQueue) {
+	c.mu.Lock()
+	qs := c.queues[mq]
+	c.mu.Unlock()
+	if qs == nil {
+		return
+	}
+	qs.cancel()
+	<-qs.done
+	qs.pq.drop()
+	c.commit(mq, qs.pq.commitOffset())
+	c.mu.Lock()
+	delete(c.queues, mq)
+	delete(c.committed, mq)
+	c.mu.Unlock()
+}
+
+// pullLoop pulls one queue into its process queue and hands batches to the
+// workers, pausing under flow control and after errors.
+func (c *PushConsumer) pullLoop(ctx context.Context, mq MessageQueue, expr string, pq *processQueue) {
+	for ctx.Err() == nil {
+		count, bytes, span := pq.load()
+		if count > c.cfg.MaxCachedMessages || bytes > c.cfg.MaxCachedBytes || span > c.cfg.MaxSpan {
+			sleepCtx(ctx, c.cfg.PullBackoff)
+			continue
+		}
+		pq.mu.Lock()
+		from := pq.next
+		pq.mu.Unlock()
+		r, err := c.pc.pull(ctx, mq, expr, from, c.cfg.PullBatch, c.cfg.PullSuspend, max(pq.commitOffset(), 0))
+		if err != nil {
+			if ctx.Err() == nil {
+				c.opts.logger.Debug("pull failed", "queue", mq, "err", err)
+				sleepCtx(ctx, c.cfg.ErrorBackoff)
+			}
+			continue
+		}
+		if r.Status == PullOffsetIllegal {
+			pq.mu.Lock()
+			pq.next = r.NextOffset
+			pq.mu.Unlock()
+			continue
+		}
+		pq.put(r.Messages, r.NextOffset)
+		for i := 0; i < len(r.Messages); i += c.cfg.BatchSize {
+			task := consumeTask{mq: mq, pq: pq, msgs: r.Messages[i:min(i+c.cfg.BatchSize, len(r.Messages))]}
+			select {
+			case c.work <- task:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// worker calls the listener until Shutdown (tasks still queued then are
+// not consumed: their offsets stay uncommitted and they come again); what
+// the listener asks to retry is delivered again after RetryDelay.
+func (c *PushConsumer) worker() {
+	for {
+		var task consumeTask
+		select {
+		case task = <-c.work:
+		case <-c.ctx.Done():
+			return
+		}
+		if task.pq.isDropped() {
+			continue
+		}
+		if c.consume(task.msgs) == ConsumeSuccess {
+			task.pq.remove(task.msgs)
+			continue
+		}
+		for _, m := range task.msgs {
+			m.ReconsumeTimes++
+		}
+		c.workers.Add(1)
+		go func() {
+			defer c.workers.Done()
+			sleepCtx(c.ctx, c.cfg.RetryDelay)
+			select {
+			case c.work <- task:
+			case <-c.ctx.Done():
+			}
+		}()
+	}
+}
+
+func (c *PushConsumer) consume(msgs []*MessageExt) (res ConsumeResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.opts.logger.Warn("listener panicked; the messages will be retried", "panic", p)
+			res = ConsumeRetryLater
+		}
+	}()
+	return c.listener(c.ctx, msgs)
+}
+
+// commitAll commits every queue's offset that moved.
+func (c *PushConsumer) commitAll() {
+	c.mu.Lock()
+	offs := map[MessageQueue]int64{}
+	for mq, qs := range c.queues {
+		offs[mq] = qs.pq.commitOffset()
+	}
+	c.mu.Unlock()
+	for mq, off := range offs {
+		c.commit(mq, off)
+	}
+}
+
+func (c *PushConsumer) commit(mq MessageQueue, off int64) {
+	c.mu.Lock()
+	last, ok := c.committed[mq]
+	c.mu.Unlock()
+	if ok && off <= last {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := c.pc.CommitOffset(ctx, mq, off); err != nil {
+		c.opts.logger.Debug("offset commit failed", "queue", mq, "err", err)
+		return
+	}
+	c.mu.Lock()
+	if _, still := c.queues[mq]; still {
+		c.committed[mq] = off
+	}
+	c.mu.Unlock()
+}
+
+// Assigned lists the queues this member consumes now.
+func (c *PushConsumer) Assigned() []MessageQueue {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]MessageQueue, 0, len(c.queues))
+	for mq := range c.queues {
+		out = append(out, mq)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Group != out[j].Group {
+			return out[i].Group < out[j].Group
+		}
+		return out[i].QueueID < out[j].QueueID
+	})
+	return out
+}

@@ -1,0 +1,264 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func fastPush(id string) PushConfig {
+	return PushConfig{
+		ConsumeFrom: ConsumeFromFirst, ClientID: id, PullSuspend: time.Second,
+		RebalanceInterval: 100 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond, CommitInterval: 50 * time.Millisecond,
+		RetryDelay: 100 * time.Millisecond, ErrorBackoff: 100 * time.Millisecond,
+	}
+}
+
+// tally counts deliveries per body.
+type tally struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (t *tally) add(msgs []*MessageExt) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, m := range msgs {
+		t.seen[string(m.Body)]++
+	}
+}
+
+func (t *tally) distinct() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.seen)
+}
+
+func (t *tally) duplicates() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := 0
+	for _, n := range t.seen {
+		d += n - 1
+	}
+	return d
+}
+
+func (c *testCluster) pushConsumer(cfg PushConfig, topic string, l MessageListener) *PushConsumer {
+	c.t.Helper()
+	pc, err := NewPushConsumer(cfg, WithNameServers(c.ns.Addr()), WithGroup("pg"), WithLogger(quiet))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := pc.Subscribe(topic, "*", l); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := pc.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	return pc
+}
+
+// checkShares waits until the consumers' queues are disjoint and cover all
+// n queues.
+func checkShares(t *testing.T, n int, consumers ...*PushConsumer) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d consumers sharing %d queues", len(consumers), n), func() bool {
+		seen := map[MessageQueue]bool{}
+		for _, c := range consumers {
+			mine := c.Assigned()
+			if len(mine) == 0 {
+				return false
+			}
+			for _, mq := range mine {
+				if seen[mq] {
+					return false
+				}
+				seen[mq] = true
+			}
+		}
+		return len(seen) == n
+	})
+}
+
+// Rebalance 1 -> 3 -> 1 under load: the queues are disjoint and all
+// covered at each step, offsets carry over, and every message is consumed
+// at least once.
+func TestPushConsumersRebalanceAndConsumeEverything(t *testing.T) {
+	c := newCluster(t, 2, 1, nil)
+	c.createTopic("push", 4)
+	p := c.producer()
+	defer p.Shutdown()
+	sent := 0
+	send := func(n int) {
+		for i := 0; i < n; i++ {
+			if _, err := p.Send(context.Background(), &Message{Topic: "push", Body: []byte(bodyOf(sent))}); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+		}
+	}
+	send(200)
+	got := &tally{seen: map[string]int{}}
+	listener := func(_ context.Context, msgs []*MessageExt) ConsumeResult { got.add(msgs); return ConsumeSuccess }
+	a := c.pushConsumer(fastPush("a"), "push", listener)
+	checkShares(t, 8, a)
+	waitFor(t, 10*time.Second, "first 200 consumed", func() bool { return got.distinct() == 200 })
+
+	b := c.pushConsumer(fastPush("b"), "push", listener)
+	d := c.pushConsumer(fastPush("c"), "push", listener)
+	checkShares(t, 8, a, b, d)
+	send(200)
+	waitFor(t, 10*time.Second, "400 consumed by three", func() bool { return got.distinct() == 400 })
+
+	if err := b.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	checkShares(t, 8, a)
+	send(200)
+	waitFor(t, 10*time.Second, "600 consumed after shrinking back", func() bool { return got.distinct() == 600 })
+	if err := a.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	// Offsets carried over: duplicates only around the handovers.
+	if dups := got.duplicates(); dups > 100 {
+		t.Fatalf("%d duplicate deliveries of 600 messages", dups)
+	}
+	t.Logf("600 messages, %d duplicates", got.duplicates())
+	// A new member of the group starts where the group committed.
+	again := &tally{seen: map[string]int{}}
+	e := c.pushConsumer(fastPush("e"), "push", func(_ context.Context, msgs []*MessageExt) ConsumeResult { again.add(msgs); return ConsumeSuccess })
+	checkShares(t, 8, e)
+	send(10)
+	waitFor(t, 10*time.Second, "new messages to a restarted group", func() bool { return again.distinct() >= 10 })
+	e.Shutdown()
+	if again.distinct() > 10+20 {
+		t.Fatalf("a restarted group re-read %d messages", again.distinct())
+	}
+}
+
+// A slow listener: each process queue stays under the flow-control bound
+// (the threshold, plus at most one pull's batch).
+func TestPushFlowControlBoundsProcessQueues(t *testing.T) {
+	c := newCluster(t, 1, 1, nil)
+	c.createTopic("slow", 1)
+	p := c.producer()
+	defer p.Shutdown()
+	batch := make([]*Message, 500)
+	for i := range batch {
+		batch[i] = &Message{Topic: "slow", Body: []byte(bodyOf(i))}
+	}
+	if _, err := p.SendBatch(context.Background(), batch); err != nil {
+		t.Fatal(err)
+	}
+	// Without flow control, 8 busy workers, 8 queued tasks and a pulled
+	// batch of 8 could be held (24); the threshold must keep it to 4 + 8.
+	cfg := fastPush("slow")
+	cfg.MaxCachedMessages = 4
+	cfg.PullBatch = 8
+	cfg.Workers = 8
+	got := &tally{seen: map[string]int{}}
+	pc := c.pushConsumer(cfg, "slow", func(_ context.Context, msgs []*MessageExt) ConsumeResult {
+		time.Sleep(5 * time.Millisecond)
+		got.add(msgs)
+		return ConsumeSuccess
+	})
+	defer pc.Shutdown()
+	peak := 0
+	for got.distinct() < 500 {
+		pc.mu.Lock()
+		for _, qs := range pc.queues {
+			n, _, _ := qs.pq.load()
+			peak = max(peak, n)
+		}
+		pc.mu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+	if bound := cfg.MaxCachedMessages + int(cfg.PullBatch); peak > bound {
+		t.Fatalf("a process queue held %d messages; bound %d", peak, bound)
+	}
+	if peak == 0 {
+		t.Fatal("never saw a message held")
+	}
+	t.Logf("peak %d messages held", peak)
+}
+
+// Messages the listener asks to retry (or panics on) come again, counted.
+func TestPushRetryLaterAndPanicRedeliver(t *testing.T) {
+	c := newCluster(t, 1, 1, nil)
+	c.createTopic("retry", 1)
+	p := c.producer()
+	defer p.Shutdown()
+	for _, b := range []string{"fail-once", "panic-once", "fine"} {
+		if _, err := p.Send(context.Background(), &Message{Topic: "retry", Body: []byte(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	times := map[string][]int{}
+	pc := c.pushConsumer(fastPush("r"), "retry", func(_ context.Context, msgs []*MessageExt) ConsumeResult {
+		m := msgs[0]
+		mu.Lock()
+		times[string(m.Body)] = append(times[string(m.Body)], m.ReconsumeTimes)
+		n := len(times[string(m.Body)])
+		mu.Unlock()
+		switch {
+		case string(m.Body) == "fail-once" && n == 1:
+			return ConsumeRetryLater
+		case string(m.Body) == "panic-once" && n == 1:
+			panic("listener bug")
+		}
+		return ConsumeSuccess
+	})
+	waitFor(t, 10*time.Second, "redeliveries", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(times["fail-once"]) == 2 && len(times["panic-once"]) == 2 && len(times["fine"]) == 1
+	})
+	pc.Shutdown()
+	for _, b := range []string{"fail-once", "panic-once"} {
+		if times[b][0] != 0 || times[b][1] != 1 {
+			t.Fatalf("%s reconsume times %v, want [0 1]", b, times[b])
+		}
+	}
+}
+
+func TestAllocateStrategies(t *testing.T) {
+	var queues []MessageQueue
+	for g := 0; g < 2; g++ {
+		for q := int32(0); q < 5; q++ {
+			queues = append(queues, MessageQueue{"t", fmt.Sprintf("g%d", g), q})
+		}
+	}
+	for name, strategy := range map[string]AllocateStrategy{"averagely": AllocateAveragely, "circle": AllocateCircle} {
+		for n := 1; n <= 12; n++ {
+			var members []string
+			for i := 0; i < n; i++ {
+				members = append(members, fmt.Sprintf("m%02d", i))
+			}
+			seen := map[MessageQueue]int{}
+			for _, m := range members {
+				share := strategy(m, members, queues)
+				if len(share) > (len(queues)+n-1)/n {
+					t.Fatalf("%s, %d members: %s got %d queues", name, n, m, len(share))
+				}
+				for _, q := range share {
+					seen[q]++
+				}
+			}
+			for _, q := range queues {
+				if seen[q] != 1 {
+					t.Fatalf("%s, %d members: queue %v assigned %d times", name, n, q, seen[q])
+				}
+			}
+		}
+		if got := strategy("stranger", []string{"a", "b"}, queues); got != nil {
+			t.Fatalf("%s gave a non-member %v", name, got)
+		}
+	}
+}
