@@ -266,13 +266,51 @@ func (c *commitlog) ensureSegment(start int64) (*segment, error) {
 
 // zeroRange writes zeros over [from, to) of f.
 func zeroRange(f *os.File, from, to int64) error {
-	zeros := make([]byte, min(to-from, 1<<20))
-	for off := from; off < to; off += int64(len(zeros)) {
-		n := min(int64(len(zeros)), to-off)
-		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+	for off := from; off < to; off += int64(len(zeroBlock)) {
+		n := min(int64(len(zeroBlock)), to-off)
+		if _, err := f.WriteAt(zeroBlock[:n], off); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+var zeroBlock = make([]byte, 1<<20)
+
+// preallocateFirst gives a brand-new commitlog its first segment, zero
+// filled, before the store opens (about 1.5 s for 1 GiB here, once in a
+// store's life): the zeroer only ever prepares the segment after the
+// active one, so without this the whole first segment would be written
+// into holes.
+func (c *commitlog) preallocateFirst() error {
+	c.mu.RLock()
+	n := len(c.segs)
+	c.mu.RUnlock()
+	start := c.writePos.Load()
+	if n > 0 || start%c.segSize != 0 {
+		return nil
+	}
+	final := filepath.Join(c.dir, segmentName(start))
+	f, err := createSparse(final+".alloc", c.segSize)
+	if err != nil {
+		return err
+	}
+	if err = zeroRange(f, 0, c.segSize); err == nil {
+		err = fdatasync(f)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), final)
+	}
+	if err == nil {
+		err = syncDir(c.dir)
+	}
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("storage: preallocate first segment: %w", err)
+	}
+	c.mu.Lock()
+	c.segs = append(c.segs, &segment{start: start, f: f})
+	c.mu.Unlock()
 	return nil
 }
 

@@ -3,7 +3,6 @@ package storage
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
 	"sort"
@@ -38,11 +37,7 @@ const (
 	indexEntrySize         = 28
 )
 
-func keyHash(key string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	return h.Sum64()
-}
+func keyHash(key string) uint64 { return fnv64a(key) }
 
 func (x *keyIndex) fileSize() int64 {
 	return indexHeaderSize + int64(x.slots)*4 + int64(x.entries)*indexEntrySize
@@ -107,43 +102,57 @@ func (x *keyIndex) entry(f *mappedFile, n int) []byte {
 func (x *keyIndex) put(keys []string, off, storeTime int64) (bool, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	be := binary.BigEndian
 	indexed := false
 	for _, k := range keys {
 		if k == "" {
 			continue
 		}
 		indexed = true
-		var f *mappedFile
-		if n := len(x.files); n > 0 && x.count(x.files[n-1]) < x.entries {
-			f = x.files[n-1]
-		} else {
-			first := off
-			if n := len(x.files); n > 0 && first <= x.files[n-1].first {
-				first = x.files[n-1].first + 1 // names must stay unique and rising
-			}
-			var err error
-			if f, err = openMapped(filepath.Join(x.dir, segmentName(first)), first, x.fileSize(), true); err != nil {
-				return false, err
-			}
-			be.PutUint32(f.data, indexMagic)
-			be.PutUint64(f.data[8:], uint64(storeTime))
-			x.files = append(x.files, f)
+		if err := x.putLocked(k, off, storeTime); err != nil {
+			return false, err
 		}
-		h := keyHash(k)
-		slot := int(h % uint64(x.slots))
-		n := x.count(f) + 1
-		e := x.entry(f, n)
-		be.PutUint64(e, h)
-		be.PutUint64(e[8:], uint64(off))
-		be.PutUint64(e[16:], uint64(storeTime))
-		be.PutUint32(e[24:], uint32(x.slotAt(f, slot)))
-		x.setSlot(f, slot, n)
-		be.PutUint64(f.data[16:], uint64(max(storeTime, int64(be.Uint64(f.data[16:])))))
-		be.PutUint32(f.data[40:], uint32(n))
-		f.dirty.Store(true)
 	}
 	return indexed, nil
+}
+
+// putKey indexes one key of the record at off.
+func (x *keyIndex) putKey(k string, off, storeTime int64) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.putLocked(k, off, storeTime)
+}
+
+func (x *keyIndex) putLocked(k string, off, storeTime int64) error {
+	be := binary.BigEndian
+	var f *mappedFile
+	if n := len(x.files); n > 0 && x.count(x.files[n-1]) < x.entries {
+		f = x.files[n-1]
+	} else {
+		first := off
+		if n := len(x.files); n > 0 && first <= x.files[n-1].first {
+			first = x.files[n-1].first + 1 // names must stay unique and rising
+		}
+		var err error
+		if f, err = openMapped(filepath.Join(x.dir, segmentName(first)), first, x.fileSize(), true); err != nil {
+			return err
+		}
+		be.PutUint32(f.data, indexMagic)
+		be.PutUint64(f.data[8:], uint64(storeTime))
+		x.files = append(x.files, f)
+	}
+	h := keyHash(k)
+	slot := int(h % uint64(x.slots))
+	n := x.count(f) + 1
+	e := x.entry(f, n)
+	be.PutUint64(e, h)
+	be.PutUint64(e[8:], uint64(off))
+	be.PutUint64(e[16:], uint64(storeTime))
+	be.PutUint32(e[24:], uint32(x.slotAt(f, slot)))
+	x.setSlot(f, slot, n)
+	be.PutUint64(f.data[16:], uint64(max(storeTime, int64(be.Uint64(f.data[16:])))))
+	be.PutUint32(f.data[40:], uint32(n))
+	f.dirty.Store(true)
+	return nil
 }
 
 // newest is the commitlog offset of the newest entry, -1 when empty.

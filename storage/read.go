@@ -105,6 +105,17 @@ func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
 			break
 		}
 		scanLeft -= len(entries)
+		if buf == nil {
+			// Size the buffer once for what this read will likely return.
+			want := 0
+			for i, e := range entries {
+				if i == req.MaxMessages || (i > 0 && want+int(e.size) > req.MaxBytes) {
+					break
+				}
+				want += int(e.size)
+			}
+			buf = make([]byte, 0, want)
+		}
 		for _, e := range entries {
 			if full = len(spans) >= req.MaxMessages || (len(spans) > 0 && len(buf)+int(e.size) > req.MaxBytes); full {
 				break

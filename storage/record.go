@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"hash/fnv"
 	"sort"
 )
 
@@ -92,13 +91,20 @@ func TagHash(tag string) int64 {
 	if tag == "" {
 		return 0
 	}
-	h := fnv.New64a()
-	h.Write([]byte(tag))
-	v := int64(h.Sum64())
-	if v == 0 {
-		v = 1
+	if v := int64(fnv64a(tag)); v != 0 {
+		return v
 	}
-	return v
+	return 1
+}
+
+// fnv64a is FNV-1a over a string, without the allocations of hash/fnv.
+func fnv64a(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
 }
 
 // ValidTopic reports whether name is a legal topic name: [A-Za-z0-9_%-]{1,127}.

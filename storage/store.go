@@ -96,6 +96,10 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if cfg.PreallocateAhead > 0 {
+		if err := s.cl.preallocateFirst(); err != nil {
+			s.closeFiles()
+			return nil, err
+		}
 		s.cl.z = startZeroer(s.cl, cfg.PreallocateAhead, s.log)
 	}
 	s.startLoops()
@@ -369,10 +373,11 @@ func (s *Store) dispatch(k queueKey, r AppendResult, tagHash int64, keys []strin
 	if err := s.queue(k, true).put(r.QueueOffset, cqEntry{offset: r.Offset, size: r.Size, tagHash: tagHash}, s.rebuilding); err != nil {
 		return false, err
 	}
-	if uniqKey != "" {
-		keys = append(keys[:len(keys):len(keys)], uniqKey)
+	keyed, err := s.index.put(keys, r.Offset, storeTime)
+	if err == nil && uniqKey != "" {
+		keyed, err = true, s.index.putKey(uniqKey, r.Offset, storeTime)
 	}
-	return s.index.put(keys, r.Offset, storeTime)
+	return keyed, err
 }
 
 // LastRaftIndex is the Raft index of the last batch the store holds. After

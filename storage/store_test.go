@@ -403,20 +403,24 @@ func allocated(t *testing.T, path string) int64 {
 	return st.Blocks * 512
 }
 
-// Segments are created sparse; the zeroer writes their blocks ahead of the
-// writer, into the next segment too, which the writer then rolls into.
+// Segments are created sparse; the zeroer writes the next segment's blocks
+// ahead of the writer, never the active one's, and the writer then rolls
+// into the prepared file.
 func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.SegmentSize = 4 << 20
 	cfg.PreallocateAhead = 6 << 20
 	s := openStore(t, cfg)
 	appendBatches(t, s, 1, 3)
-	seg := segmentPath(cfg, 0)
 	next := filepath.Join(cfg.Dir, commitlogDir, segmentName(cfg.SegmentSize)+".alloc")
 	waitFor(t, func() bool {
 		_, err := os.Stat(next)
-		return allocated(t, seg) == cfg.SegmentSize && err == nil && allocated(t, next) >= 1<<20
+		return err == nil && allocated(t, next) >= 2<<20
 	})
+	// No further than PreallocateAhead past the writer.
+	if got := allocated(t, next); got > 4<<20 {
+		t.Fatalf("next segment has %d bytes allocated", got)
+	}
 	// Fill past the first segment: the writer takes the prepared one.
 	big := make([]Message, 0, 64)
 	for i := 0; i < 64; i++ {
@@ -429,6 +433,9 @@ func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 	}
 	if _, err := os.Stat(segmentPath(cfg, cfg.SegmentSize)); err != nil {
 		t.Fatalf("second segment: %v", err)
+	}
+	if _, err := os.Stat(next); !os.IsNotExist(err) {
+		t.Fatalf("the prepared file was not the one rolled into: %v", err)
 	}
 	s.Close()
 	if _, err := os.Stat(filepath.Join(cfg.Dir, commitlogDir, segmentName(2*cfg.SegmentSize)+".alloc")); !os.IsNotExist(err) {

@@ -32,6 +32,7 @@ type brokerFlags struct {
 	Join            string `yaml:"join"`
 	Cluster         string `yaml:"cluster"`
 	FlushSync       bool   `yaml:"flush-sync"`
+	SegmentSize     string `yaml:"segment-size"`
 	LogLevel        string `yaml:"log-level"`
 }
 
@@ -72,6 +73,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.AdvertiseGossip, "advertise-gossip", "", "gossip address others reach (default --gossip; a host name is resolved)")
 	fl.StringVar(&f.Join, "join", "", "gossip members to join (name servers): HOST:PORT,...")
 	fl.StringVar(&f.Cluster, "cluster", "raftmq", "cluster name")
+	fl.StringVar(&f.SegmentSize, "segment-size", "1GiB", "commitlog segment size (every replica of a group must use the same): e.g. 64MiB, 1GiB")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
 	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
@@ -107,6 +109,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("advertise-gossip", &f.AdvertiseGossip, fromFile.AdvertiseGossip)
 	set("cluster", &f.Cluster, fromFile.Cluster)
 	set("log-level", &f.LogLevel, fromFile.LogLevel)
+	set("segment-size", &f.SegmentSize, fromFile.SegmentSize)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -167,6 +170,9 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if f.FlushSync {
 		cfg.Store.FlushMode = storage.FlushSync
 	}
+	if cfg.Store.SegmentSize, err = parseSize(f.SegmentSize); err != nil {
+		return fmt.Errorf("--segment-size: %w", err)
+	}
 	b, err := broker.Start(cfg)
 	if err != nil {
 		return err
@@ -193,4 +199,26 @@ func firstNonEmpty(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// parseSize reads sizes like 1GiB, 64MiB, 512KiB or a plain byte count.
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil || v < 1 {
+				return 0, fmt.Errorf("%q is not a size", s)
+			}
+			return v * u.mult, nil
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("%q is not a size (e.g. 64MiB)", s)
+	}
+	return v, nil
 }

@@ -79,7 +79,7 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 	for i := range procs {
 		cmd := exec.Command(bin, "broker", "--group", "broker-a", "--id", fmt.Sprint(i+1),
 			"--dir", filepath.Join(dir, fmt.Sprint(i+1)), "--grpc", grpcAddrs[i], "--raft", raftAddrs[i],
-			"--peers", strings.Join(peers, ","), "--log-level", "warn")
+			"--peers", strings.Join(peers, ","), "--log-level", "warn", "--segment-size", "8MiB")
 		out, _ := cmd.StdoutPipe()
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -168,6 +168,7 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--peers", "1=a:1,1=b:2"},
 		{"broker", "--group", "bad/name", "--id", "1", "--dir", t.TempDir()},
 		{"broker", "--config", "/nonexistent.yaml"},
+		{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--segment-size", "lots"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "raftmq:") {

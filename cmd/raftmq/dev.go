@@ -11,6 +11,7 @@ import (
 
 	"github.com/raftmq/raftmq/broker"
 	"github.com/raftmq/raftmq/namesrv"
+	"github.com/raftmq/raftmq/storage"
 )
 
 // devCommand runs a whole cluster in one process: a name server and
@@ -63,6 +64,8 @@ func devCommand() *cobra.Command {
 						Group: name, ReplicaID: int32(r), Dir: filepath.Join(dir, name, strconv.Itoa(r)),
 						GRPCAddr:         fmt.Sprintf("127.0.0.1:%d", base+1),
 						AutoCreateTopics: true,
+						// Small segments: a new store zero-fills its first.
+						Store: storage.Config{SegmentSize: 64 << 20},
 						Gossip: broker.GossipConfig{BindAddr: fmt.Sprintf("127.0.0.1:%d", base+3),
 							Join: []string{fmt.Sprintf("127.0.0.1:%d", port+1)}, Fast: true},
 						Logger: log,
