@@ -67,6 +67,17 @@ type PushConfig struct {
 	// ClientID identifies this member in its group. Default
 	// hostname@pid@counter.
 	ClientID string
+	// Orderly consumes each queue with one goroutine, in offset order,
+	// holding the queue's lock on its master (renewed every LockInterval,
+	// default 20 s; the broker's lease is 60 s). A message the listener
+	// asks to retry blocks its queue until it succeeds.
+	Orderly      bool
+	LockInterval time.Duration
+	// Broadcasting gives every member every queue (each message to every
+	// member) and keeps the offsets in OffsetFile on local disk (default
+	// raftmq-offsets-<group>.json in the working directory).
+	Broadcasting bool
+	OffsetFile   string
 }
 
 func (c PushConfig) withDefaults() PushConfig {
@@ -103,6 +114,7 @@ func (c PushConfig) withDefaults() PushConfig {
 	dur(&c.RebalanceInterval, 20*time.Second)
 	dur(&c.HeartbeatInterval, 30*time.Second)
 	dur(&c.CommitInterval, 5*time.Second)
+	dur(&c.LockInterval, 20*time.Second)
 	if c.ClientID == "" {
 		host, _ := os.Hostname()
 		c.ClientID = host + "@" + strconv.Itoa(os.Getpid()) + "@" + newUniqKey()
@@ -131,6 +143,7 @@ type PushConsumer struct {
 	mu        sync.Mutex
 	queues    map[MessageQueue]*queueState
 	committed map[MessageQueue]int64
+	offsets   offsetStore
 
 	work      chan consumeTask
 	rebalance chan struct{}
@@ -142,6 +155,7 @@ type PushConsumer struct {
 
 type queueState struct {
 	pq     *processQueue
+	tasks  chan consumeTask // the shared pool's, or (orderly) the queue's own
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -158,8 +172,19 @@ func NewPushConsumer(cfg PushConfig, opts ...Option) (*PushConsumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PushConsumer{opts: pc.opts, cfg: cfg.withDefaults(), pc: pc, subs: map[string]string{},
-		queues: map[MessageQueue]*queueState{}, committed: map[MessageQueue]int64{}}, nil
+	c := &PushConsumer{opts: pc.opts, cfg: cfg.withDefaults(), pc: pc, subs: map[string]string{},
+		queues: map[MessageQueue]*queueState{}, committed: map[MessageQueue]int64{}}
+	c.offsets = remoteOffsets{pc}
+	if c.cfg.Broadcasting {
+		path := c.cfg.OffsetFile
+		if path == "" {
+			path = "raftmq-offsets-" + pc.opts.group + ".json"
+		}
+		if c.offsets, err = openLocalOffsets(path); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
 }
 
 // Subscribe registers the listener for topic's messages matching expr ("*"
@@ -206,6 +231,9 @@ func (c *PushConsumer) Start() error {
 	}
 	c.loop(c.cfg.HeartbeatInterval, c.heartbeat)
 	c.loop(c.cfg.CommitInterval, c.commitAll)
+	if c.cfg.Orderly {
+		c.loop(c.cfg.LockInterval, c.renewLocks)
+	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -297,6 +325,9 @@ func (c *PushConsumer) heartbeat() { c.sendHeartbeat(c.ctx, false) }
 // master of the subscriptions.
 func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
 	info := &pb.ConsumerGroupInfo{Group: c.opts.group, Mode: pb.ConsumeMode_CLUSTERING}
+	if c.cfg.Broadcasting {
+		info.Mode = pb.ConsumeMode_BROADCASTING
+	}
 	for topic, expr := range c.subs {
 		info.Subscriptions = append(info.Subscriptions, &pb.Subscription{Topic: topic, Expression: expr})
 	}
@@ -356,12 +387,16 @@ func (c *PushConsumer) doRebalance() {
 			c.opts.logger.Debug("rebalance: no route", "topic", topic, "err", err)
 			return
 		}
-		members, err := c.members(c.ctx, topic)
-		if err != nil || sort.SearchStrings(members, c.cfg.ClientID) == len(members) ||
-			members[sort.SearchStrings(members, c.cfg.ClientID)] != c.cfg.ClientID {
-			return
+		mine := queues
+		if !c.cfg.Broadcasting {
+			members, err := c.members(c.ctx, topic)
+			if err != nil || sort.SearchStrings(members, c.cfg.ClientID) == len(members) ||
+				members[sort.SearchStrings(members, c.cfg.ClientID)] != c.cfg.ClientID {
+				return
+			}
+			mine = c.cfg.Strategy(c.cfg.ClientID, members, queues)
 		}
-		for _, mq := range c.cfg.Strategy(c.cfg.ClientID, members, queues) {
+		for _, mq := range mine {
 			want[mq] = expr
 		}
 	}
@@ -389,7 +424,10 @@ func (c *PushConsumer) doRebalance() {
 // startQueue starts pulling mq from the group's committed offset, or from
 // where ConsumeFrom says when there is none.
 func (c *PushConsumer) startQueue(mq MessageQueue, expr string) {
-	off, err := c.pc.FetchOffset(c.ctx, mq)
+	if c.cfg.Orderly && !c.lock(mq) {
+		return // another member still holds it; the next rebalance tries again
+	}
+	off, err := c.offsets.fetch(c.ctx, mq)
 	if err == nil && off < 0 {
 		var min, max int64
 		switch c.cfg.ConsumeFrom {
@@ -408,15 +446,82 @@ func (c *PushConsumer) startQueue(mq MessageQueue, expr string) {
 		return // the next rebalance tries again
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	qs := &queueState{pq: newProcessQueue(off), cancel: cancel, done: make(chan struct{})}
+	qs := &queueState{pq: newProcessQueue(off), tasks: c.work, cancel: cancel, done: make(chan struct{})}
+	var running sync.WaitGroup
+	if c.cfg.Orderly {
+		qs.tasks = make(chan consumeTask, 1)
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			c.orderlyWorker(ctx, qs)
+		}()
+	}
 	c.mu.Lock()
 	c.queues[mq] = qs
 	c.committed[mq] = off
 	c.mu.Unlock()
+	running.Add(1)
 	go func() {
-		defer close(qs.done)
-		c.pullLoop(ctx, mq, expr, qs.pq)
+		defer running.Done()
+		c.pullLoop(ctx, mq, expr, qs)
 	}()
+	go func() {
+		running.Wait()
+		close(qs.done)
+	}()
+}
+
+// orderlyWorker consumes one queue in order; a batch the listener asks to
+// retry is tried again, after RetryDelay, before anything after it.
+func (c *PushConsumer) orderlyWorker(ctx context.Context, qs *queueState) {
+	for {
+		var task consumeTask
+		select {
+		case task = <-qs.tasks:
+		case <-ctx.Done():
+			return
+		}
+		for c.consume(task.msgs) != ConsumeSuccess {
+			for _, m := range task.msgs {
+				m.ReconsumeTimes++
+			}
+			sleepCtx(ctx, c.cfg.RetryDelay)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		qs.pq.remove(task.msgs)
+	}
+}
+
+// lock takes mq's lock on its master for this member.
+func (c *PushConsumer) lock(mq MessageQueue) bool {
+	ok := false
+	err := c.pc.onMaster(c.ctx, mq, func(b pb.BrokerClient) error {
+		r, err := b.LockQueues(c.ctx, &pb.LockQueuesRequest{ConsumerGroup: c.opts.group, ClientId: c.cfg.ClientID, Topic: mq.Topic, QueueIds: []int32{mq.QueueID}})
+		ok = err == nil && len(r.LockedQueueIds) == 1
+		return err
+	})
+	return err == nil && ok
+}
+
+func (c *PushConsumer) unlock(mq MessageQueue) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	c.pc.onMaster(ctx, mq, func(b pb.BrokerClient) error {
+		_, err := b.UnlockQueues(ctx, &pb.UnlockQueuesRequest{ConsumerGroup: c.opts.group, ClientId: c.cfg.ClientID, Topic: mq.Topic, QueueIds: []int32{mq.QueueID}})
+		return err
+	})
+}
+
+// renewLocks renews the leases of the queues held; a queue whose lock is
+// lost (another member took it) stops here.
+func (c *PushConsumer) renewLocks() {
+	for _, mq := range c.Assigned() {
+		if !c.lock(mq) && c.ctx.Err() == nil {
+			c.stopQueue(mq)
+		}
+	}
 }
 
 // stopQueue stops pulling mq, commits its offset and forgets it.
@@ -435,11 +540,15 @@ func (c *PushConsumer) stopQueue(mq MessageQueue) {
 	delete(c.queues, mq)
 	delete(c.committed, mq)
 	c.mu.Unlock()
+	if c.cfg.Orderly {
+		c.unlock(mq)
+	}
 }
 
 // pullLoop pulls one queue into its process queue and hands batches to the
 // workers, pausing under flow control and after errors.
-func (c *PushConsumer) pullLoop(ctx context.Context, mq MessageQueue, expr string, pq *processQueue) {
+func (c *PushConsumer) pullLoop(ctx context.Context, mq MessageQueue, expr string, qs *queueState) {
+	pq := qs.pq
 	for ctx.Err() == nil {
 		count, bytes, span := pq.load()
 		if count > c.cfg.MaxCachedMessages || bytes > c.cfg.MaxCachedBytes || span > c.cfg.MaxSpan {
@@ -467,7 +576,7 @@ func (c *PushConsumer) pullLoop(ctx context.Context, mq MessageQueue, expr strin
 		for i := 0; i < len(r.Messages); i += c.cfg.BatchSize {
 			task := consumeTask{mq: mq, pq: pq, msgs: r.Messages[i:min(i+c.cfg.BatchSize, len(r.Messages))]}
 			select {
-			case c.work <- task:
+			case qs.tasks <- task:
 			case <-ctx.Done():
 				return
 			}
@@ -540,7 +649,7 @@ func (c *PushConsumer) commit(mq MessageQueue, off int64) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	if err := c.pc.CommitOffset(ctx, mq, off); err != nil {
+	if err := c.offsets.commit(ctx, mq, off); err != nil {
 		c.opts.logger.Debug("offset commit failed", "queue", mq, "err", err)
 		return
 	}
