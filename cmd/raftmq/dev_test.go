@@ -195,6 +195,24 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 		t.Fatalf("tag-filtered consume:\n%s", out)
 	}
 
+	// Group progress: g1 consumed everything.
+	out = raftmq(t, bin, "group", "progress", "--namesrv", ns, "--group", "g1")
+	if !strings.HasPrefix(out, "TOPIC") || !strings.Contains(out, "keep") || strings.Contains(out, "orders") {
+		t.Fatalf("group progress:\n%s", out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		if f := strings.Fields(line); f[len(f)-1] != "0" {
+			t.Fatalf("group progress shows lag after consuming all:\n%s", out)
+		}
+	}
+	// Message queries by id and by key.
+	if out := raftmq(t, bin, "msg", "query", "--namesrv", ns, "--id", ids[2]); !strings.Contains(out, "msgId="+ids[2]) || !strings.Contains(out, "message-2") {
+		t.Fatalf("msg query --id:\n%s", out)
+	}
+	if out := raftmq(t, bin, "msg", "query", "--namesrv", ns, "--topic", "keep", "--key", "k1"); strings.Count(out, "msgId=") != 5 {
+		t.Fatalf("msg query --key:\n%s", out)
+	}
+
 	dev.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
 	go func() { done <- dev.Wait() }()
