@@ -20,8 +20,8 @@ import (
 func (s *service) CreateTopic(ctx context.Context, req *pb.CreateTopicRequest) (*pb.CreateTopicResponse, error) {
 	b := s.b
 	t := req.Topic
-	if t == nil || !validName(t.Name) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "topic name must match [A-Za-z0-9_%-]{1,127}")
+	if t == nil || !validName(t.Name) || t.Name == ScheduleTopic {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "topic name must match [A-Za-z0-9_%-]{1,127} and not be "+ScheduleTopic)
 	}
 	if t.ReadQueues < 1 || t.WriteQueues < 1 || t.ReadQueues > b.cfg.MaxQueues || t.WriteQueues > b.cfg.MaxQueues {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("queue counts must be in [1, %d]", b.cfg.MaxQueues))

@@ -48,6 +48,7 @@ type Broker struct {
 	master atomic.Bool
 	// catchUps counts commitlog copies from peers (snapshot restores).
 	catchUps atomic.Int64
+	delays   []time.Duration // retry delay levels 1..n
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -62,6 +63,13 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
+	delays, err := parseDelayLevels(cfg.DelayLevels)
+	if err != nil {
+		return nil, err
+	}
+	if int32(len(delays)) > cfg.MaxQueues {
+		return nil, fmt.Errorf("broker: %d delay levels, more than MaxQueues %d", len(delays), cfg.MaxQueues)
+	}
 	store, err := storage.Open(cfg.Store)
 	if err != nil {
 		return nil, err
@@ -75,6 +83,7 @@ func Start(cfg Config) (*Broker, error) {
 		holds:     newHoldService(cfg.MaxHeldPulls),
 		consumers: newConsumerTable(cfg.ConsumerExpiry),
 		locks:     newQueueLocks(),
+		delays:    delays,
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended}
@@ -111,6 +120,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.goLoop(b.batcher.run)
 	b.goLoop(b.holdCheckLoop)
 	b.goLoop(b.offsets.run)
+	b.goLoop(b.scheduleLoop)
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()

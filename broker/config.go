@@ -84,6 +84,16 @@ type Config struct {
 	ConsumerExpiry time.Duration
 	// MaxMessageSize caps one message's body and properties. Default 4 MiB.
 	MaxMessageSize int
+	// DelayLevels are the delays of retry levels 1..n, space-separated
+	// durations. Default DefaultDelayLevels (RocketMQ's 1s ... 2h).
+	DelayLevels string
+	// MaxReconsumeTimes: a message sent back more often than this goes to
+	// the group's dead-letter topic (unless the group's config or the
+	// request says otherwise). Default 16.
+	MaxReconsumeTimes int32
+	// ScheduleInterval is how often the schedule service looks for due
+	// delayed messages. Default 100 ms.
+	ScheduleInterval time.Duration
 	// CatchUpTimeout bounds one copy of the commitlog from a peer when this
 	// replica restores a snapshot. Default 30 s.
 	CatchUpTimeout time.Duration
@@ -144,6 +154,13 @@ func (c Config) withDefaults() (Config, error) {
 	dur(&c.OffsetCommitInterval, 200*time.Millisecond)
 	dur(&c.ConsumerExpiry, 120*time.Second)
 	dur(&c.CatchUpTimeout, 30*time.Second)
+	dur(&c.ScheduleInterval, 100*time.Millisecond)
+	if c.DelayLevels == "" {
+		c.DelayLevels = DefaultDelayLevels
+	}
+	if c.MaxReconsumeTimes == 0 {
+		c.MaxReconsumeTimes = 16
+	}
 	if c.Gossip.Cluster == "" {
 		c.Gossip.Cluster = "raftmq"
 	}

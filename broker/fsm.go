@@ -52,9 +52,14 @@ func (f *fsm) Apply(l *raft.Log) any {
 	switch c := cmd.Command.(type) {
 	case *pb.RaftCommand_Send:
 		if !fresh {
+			f.meta.setScheduleOffsets(c.Send.ScheduleOffsets)
 			return &applyResult{}
 		}
-		return f.applySend(l.Index, c.Send)
+		r := f.applySend(l.Index, c.Send)
+		if r.err == nil {
+			f.meta.setScheduleOffsets(c.Send.ScheduleOffsets)
+		}
+		return r
 	case *pb.RaftCommand_UpsertTopic:
 		f.meta.upsertTopic(c.UpsertTopic)
 	case *pb.RaftCommand_DeleteTopic:

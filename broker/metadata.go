@@ -31,6 +31,7 @@ type metadata struct {
 	groups        map[string]*pb.SubscriptionGroupConfig
 	offsets       map[offsetKey]int64
 	replicas      map[int32]string // replica id -> gRPC address, from master announcements
+	schedule      map[int32]int64  // delay level -> next offset of its schedule queue
 }
 
 func newMetadata() *metadata {
@@ -39,6 +40,7 @@ func newMetadata() *metadata {
 		groups:   map[string]*pb.SubscriptionGroupConfig{},
 		offsets:  map[offsetKey]int64{},
 		replicas: map[int32]string{},
+		schedule: map[int32]int64{},
 	}
 }
 
@@ -131,6 +133,24 @@ func (m *metadata) commitOffsets(c *pb.OffsetCommit) {
 	}
 }
 
+// scheduleOffset is where the schedule service resumes a delay level.
+func (m *metadata) scheduleOffset(level int32) int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.schedule[level]
+}
+
+func (m *metadata) setScheduleOffsets(offs map[int32]int64) {
+	if len(offs) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for level, off := range offs {
+		m.schedule[level] = off
+	}
+}
+
 func (m *metadata) announce(a *pb.MasterAnnounce) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -167,6 +187,10 @@ func (m *metadata) snapshot(s *pb.BrokerSnapshot) {
 	for id, addr := range m.replicas {
 		s.Masters = append(s.Masters, &pb.MasterAnnounce{ReplicaId: id, GrpcAddress: addr})
 	}
+	s.ScheduleOffsets = map[int32]int64{}
+	for level, off := range m.schedule {
+		s.ScheduleOffsets[level] = off
+	}
 }
 
 // restore replaces the metadata with a snapshot's.
@@ -187,7 +211,10 @@ func (m *metadata) restore(s *pb.BrokerSnapshot) {
 	for _, a := range s.Masters {
 		fresh.replicas[a.ReplicaId] = a.GrpcAddress
 	}
+	for level, off := range s.ScheduleOffsets {
+		fresh.schedule[level] = off
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.topics, m.topicsVersion, m.groups, m.offsets, m.replicas = fresh.topics, fresh.topicsVersion, fresh.groups, fresh.offsets, fresh.replicas
+	m.topics, m.topicsVersion, m.groups, m.offsets, m.replicas, m.schedule = fresh.topics, fresh.topicsVersion, fresh.groups, fresh.offsets, fresh.replicas, fresh.schedule
 }

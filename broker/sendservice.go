@@ -36,6 +36,9 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	case n > b.cfg.MaxBatchMessages:
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("%d messages in one send, limit %d", n, b.cfg.MaxBatchMessages))
 	}
+	if req.Topic == ScheduleTopic {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, ScheduleTopic+" is reserved for delayed messages")
+	}
 	topic, err := s.topicForSend(ctx, req.Topic)
 	if err != nil {
 		return nil, err
@@ -54,7 +57,7 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 		}
 		m.Topic = req.Topic
 		msgs[i] = &pb.StoredMessage{Message: m, QueueId: req.QueueId}
-		bytes += proto.Size(msgs[i])
+		bytes += protoSize(msgs[i])
 	}
 	if bytes > b.cfg.EntryMaxBytes {
 		return nil, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("batch of %d bytes, limit %d", bytes, b.cfg.EntryMaxBytes))
@@ -118,3 +121,5 @@ func (s *service) topicForSend(ctx context.Context, name string) (*pb.TopicConfi
 	}
 	return t, nil
 }
+
+func protoSize(m proto.Message) int { return proto.Size(m) }

@@ -83,6 +83,7 @@ func newCluster(t testing.TB, groups, replicas int, tweak func(*broker.Config)) 
 					CommitTimeout: 5 * time.Millisecond, LogLevel: "error"},
 				Store:          storage.Config{SegmentSize: 1 << 20, QueueEntriesPerFile: 1024, IndexSlots: 1024, IndexEntries: 4096},
 				MaxMessageSize: 64 << 10, EntryMaxBytes: 1 << 20,
+				DelayLevels: "50ms 100ms 150ms 200ms 250ms", ScheduleInterval: 20 * time.Millisecond,
 				Gossip: broker.GossipConfig{BindAddr: gossips[i], Join: []string{nsAddrs[1]}, Fast: true},
 				Logger: quiet,
 			}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,14 @@ type Message struct {
 
 // PropertyReconsumeTimes counts a message's redeliveries.
 const PropertyReconsumeTimes = "RECONSUME_TIME"
+
+// propRetryTopic is the topic a retried message was first sent to.
+const propRetryTopic = "RETRY_TOPIC"
+
+func retryTopic(group string) string { return "%RETRY%" + group }
+
+// DLQTopic names a consumer group's dead-letter topic.
+func DLQTopic(group string) string { return "%DLQ%" + group }
 
 // MessageQueue names one queue of a topic on a broker group.
 type MessageQueue struct {
@@ -61,6 +70,10 @@ func decodeMessage(raw []byte, group string) (*MessageExt, error) {
 	}
 	if n, err := strconv.Atoi(r.Properties[PropertyReconsumeTimes]); err == nil {
 		m.ReconsumeTimes = n
+	}
+	// A redelivery from a retry topic shows its first topic.
+	if orig := r.Properties[propRetryTopic]; orig != "" && strings.HasPrefix(r.Topic, "%RETRY%") {
+		m.Topic = orig
 	}
 	return m, nil
 }

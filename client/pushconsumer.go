@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -78,6 +79,10 @@ type PushConfig struct {
 	// raftmq-offsets-<group>.json in the working directory).
 	Broadcasting bool
 	OffsetFile   string
+	// MaxReconsumeTimes: a message the listener asks to retry more often
+	// than this goes to the group's dead-letter topic (0: the broker's
+	// setting, 16 by default).
+	MaxReconsumeTimes int32
 }
 
 func (c PushConfig) withDefaults() PushConfig {
@@ -218,6 +223,11 @@ func (c *PushConsumer) Start() error {
 	}
 	if err := c.pc.Start(); err != nil {
 		return err
+	}
+	if !c.cfg.Broadcasting && !c.cfg.Orderly {
+		// Messages the group sends back come again through its retry
+		// topic (created by the broker on the first send-back).
+		c.subs[retryTopic(c.opts.group)] = "*"
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.work = make(chan consumeTask, c.cfg.Workers)
@@ -383,6 +393,9 @@ func (c *PushConsumer) doRebalance() {
 	want := map[MessageQueue]string{} // queue -> expression
 	for topic, expr := range c.subs {
 		queues, err := c.pc.Queues(c.ctx, topic)
+		if reason, _ := cluster.ReasonOf(err); reason == pb.ErrorReason_TOPIC_NOT_FOUND {
+			continue // not created yet (a retry topic before the first retry)
+		}
 		if err != nil {
 			c.opts.logger.Debug("rebalance: no route", "topic", topic, "err", err)
 			return
@@ -598,10 +611,11 @@ func (c *PushConsumer) worker() {
 		if task.pq.isDropped() {
 			continue
 		}
-		if c.consume(task.msgs) == ConsumeSuccess {
+		if c.consume(task.msgs) == ConsumeSuccess || c.sendBack(task.msgs) {
 			task.pq.remove(task.msgs)
 			continue
 		}
+		// The broker did not take them back: retry here.
 		for _, m := range task.msgs {
 			m.ReconsumeTimes++
 		}
@@ -615,6 +629,25 @@ func (c *PushConsumer) worker() {
 			}
 		}()
 	}
+}
+
+// sendBack hands messages the listener could not consume back to their
+// broker, which redelivers them through the group's retry topic after a
+// delay (or parks them in its dead-letter topic). It reports whether the
+// broker took them all.
+func (c *PushConsumer) sendBack(msgs []*MessageExt) bool {
+	for _, m := range msgs {
+		err := c.pc.onMaster(c.ctx, m.Queue, func(b pb.BrokerClient) error {
+			_, err := b.ConsumerSendBack(c.ctx, &pb.ConsumerSendBackRequest{ConsumerGroup: c.opts.group, MsgId: m.MsgID,
+				MaxReconsumeTimes: c.cfg.MaxReconsumeTimes})
+			return err
+		})
+		if err != nil {
+			c.opts.logger.Debug("send back failed; retrying locally", "msg", m.MsgID, "err", err)
+			return false
+		}
+	}
+	return true
 }
 
 func (c *PushConsumer) consume(msgs []*MessageExt) (res ConsumeResult) {

@@ -228,6 +228,56 @@ func TestPushRetryLaterAndPanicRedeliver(t *testing.T) {
 	}
 }
 
+// A message that keeps failing is retried through the broker (its retry
+// topic, after the delay levels), then lands in the dead-letter topic.
+func TestPushDeadLetterAfterMaxRetries(t *testing.T) {
+	c := newCluster(t, 1, 1, nil)
+	c.createTopic("dl", 1)
+	p := c.producer()
+	defer p.Shutdown()
+	if _, err := p.Send(context.Background(), &Message{Topic: "dl", Tags: "T", Keys: []string{"poison"}, Body: []byte("poison")}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var deliveries []int
+	cfg := fastPush("dl")
+	cfg.MaxReconsumeTimes = 2
+	pc := c.pushConsumer(cfg, "dl", func(_ context.Context, msgs []*MessageExt) ConsumeResult {
+		mu.Lock()
+		defer mu.Unlock()
+		if msgs[0].Topic != "dl" || string(msgs[0].Body) != "poison" {
+			t.Errorf("delivered %s %q", msgs[0].Topic, msgs[0].Body)
+		}
+		deliveries = append(deliveries, msgs[0].ReconsumeTimes)
+		return ConsumeRetryLater
+	})
+	defer pc.Shutdown()
+	pull := c.pullConsumer("inspector")
+	defer pull.Shutdown()
+	var dead []*MessageExt
+	waitFor(t, 15*time.Second, "message in the dead-letter topic", func() bool {
+		mqs, err := pull.Queues(context.Background(), DLQTopic("pg"))
+		if err != nil || len(mqs) == 0 {
+			return false
+		}
+		r, err := pull.Pull(context.Background(), mqs[0], "*", 0, 8)
+		if err != nil {
+			return false
+		}
+		dead = r.Messages
+		return len(dead) == 1
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	// First delivery, then two retries through the broker.
+	if len(deliveries) != 3 || deliveries[0] != 0 || deliveries[1] != 1 || deliveries[2] != 2 {
+		t.Fatalf("deliveries with reconsume times %v, want [0 1 2]", deliveries)
+	}
+	if string(dead[0].Body) != "poison" || dead[0].Properties["RETRY_TOPIC"] != "dl" || dead[0].Keys[0] != "poison" {
+		t.Fatalf("dead letter %+v", dead[0])
+	}
+}
+
 func TestAllocateStrategies(t *testing.T) {
 	var queues []MessageQueue
 	for g := 0; g < 2; g++ {

@@ -3149,8 +3149,13 @@ type SendBatch struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	StoreTimestamp int64                  `protobuf:"varint,1,opt,name=store_timestamp,json=storeTimestamp,proto3" json:"store_timestamp,omitempty"` // set by the master before replication
 	Messages       []*StoredMessage       `protobuf:"bytes,2,rep,name=messages,proto3" json:"messages,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set by the schedule service: the messages are due delayed messages
+	// moved to their topics, and these are the schedule queues' cursors after
+	// them (delay level -> next offset), applied with the messages, so a move
+	// happens exactly once across failovers.
+	ScheduleOffsets map[int32]int64 `protobuf:"bytes,3,rep,name=schedule_offsets,json=scheduleOffsets,proto3" json:"schedule_offsets,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SendBatch) Reset() {
@@ -3193,6 +3198,13 @@ func (x *SendBatch) GetStoreTimestamp() int64 {
 func (x *SendBatch) GetMessages() []*StoredMessage {
 	if x != nil {
 		return x.Messages
+	}
+	return nil
+}
+
+func (x *SendBatch) GetScheduleOffsets() map[int32]int64 {
+	if x != nil {
+		return x.ScheduleOffsets
 	}
 	return nil
 }
@@ -3312,6 +3324,7 @@ type BrokerSnapshot struct {
 	Offsets            []*OffsetCommit            `protobuf:"bytes,5,rep,name=offsets,proto3" json:"offsets,omitempty"`
 	Groups             []*SubscriptionGroupConfig `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
 	Masters            []*MasterAnnounce          `protobuf:"bytes,7,rep,name=masters,proto3" json:"masters,omitempty"`
+	ScheduleOffsets    map[int32]int64            `protobuf:"bytes,8,rep,name=schedule_offsets,json=scheduleOffsets,proto3" json:"schedule_offsets,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -3391,6 +3404,13 @@ func (x *BrokerSnapshot) GetGroups() []*SubscriptionGroupConfig {
 func (x *BrokerSnapshot) GetMasters() []*MasterAnnounce {
 	if x != nil {
 		return x.Masters
+	}
+	return nil
+}
+
+func (x *BrokerSnapshot) GetScheduleOffsets() map[int32]int64 {
+	if x != nil {
+		return x.ScheduleOffsets
 	}
 	return nil
 }
@@ -4056,16 +4076,20 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0eMasterAnnounce\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12!\n" +
-	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"j\n" +
+	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"\x84\x02\n" +
 	"\tSendBatch\x12'\n" +
 	"\x0fstore_timestamp\x18\x01 \x01(\x03R\x0estoreTimestamp\x124\n" +
-	"\bmessages\x18\x02 \x03(\v2\x18.raftmq.v1.StoredMessageR\bmessages\"X\n" +
+	"\bmessages\x18\x02 \x03(\v2\x18.raftmq.v1.StoredMessageR\bmessages\x12T\n" +
+	"\x10schedule_offsets\x18\x03 \x03(\v2).raftmq.v1.SendBatch.ScheduleOffsetsEntryR\x0fscheduleOffsets\x1aB\n" +
+	"\x14ScheduleOffsetsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"X\n" +
 	"\rStoredMessage\x12,\n" +
 	"\amessage\x18\x01 \x01(\v2\x12.raftmq.v1.MessageR\amessage\x12\x19\n" +
 	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\"g\n" +
 	"\fOffsetCommit\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x120\n" +
-	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\xe7\x02\n" +
+	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\x86\x04\n" +
 	"\x0eBrokerSnapshot\x12(\n" +
 	"\x10store_raft_index\x18\x01 \x01(\x04R\x0estoreRaftIndex\x120\n" +
 	"\x14commitlog_max_offset\x18\x02 \x01(\x03R\x12commitlogMaxOffset\x12.\n" +
@@ -4073,7 +4097,11 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0etopics_version\x18\x04 \x01(\x03R\rtopicsVersion\x121\n" +
 	"\aoffsets\x18\x05 \x03(\v2\x17.raftmq.v1.OffsetCommitR\aoffsets\x12:\n" +
 	"\x06groups\x18\x06 \x03(\v2\".raftmq.v1.SubscriptionGroupConfigR\x06groups\x123\n" +
-	"\amasters\x18\a \x03(\v2\x19.raftmq.v1.MasterAnnounceR\amasters\"'\n" +
+	"\amasters\x18\a \x03(\v2\x19.raftmq.v1.MasterAnnounceR\amasters\x12Y\n" +
+	"\x10schedule_offsets\x18\b \x03(\v2..raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntryR\x0fscheduleOffsets\x1aB\n" +
+	"\x14ScheduleOffsetsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"'\n" +
 	"\x0fGetRouteRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"\xdf\x01\n" +
 	"\n" +
@@ -4181,7 +4209,7 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 }
 
 var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
@@ -4250,6 +4278,8 @@ var file_raftmq_proto_goTypes = []any{
 	(*ListTopicNamesResponse)(nil),          // 64: raftmq.v1.ListTopicNamesResponse
 	(*WatchRoutesRequest)(nil),              // 65: raftmq.v1.WatchRoutesRequest
 	nil,                                     // 66: raftmq.v1.Message.PropertiesEntry
+	nil,                                     // 67: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 68: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
 	66, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
@@ -4272,71 +4302,73 @@ var file_raftmq_proto_depIdxs = []int32{
 	33, // 17: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
 	53, // 18: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
 	55, // 19: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	3,  // 20: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	11, // 21: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	26, // 22: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	56, // 23: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	33, // 24: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	53, // 25: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	48, // 26: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	59, // 27: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	48, // 28: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	62, // 29: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	4,  // 30: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	7,  // 31: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	9,  // 32: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	12, // 33: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	16, // 34: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	18, // 35: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	20, // 36: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	22, // 37: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	24, // 38: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	27, // 39: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	29, // 40: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	31, // 41: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	34, // 42: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	36, // 43: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	38, // 44: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	40, // 45: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	42, // 46: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	44, // 47: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	45, // 48: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	47, // 49: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	50, // 50: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	58, // 51: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	61, // 52: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	31, // 53: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	65, // 54: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	6,  // 55: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	8,  // 56: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	10, // 57: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	13, // 58: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	17, // 59: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	19, // 60: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	21, // 61: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	23, // 62: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	25, // 63: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	28, // 64: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	30, // 65: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	32, // 66: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	35, // 67: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	37, // 68: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	39, // 69: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	41, // 70: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	43, // 71: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	46, // 72: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	46, // 73: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	49, // 74: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	51, // 75: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	60, // 76: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	63, // 77: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	64, // 78: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	60, // 79: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	55, // [55:80] is the sub-list for method output_type
-	30, // [30:55] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	67, // 20: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	3,  // 21: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	11, // 22: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	26, // 23: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	56, // 24: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	33, // 25: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	53, // 26: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	68, // 27: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	48, // 28: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	59, // 29: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	48, // 30: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	62, // 31: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	4,  // 32: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	7,  // 33: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	9,  // 34: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	12, // 35: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	16, // 36: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	18, // 37: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	20, // 38: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	22, // 39: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	24, // 40: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	27, // 41: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	29, // 42: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	31, // 43: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	34, // 44: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	36, // 45: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	38, // 46: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	40, // 47: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	42, // 48: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	44, // 49: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	45, // 50: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	47, // 51: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	50, // 52: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	58, // 53: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	61, // 54: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	31, // 55: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	65, // 56: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	6,  // 57: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	8,  // 58: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	10, // 59: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	13, // 60: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	17, // 61: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	19, // 62: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	21, // 63: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	23, // 64: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	25, // 65: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	28, // 66: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	30, // 67: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	32, // 68: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	35, // 69: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	37, // 70: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	39, // 71: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	41, // 72: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	43, // 73: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	46, // 74: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	46, // 75: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	49, // 76: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	51, // 77: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	60, // 78: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	63, // 79: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	64, // 80: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	60, // 81: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	57, // [57:82] is the sub-list for method output_type
+	32, // [32:57] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -4359,7 +4391,7 @@ func file_raftmq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   64,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

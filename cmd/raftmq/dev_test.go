@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/pb"
 )
 
 // freeRange finds n consecutive free TCP ports on 127.0.0.1 starting at a
@@ -211,6 +218,36 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	}
 	if out := raftmq(t, bin, "msg", "query", "--namesrv", ns, "--topic", "keep", "--key", "k1"); strings.Count(out, "msgId=") != 5 {
 		t.Fatalf("msg query --key:\n%s", out)
+	}
+
+	// A dead letter comes back with dlq resend.
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", base+1), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	bc := pb.NewBrokerClient(conn)
+	for {
+		_, err := bc.ConsumerSendBack(context.Background(), &pb.ConsumerSendBackRequest{ConsumerGroup: "g3", MsgId: ids[0], DelayLevel: -1})
+		if reason, meta := cluster.ReasonOf(err); reason == pb.ErrorReason_NOT_LEADER {
+			conn.Close()
+			if conn, err = grpc.NewClient(meta["leader"], grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+				t.Fatal(err)
+			}
+			bc = pb.NewBrokerClient(conn)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	out = waitOutput(t, 5*time.Second, bin, "resent 1 messages", "dlq", "resend", "--namesrv", ns, "--group", "g3")
+	if out := raftmq(t, bin, "dlq", "resend", "--namesrv", ns, "--group", "g3"); !strings.Contains(out, "resent 0 messages") {
+		t.Fatalf("second resend: %s", out)
+	}
+	if out := raftmq(t, bin, "consume", "--namesrv", ns, "--topic", "%RETRY%g3", "--group", "g3", "--count", "1", "--timeout", "10s"); !strings.Contains(out, "message-0") {
+		t.Fatalf("resent dead letter not in the retry topic:\n%s", out)
 	}
 
 	dev.Process.Signal(syscall.SIGINT)

@@ -1,0 +1,216 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/storage"
+)
+
+// Retries and dead letters, as RocketMQ does them: a message a consumer
+// could not consume is sent back (ConsumerSendBack); the master stores a
+// copy in the schedule topic's queue for its delay level, and the schedule
+// service moves it, once due, to the group's retry topic %RETRY%<group>,
+// which the group's consumers also read. After MaxReconsumeTimes it goes
+// to the dead-letter topic %DLQ%<group> instead.
+//
+// A move is one Raft entry holding both the moved messages and the
+// schedule queue's new cursor, so a new master resumes exactly where the
+// old one stopped: nothing is lost or moved twice.
+
+// ScheduleTopic holds delayed messages, one queue per delay level.
+const ScheduleTopic = "SCHEDULE_TOPIC_XXXX"
+
+// Message properties of the retry path.
+const (
+	PropRealTopic      = "REAL_TOPIC"        // where a delayed message goes when due
+	PropRealQueue      = "REAL_QID"          // and to which queue
+	PropDelayLevel     = "DELAY"             // its delay level
+	PropRetryTopic     = "RETRY_TOPIC"       // the topic the message was first sent to
+	PropOriginMsgID    = "ORIGIN_MESSAGE_ID" // the id of its first copy
+	PropReconsumeTimes = "RECONSUME_TIME"    // how many times it was sent back
+)
+
+// RetryTopic and DLQTopic name a consumer group's retry and dead-letter
+// topics.
+func RetryTopic(group string) string { return "%RETRY%" + group }
+func DLQTopic(group string) string   { return "%DLQ%" + group }
+
+// DefaultDelayLevels are RocketMQ's.
+const DefaultDelayLevels = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+func parseDelayLevels(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, f := range strings.Fields(s) {
+		d, err := time.ParseDuration(f)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("broker: delay level %q is not a positive duration", f)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("broker: no delay levels in %q", s)
+	}
+	return out, nil
+}
+
+// scheduleLoop moves due messages while this replica is master.
+func (b *Broker) scheduleLoop(ctx context.Context) {
+	t := time.NewTicker(b.cfg.ScheduleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for level := int32(1); level <= int32(len(b.delays)) && b.master.Load(); level++ {
+			if err := b.moveDue(ctx, level); err != nil && ctx.Err() == nil {
+				b.log.Warn("schedule service: move failed", "level", level, "err", err)
+			}
+		}
+	}
+}
+
+// moveDue moves the due messages at the head of a delay level's queue.
+func (b *Broker) moveDue(ctx context.Context, level int32) error {
+	cursor := b.meta.scheduleOffset(level)
+	res, err := b.store.GetMessages(storage.GetRequest{Topic: ScheduleTopic, QueueID: level - 1, Offset: cursor,
+		MaxMessages: b.cfg.PullMaxMessages, MaxBytes: b.cfg.PullMaxBytes})
+	if err != nil {
+		return err
+	}
+	next := cursor
+	if res.Status == storage.OffsetTooSmall {
+		next = res.NextOffset // retention passed the cursor
+	}
+	var moved []*pb.StoredMessage
+	now := time.Now()
+	for _, raw := range res.Records {
+		r, err := storage.DecodeRecord(raw)
+		if err != nil {
+			return err
+		}
+		if time.UnixMilli(r.StoreTime).Add(b.delays[level-1]).After(now) {
+			break // the queue is in due order: the rest waits too
+		}
+		props := make(map[string]string, len(r.Properties))
+		for k, v := range r.Properties {
+			props[k] = v
+		}
+		topic, queue := props[PropRealTopic], props[PropRealQueue]
+		delete(props, PropRealTopic)
+		delete(props, PropRealQueue)
+		delete(props, PropDelayLevel)
+		qid, err := strconv.Atoi(queue)
+		if err != nil || !storage.ValidTopic(topic) {
+			b.log.Warn("schedule service: dropping a delayed message without a destination", "offset", r.QueueOffset)
+		} else {
+			moved = append(moved, &pb.StoredMessage{QueueId: int32(qid), Message: &pb.Message{Topic: topic, Tags: r.Tags,
+				Keys: r.Keys, Properties: props, Body: r.Body, Flag: r.Flag, BornTimestamp: r.BornTime}})
+		}
+		next = r.QueueOffset + 1
+	}
+	if next == cursor {
+		return nil
+	}
+	return b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_Send{Send: &pb.SendBatch{
+		StoreTimestamp: now.UnixMilli(), Messages: moved, ScheduleOffsets: map[int32]int64{level: next},
+	}}})
+}
+
+// ConsumerSendBack takes back a message a consumer could not consume: to
+// the schedule topic for a later retry, or to the dead-letter topic after
+// too many.
+func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBackRequest) (*pb.ConsumerSendBackResponse, error) {
+	b := s.b
+	if !validName(req.ConsumerGroup) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
+	}
+	if req.DelayLevel > int32(len(b.delays)) || req.MaxReconsumeTimes < 0 {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("delay level must be at most %d", len(b.delays)))
+	}
+	if err := b.requireMaster(); err != nil {
+		return nil, err
+	}
+	group, off, err := storage.ParseMessageID(req.MsgId)
+	if err != nil {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, err.Error())
+	}
+	if group != b.cfg.Group {
+		return nil, statusError(codes.NotFound, pb.ErrorReason_MESSAGE_NOT_FOUND, "message "+req.MsgId+" is not on "+b.cfg.Group, nil)
+	}
+	raw, err := b.store.ReadMessage(off)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	r, err := storage.DecodeRecord(raw)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	props := make(map[string]string, len(r.Properties)+4)
+	for k, v := range r.Properties {
+		props[k] = v
+	}
+	times, _ := strconv.Atoi(props[PropReconsumeTimes])
+	times++
+	props[PropReconsumeTimes] = strconv.Itoa(times)
+	if props[PropRetryTopic] == "" {
+		props[PropRetryTopic] = r.Topic
+	}
+	if props[PropOriginMsgID] == "" {
+		props[PropOriginMsgID] = req.MsgId
+	}
+	maxTimes := req.MaxReconsumeTimes
+	if g := b.meta.group(req.ConsumerGroup); maxTimes == 0 && g != nil {
+		maxTimes = g.RetryMaxTimes
+	}
+	if maxTimes == 0 {
+		maxTimes = b.cfg.MaxReconsumeTimes
+	}
+	msg := &pb.Message{Tags: r.Tags, Keys: r.Keys, Properties: props, Body: r.Body, Flag: r.Flag, BornTimestamp: r.BornTime}
+	queue := int32(0)
+	if times > int(maxTimes) || req.DelayLevel < 0 {
+		msg.Topic = DLQTopic(req.ConsumerGroup)
+		if err := s.ensureTopic(ctx, msg.Topic); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := s.ensureTopic(ctx, RetryTopic(req.ConsumerGroup)); err != nil {
+			return nil, err
+		}
+		level := req.DelayLevel
+		if level == 0 {
+			level = min(int32(2+times), int32(len(b.delays)))
+		}
+		props[PropRealTopic], props[PropRealQueue], props[PropDelayLevel] = RetryTopic(req.ConsumerGroup), "0", strconv.Itoa(int(level))
+		msg.Topic, queue = ScheduleTopic, level-1
+	}
+	sm := storage.Message{Topic: msg.Topic, QueueID: queue, Tags: msg.Tags, Keys: msg.Keys, Properties: props, Body: msg.Body}
+	if err := b.store.CheckMessage(&sm); err != nil {
+		return nil, storeError(err)
+	}
+	stored := &pb.StoredMessage{Message: msg, QueueId: queue}
+	sctx, cancel := context.WithTimeout(ctx, b.cfg.SendTimeout)
+	defer cancel()
+	if _, err := b.batcher.submit(sctx, []*pb.StoredMessage{stored}, protoSize(stored)); err != nil {
+		return nil, err
+	}
+	return &pb.ConsumerSendBackResponse{}, nil
+}
+
+// ensureTopic creates a one-queue system topic (retry, dead letters) on
+// first use.
+func (s *service) ensureTopic(ctx context.Context, name string) error {
+	if s.b.meta.topic(name) != nil {
+		return nil
+	}
+	t := &pb.TopicConfig{Name: name, ReadQueues: 1, WriteQueues: 1, Perm: PermRead | PermWrite}
+	return s.b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_UpsertTopic{UpsertTopic: t}})
+}
