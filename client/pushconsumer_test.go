@@ -125,8 +125,11 @@ func TestPushConsumersRebalanceAndConsumeEverything(t *testing.T) {
 	if err := a.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	// Offsets carried over: duplicates only around the handovers.
-	if dups := got.duplicates(); dups > 100 {
+	// Offsets carried over: duplicates only around the handovers (a new
+	// owner may start before the old one's last commit lands). Had the
+	// offsets not carried over, every queue handed over would be read again
+	// from the first message (ConsumeFromFirst): 400 duplicates and more.
+	if dups := got.duplicates(); dups >= 300 {
 		t.Fatalf("%d duplicate deliveries of 600 messages", dups)
 	}
 	t.Logf("600 messages, %d duplicates", got.duplicates())
