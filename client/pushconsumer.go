@@ -360,12 +360,17 @@ func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
 	}
 }
 
-// members asks a master for the group's members.
+// members asks the masters hosting topic for the group's members and
+// takes the union: each broker knows the members from their heartbeats, and
+// a new master knows none until they heartbeat again, so one broker's list
+// alone could hand a member every queue.
 func (c *PushConsumer) members(ctx context.Context, topic string) ([]string, error) {
 	route, err := c.pc.r.route(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
+	set := map[string]bool{}
+	answered := false
 	for _, g := range route.Groups {
 		addr := masterAddr(g.Replicas)
 		if addr == "" {
@@ -378,12 +383,23 @@ func (c *PushConsumer) members(ctx context.Context, topic string) ([]string, err
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		resp, err := b.GetConsumerList(cctx, &pb.GetConsumerListRequest{ConsumerGroup: c.opts.group})
 		cancel()
-		if err == nil {
-			sort.Strings(resp.ClientIds)
-			return resp.ClientIds, nil
+		if err != nil {
+			continue
+		}
+		answered = true
+		for _, id := range resp.ClientIds {
+			set[id] = true
 		}
 	}
-	return nil, fmt.Errorf("client: no master of %s answered the member list", topic)
+	if !answered {
+		return nil, fmt.Errorf("client: no master of %s answered the member list", topic)
+	}
+	out := make([]string, 0, len(set))
+	for id := range set {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // doRebalance computes this member's share of every subscription and
