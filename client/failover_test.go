@@ -17,7 +17,7 @@ func TestProduceConsumeThroughMasterKill(t *testing.T) {
 	c := newCluster(t, 2, 3, nil)
 	c.createTopic("stream", 4)
 	var (
-		mu       sync.Mutex
+		mu      sync.Mutex
 		acked   = map[string]bool{}
 		afterA  atomic.Int64 // messages of broker-a stored after the kill, consumed
 		killedA atomic.Int64 // unix ms of the kill
