@@ -30,15 +30,39 @@ func namesrvFlag(cmd *cobra.Command, dst *string) {
 	cmd.PersistentFlags().StringVar(dst, "namesrv", "", "name server addresses HOST:PORT[,HOST:PORT] (default $RAFTMQ_NAMESRV)")
 }
 
-func newAdmin(namesrvs string) (*admin, error) {
-	if namesrvs == "" {
-		namesrvs = os.Getenv("RAFTMQ_NAMESRV")
+// nameServerAddrs is --namesrv, else $RAFTMQ_NAMESRV, as a list.
+func nameServerAddrs(flag string) ([]string, error) {
+	if flag == "" {
+		flag = os.Getenv("RAFTMQ_NAMESRV")
 	}
-	addrs := splitList(namesrvs)
+	addrs := splitList(flag)
 	if len(addrs) == 0 {
 		return nil, errors.New("no name server: give --namesrv HOST:PORT or set RAFTMQ_NAMESRV")
 	}
+	return addrs, nil
+}
+
+func newAdmin(namesrvs string) (*admin, error) {
+	addrs, err := nameServerAddrs(namesrvs)
+	if err != nil {
+		return nil, err
+	}
 	return &admin{nameServers: addrs, conns: map[string]*grpc.ClientConn{}, timeout: 10 * time.Second}, nil
+}
+
+// withCluster runs fn with an admin and the cluster as a name server sees
+// it, and closes the admin after.
+func withCluster(ctx context.Context, namesrvs string, fn func(*admin, *pb.ClusterInfoResponse) error) error {
+	a, err := newAdmin(namesrvs)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	info, err := a.clusterInfo(ctx)
+	if err != nil {
+		return err
+	}
+	return fn(a, info)
 }
 
 func (a *admin) close() {
@@ -224,35 +248,28 @@ func topicCommand() *cobra.Command {
 		Use:   "delete",
 		Short: "delete a topic from the groups hosting it",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := newAdmin(ns)
-			if err != nil {
-				return err
-			}
-			defer a.close()
-			info, err := a.clusterInfo(cmd.Context())
-			if err != nil {
-				return err
-			}
-			groups := hosting(info, dname)
-			if dgroup != "" {
-				if groups, err = targetGroups(info, dgroup); err != nil {
-					return err
+			return withCluster(cmd.Context(), ns, func(a *admin, info *pb.ClusterInfoResponse) (err error) {
+				groups := hosting(info, dname)
+				if dgroup != "" {
+					if groups, err = targetGroups(info, dgroup); err != nil {
+						return err
+					}
 				}
-			}
-			if len(groups) == 0 {
-				return fmt.Errorf("topic %q is on no broker group", dname)
-			}
-			for _, g := range groups {
-				err := a.onMaster(cmd.Context(), g, func(ctx context.Context, b pb.BrokerClient) error {
-					_, err := b.DeleteTopic(ctx, &pb.DeleteTopicRequest{Name: dname})
-					return err
-				})
-				if err != nil {
-					return fmt.Errorf("delete topic %s on %s: %w", dname, g.Group, err)
+				if len(groups) == 0 {
+					return fmt.Errorf("topic %q is on no broker group", dname)
 				}
-				fmt.Printf("deleted topic %s on %s\n", dname, g.Group)
-			}
-			return nil
+				for _, g := range groups {
+					err := a.onMaster(cmd.Context(), g, func(ctx context.Context, b pb.BrokerClient) error {
+						_, err := b.DeleteTopic(ctx, &pb.DeleteTopicRequest{Name: dname})
+						return err
+					})
+					if err != nil {
+						return fmt.Errorf("delete topic %s on %s: %w", dname, g.Group, err)
+					}
+					fmt.Printf("deleted topic %s on %s\n", dname, g.Group)
+				}
+				return nil
+			})
 		},
 	}
 	del.Flags().StringVar(&dname, "name", "", "topic name")
@@ -343,15 +360,12 @@ func upsertTopic(ctx context.Context, ns, name, group, perm string, queues, read
 	if readQ < 1 || writeQ < 1 {
 		return errors.New("queue counts must be at least 1")
 	}
-	a, err := newAdmin(ns)
-	if err != nil {
-		return err
-	}
-	defer a.close()
-	info, err := a.clusterInfo(ctx)
-	if err != nil {
-		return err
-	}
+	return withCluster(ctx, ns, func(a *admin, info *pb.ClusterInfoResponse) error {
+		return upsertOn(ctx, a, info, name, group, p, readQ, writeQ, update)
+	})
+}
+
+func upsertOn(ctx context.Context, a *admin, info *pb.ClusterInfoResponse, name, group string, p, readQ, writeQ int32, update bool) error {
 	groups, err := targetGroups(info, group)
 	if err != nil {
 		return err
@@ -387,42 +401,41 @@ func clusterCommand() *cobra.Command {
 		Use:   "list",
 		Short: "list broker groups and replicas: role, addresses, Raft term and applied index",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := newAdmin(ns)
-			if err != nil {
-				return err
-			}
-			defer a.close()
-			info, err := a.clusterInfo(cmd.Context())
-			if err != nil {
-				return err
-			}
-			w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "GROUP\tREPLICA\tROLE\tGRPC\tRAFT\tTERM\tAPPLIED")
-			for _, g := range info.Groups {
-				for _, r := range g.Replicas {
-					role, raftAddr, term, applied := "slave", "-", "-", "-"
-					if r.Master {
-						role = "master"
-					}
-					if b, err := a.broker(r.GrpcAddress); err == nil {
-						ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
-						d, err := b.DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
-						cancel()
-						if err == nil {
-							term, applied = fmt.Sprint(d.Term), fmt.Sprint(d.AppliedIndex)
-							for _, rep := range d.Replicas {
-								if rep.Id == r.Id {
-									raftAddr = rep.RaftAddress
-								}
-							}
-						}
-					}
-					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", g.Group, r.Id, role, r.GrpcAddress, raftAddr, term, applied)
-				}
-			}
-			return w.Flush()
+			return withCluster(cmd.Context(), ns, func(a *admin, info *pb.ClusterInfoResponse) error {
+				return printCluster(cmd.Context(), a, info)
+			})
 		},
 	}
 	cmd.AddCommand(list)
 	return cmd
+}
+
+// printCluster writes the cluster list table, asking each replica for its
+// Raft state.
+func printCluster(ctx context.Context, a *admin, info *pb.ClusterInfoResponse) error {
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "GROUP\tREPLICA\tROLE\tGRPC\tRAFT\tTERM\tAPPLIED")
+	for _, g := range info.Groups {
+		for _, r := range g.Replicas {
+			role, raftAddr, term, applied := "slave", "-", "-", "-"
+			if r.Master {
+				role = "master"
+			}
+			if b, err := a.broker(r.GrpcAddress); err == nil {
+				dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				d, err := b.DescribeBroker(dctx, &pb.DescribeBrokerRequest{})
+				cancel()
+				if err == nil {
+					term, applied = fmt.Sprint(d.Term), fmt.Sprint(d.AppliedIndex)
+					for _, rep := range d.Replicas {
+						if rep.Id == r.Id {
+							raftAddr = rep.RaftAddress
+						}
+					}
+				}
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", g.Group, r.Id, role, r.GrpcAddress, raftAddr, term, applied)
+		}
+	}
+	return w.Flush()
 }

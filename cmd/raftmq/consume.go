@@ -47,14 +47,11 @@ among a group's members is the client SDK's.`,
 			if topic == "" || group == "" {
 				return errors.New("--topic and --group are required")
 			}
-			nsAddrs := ns
-			if nsAddrs == "" {
-				nsAddrs = os.Getenv("RAFTMQ_NAMESRV")
+			nsAddrs, err := nameServerAddrs(ns)
+			if err != nil {
+				return err
 			}
-			if nsAddrs == "" {
-				return errors.New("no name server: give --namesrv HOST:PORT or set RAFTMQ_NAMESRV")
-			}
-			pc, err := client.NewPullConsumer(client.WithNameServers(splitList(nsAddrs)...), client.WithGroup(group))
+			pc, err := client.NewPullConsumer(client.WithNameServers(nsAddrs...), client.WithGroup(group))
 			if err != nil {
 				return err
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -25,13 +24,11 @@ again. Prints how many were resent.`,
 			if group == "" {
 				return errors.New("--group is required")
 			}
-			if ns == "" {
-				ns = os.Getenv("RAFTMQ_NAMESRV")
+			nsAddrs, err := nameServerAddrs(ns)
+			if err != nil {
+				return err
 			}
-			if ns == "" {
-				return errors.New("no name server: give --namesrv HOST:PORT or set RAFTMQ_NAMESRV")
-			}
-			n, err := resendDeadLetters(cmd.Context(), splitList(ns), group)
+			n, err := resendDeadLetters(cmd.Context(), nsAddrs, group)
 			if err != nil {
 				return err
 			}

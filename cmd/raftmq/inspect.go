@@ -31,99 +31,97 @@ group has none for the queue (its lag counts from the queue's minimum).`,
 			if group == "" {
 				return errors.New("--group is required")
 			}
-			a, err := newAdmin(ns)
-			if err != nil {
-				return err
-			}
-			defer a.close()
-			info, err := a.clusterInfo(cmd.Context())
-			if err != nil {
-				return err
-			}
-			topics := map[string]bool{}
-			if topic != "" {
-				topics[topic] = true
-			} else {
-				for _, g := range info.Groups {
-					for _, t := range g.Topics {
-						topics[t] = true
-					}
-				}
-			}
-			type row struct {
-				topic, broker             string
-				queue                     int32
-				min, max, committed, lagN int64
-			}
-			var rows []row
-			for t := range topics {
-				for _, g := range hosting(info, t) {
-					var route *pb.TopicConfig
-					var d *pb.DescribeBrokerResponse
-					err := a.onMaster(cmd.Context(), g, func(ctx context.Context, b pb.BrokerClient) (err error) {
-						d, err = b.DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
-						return err
-					})
-					if err != nil {
-						return err
-					}
-					for _, tc := range d.Topics {
-						if tc.Name == t {
-							route = tc
-						}
-					}
-					if route == nil {
-						continue
-					}
-					for q := int32(0); q < route.ReadQueues; q++ {
-						r := row{topic: t, broker: g.Group, queue: q}
-						err := a.onMaster(cmd.Context(), g, func(ctx context.Context, b pb.BrokerClient) error {
-							o, err := b.GetQueueOffsets(ctx, &pb.GetQueueOffsetsRequest{Topic: t, QueueId: q})
-							if err != nil {
-								return err
-							}
-							c, err := b.QueryConsumerOffset(ctx, &pb.QueryConsumerOffsetRequest{ConsumerGroup: group, Topic: t, QueueId: q})
-							if err != nil {
-								return err
-							}
-							r.min, r.max, r.committed = o.MinOffset, o.MaxOffset, c.Offset
-							return nil
-						})
-						if err != nil {
-							return err
-						}
-						if topic == "" && r.committed < 0 {
-							continue // not a topic this group reads
-						}
-						rows = append(rows, r)
-					}
-				}
-			}
-			sort.Slice(rows, func(i, j int) bool {
-				if rows[i].topic != rows[j].topic {
-					return rows[i].topic < rows[j].topic
-				}
-				if rows[i].broker != rows[j].broker {
-					return rows[i].broker < rows[j].broker
-				}
-				return rows[i].queue < rows[j].queue
+			return withCluster(cmd.Context(), ns, func(a *admin, info *pb.ClusterInfoResponse) error {
+				return printProgress(cmd.Context(), a, info, group, topic)
 			})
-			w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(w, "TOPIC\tBROKER\tQUEUE\tMAX\tCOMMITTED\tLAG")
-			for _, r := range rows {
-				committed, from := "-", r.min
-				if r.committed >= 0 {
-					committed, from = fmt.Sprint(r.committed), r.committed
-				}
-				fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%d\n", r.topic, r.broker, r.queue, r.max, committed, max(r.max-from, 0))
-			}
-			return w.Flush()
 		},
 	}
 	progress.Flags().StringVar(&group, "group", "", "consumer group")
 	progress.Flags().StringVar(&topic, "topic", "", "only this topic")
 	cmd.AddCommand(progress)
 	return cmd
+}
+
+// printProgress writes the group progress table.
+func printProgress(ctx context.Context, a *admin, info *pb.ClusterInfoResponse, group, topic string) error {
+	topics := map[string]bool{}
+	if topic != "" {
+		topics[topic] = true
+	} else {
+		for _, g := range info.Groups {
+			for _, t := range g.Topics {
+				topics[t] = true
+			}
+		}
+	}
+	type row struct {
+		topic, broker       string
+		queue               int32
+		min, max, committed int64
+	}
+	var rows []row
+	for t := range topics {
+		for _, g := range hosting(info, t) {
+			var d *pb.DescribeBrokerResponse
+			err := a.onMaster(ctx, g, func(ctx context.Context, b pb.BrokerClient) (err error) {
+				d, err = b.DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			var tc *pb.TopicConfig
+			for _, c := range d.Topics {
+				if c.Name == t {
+					tc = c
+				}
+			}
+			if tc == nil {
+				continue
+			}
+			for q := int32(0); q < tc.ReadQueues; q++ {
+				r := row{topic: t, broker: g.Group, queue: q}
+				err := a.onMaster(ctx, g, func(ctx context.Context, b pb.BrokerClient) error {
+					o, err := b.GetQueueOffsets(ctx, &pb.GetQueueOffsetsRequest{Topic: t, QueueId: q})
+					if err != nil {
+						return err
+					}
+					c, err := b.QueryConsumerOffset(ctx, &pb.QueryConsumerOffsetRequest{ConsumerGroup: group, Topic: t, QueueId: q})
+					if err != nil {
+						return err
+					}
+					r.min, r.max, r.committed = o.MinOffset, o.MaxOffset, c.Offset
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				if topic == "" && r.committed < 0 {
+					continue // not a topic this group reads
+				}
+				rows = append(rows, r)
+			}
+		}
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].topic != rows[j].topic {
+			return rows[i].topic < rows[j].topic
+		}
+		if rows[i].broker != rows[j].broker {
+			return rows[i].broker < rows[j].broker
+		}
+		return rows[i].queue < rows[j].queue
+	})
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "TOPIC\tBROKER\tQUEUE\tMAX\tCOMMITTED\tLAG")
+	for _, r := range rows {
+		committed, from := "-", r.min
+		if r.committed >= 0 {
+			committed, from = fmt.Sprint(r.committed), r.committed
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\t%d\n", r.topic, r.broker, r.queue, r.max, committed, max(r.max-from, 0))
+	}
+	return w.Flush()
 }
 
 func msgCommand() *cobra.Command {

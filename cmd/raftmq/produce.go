@@ -44,14 +44,11 @@ with an "error" field. The exit status is 1 when any send failed.`,
 			if body != "" && cmd.Flags().Changed("size") {
 				return errors.New("give --body or --size, not both")
 			}
-			nsAddrs := ns
-			if nsAddrs == "" {
-				nsAddrs = os.Getenv("RAFTMQ_NAMESRV")
+			nsAddrs, err := nameServerAddrs(ns)
+			if err != nil {
+				return err
 			}
-			if nsAddrs == "" {
-				return errors.New("no name server: give --namesrv HOST:PORT or set RAFTMQ_NAMESRV")
-			}
-			p, err := client.NewProducer(client.WithNameServers(splitList(nsAddrs)...), client.WithSendTimeout(timeout))
+			p, err := client.NewProducer(client.WithNameServers(nsAddrs...), client.WithSendTimeout(timeout))
 			if err != nil {
 				return err
 			}
