@@ -156,6 +156,10 @@ func (c *PullConsumer) PullBlocking(ctx context.Context, mq MessageQueue, expr s
 // pull is the one request path of every pull (blocking, callback, and the
 // push consumer's); commit > 0 commits that offset for the group with it.
 func (c *PullConsumer) pull(ctx context.Context, mq MessageQueue, expr string, offset int64, max int32, suspend time.Duration, commit int64) (*PullResult, error) {
+	// A held pull is an idle RPC for up to suspend; past that and a margin
+	// the broker or the network is gone.
+	ctx, cancel := context.WithTimeout(ctx, suspend+15*time.Second)
+	defer cancel()
 	tags, err := parseTags(expr)
 	if err != nil {
 		return nil, err
