@@ -29,11 +29,13 @@ type Broker struct {
 	log  *slog.Logger
 	self int32
 
-	store *storage.Store
-	meta  *metadata
-	fsm   *fsm
-	node  *cluster.RaftNode
-	ms    *cluster.Membership // nil without gossip
+	store   *storage.Store
+	meta    *metadata
+	fsm     *fsm
+	node    *cluster.RaftNode
+	ms      *cluster.Membership // nil without gossip
+	ops     *cluster.OpsServer  // nil without HTTPAddr
+	metrics *metrics
 
 	grpc *grpc.Server
 	lis  net.Listener
@@ -88,6 +90,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended}
 	b.fsm.catchUp = b.catchUp
+	b.metrics = newMetrics(b)
 	b.batcher = newBatcher(b)
 	b.offsets = newOffsetCommitter(b)
 
@@ -109,7 +112,19 @@ func Start(cfg Config) (*Broker, error) {
 	)
 	pb.RegisterBrokerServer(b.grpc, &service{b: b})
 
-	if err := b.startGossip(); err != nil {
+	if err := b.startGossip(); err == nil {
+		err = b.startOps()
+	} else {
+		b.cancel()
+		b.node.Close()
+		b.lis.Close()
+		store.Close()
+		return nil, err
+	}
+	if err != nil {
+		if b.ms != nil {
+			b.ms.Close()
+		}
 		b.cancel()
 		b.node.Close()
 		b.lis.Close()
@@ -143,6 +158,14 @@ func (b *Broker) goLoop(f func(ctx context.Context)) {
 // Addr is the address the gRPC server listens on.
 func (b *Broker) Addr() string { return b.lis.Addr().String() }
 
+// OpsAddr is where /metrics and /healthz are served ("" when off).
+func (b *Broker) OpsAddr() string {
+	if b.ops == nil {
+		return ""
+	}
+	return b.ops.Addr()
+}
+
 // IsMaster reports whether this replica is the group's master now.
 func (b *Broker) IsMaster() bool { return b.master.Load() }
 
@@ -163,6 +186,9 @@ func (b *Broker) Close() error {
 	}
 	b.master.Store(false)
 	b.holds.wakeAll()
+	if b.ops != nil {
+		b.ops.Close()
+	}
 	stopped := make(chan struct{})
 	go func() {
 		b.grpc.GracefulStop()

@@ -33,6 +33,8 @@ type Config struct {
 	// Gossip puts the replica in the cluster's gossip pool (off when its
 	// BindAddr is empty).
 	Gossip GossipConfig
+	// HTTPAddr serves /metrics (Prometheus) and /healthz; "" leaves it off.
+	HTTPAddr string
 
 	// SendTimeout is a send's default time to be replicated and applied
 	// when the request names none. Default 3 s.

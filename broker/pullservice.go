@@ -21,6 +21,16 @@ import (
 // answers at once and sends the consumer back to the master, where
 // arrivals are notified.
 func (s *service) PullMessage(ctx context.Context, req *pb.PullMessageRequest) (*pb.PullMessageResponse, error) {
+	start := time.Now()
+	resp, err := s.pull(ctx, req)
+	if err == nil {
+		s.b.metrics.pulls.WithLabelValues(resp.Status.String()).Inc()
+		s.b.metrics.pullSeconds.Observe(time.Since(start).Seconds())
+	}
+	return resp, err
+}
+
+func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.PullMessageResponse, error) {
 	b := s.b
 	switch {
 	case !validName(req.ConsumerGroup):

@@ -68,10 +68,13 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	start := time.Now()
 	res, err := b.batcher.submit(ctx, msgs, bytes)
 	if err != nil {
 		return nil, err
 	}
+	b.metrics.sendSeconds.Observe(time.Since(start).Seconds())
+	b.metrics.sendMessages.Add(float64(len(res)))
 	out := &pb.SendMessageResponse{Group: b.cfg.Group, QueueId: req.QueueId, Results: make([]*pb.SendResult, len(res))}
 	for i, r := range res {
 		out.Results[i] = &pb.SendResult{

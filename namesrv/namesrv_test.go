@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,7 +77,7 @@ func newEnv(t *testing.T, nameServers int) *env {
 	for i := 0; i < nameServers; i++ {
 		addrs := freeAddrs(t, 2)
 		cfg := Config{Name: fmt.Sprintf("ns-%d", i), GRPCAddr: addrs[0], GossipAddr: addrs[1], FastGossip: true,
-			RefreshInterval: 100 * time.Millisecond, Logger: quiet}
+			RefreshInterval: 100 * time.Millisecond, HTTPAddr: "127.0.0.1:0", Logger: quiet}
 		if i > 0 {
 			cfg.Join = []string{e.nsCfgs[0].GossipAddr}
 		}
@@ -247,6 +249,24 @@ func TestNameServerRestartAndTwoNameServersAgree(t *testing.T) {
 	names, err := c1.ListTopics(context.Background(), &pb.ListTopicsRequest{})
 	if err != nil || len(names.Topics) != 2 {
 		t.Fatalf("topics: %v %v", names, err)
+	}
+	// Its metrics and health.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+	resp, err := hc.Get("http://" + e.ns[1].OpsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"raftmq_namesrv_members 5", "raftmq_namesrv_groups 1", "raftmq_namesrv_groups_with_master 1", "raftmq_namesrv_topics 2"} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("name server metrics lack %q:\n%s", want, body)
+		}
+	}
+	if resp, err := hc.Get("http://" + e.ns[1].OpsAddr() + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
@@ -48,7 +50,9 @@ type Config struct {
 	RefreshInterval time.Duration
 	// FetchTimeout bounds one DescribeBroker. Default 3 s.
 	FetchTimeout time.Duration
-	Logger       *slog.Logger
+	// HTTPAddr serves /metrics (Prometheus) and /healthz; "" leaves it off.
+	HTTPAddr string
+	Logger   *slog.Logger
 }
 
 // Server is a running name server.
@@ -57,6 +61,7 @@ type Server struct {
 	log    *slog.Logger
 	table  *routeTable
 	ms     *cluster.Membership
+	ops    *cluster.OpsServer
 	grpc   *grpc.Server
 	lis    net.Listener
 	ctx    context.Context
@@ -108,6 +113,13 @@ func Start(cfg Config) (*Server, error) {
 	}
 	s.grpc = grpc.NewServer()
 	pb.RegisterNameServerServer(s.grpc, &service{s: s})
+	if cfg.HTTPAddr != "" {
+		if s.ops, err = cluster.ServeOps(cfg.HTTPAddr, s.metrics(), func() error { return s.ctx.Err() }); err != nil {
+			s.ms.Close()
+			s.lis.Close()
+			return nil, err
+		}
+	}
 	s.wg.Add(3)
 	go func() {
 		defer s.wg.Done()
@@ -125,11 +137,51 @@ func Start(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// metrics registers the name server's gauges: members of the pool, live
+// broker groups, groups with a master, topics routed.
+func (s *Server) metrics() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	gauge("raftmq_namesrv_members", "Live members of the gossip pool.", func() float64 {
+		s.table.mu.Lock()
+		defer s.table.mu.Unlock()
+		return float64(len(s.table.members))
+	})
+	gauge("raftmq_namesrv_groups", "Live broker groups.", func() float64 {
+		return float64(len(s.table.clusterInfo(s.cfg.Cluster).Groups))
+	})
+	gauge("raftmq_namesrv_groups_with_master", "Live broker groups with a master.", func() float64 {
+		n := 0
+		for _, g := range s.table.clusterInfo(s.cfg.Cluster).Groups {
+			if g.MasterId != 0 {
+				n++
+			}
+		}
+		return float64(n)
+	})
+	gauge("raftmq_namesrv_topics", "Topics routed.", func() float64 { return float64(len(s.table.topicNames())) })
+	reg.MustRegister(prometheus.NewGoCollector())
+	return reg
+}
+
+// OpsAddr is where /metrics and /healthz are served ("" when off).
+func (s *Server) OpsAddr() string {
+	if s.ops == nil {
+		return ""
+	}
+	return s.ops.Addr()
+}
+
 // Addr is the gRPC address the name server listens on.
 func (s *Server) Addr() string { return s.lis.Addr().String() }
 
 // Close leaves the pool and stops serving.
 func (s *Server) Close() error {
+	if s.ops != nil {
+		s.ops.Close()
+	}
 	s.cancel()
 	err := s.ms.Close() // ends eventLoop: Events closes
 	s.grpc.Stop()

@@ -33,6 +33,7 @@ type brokerFlags struct {
 	Cluster         string `yaml:"cluster"`
 	FlushSync       bool   `yaml:"flush-sync"`
 	SegmentSize     string `yaml:"segment-size"`
+	HTTP            string `yaml:"http"`
 	LogLevel        string `yaml:"log-level"`
 }
 
@@ -73,6 +74,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.AdvertiseGossip, "advertise-gossip", "", "gossip address others reach (default --gossip; a host name is resolved)")
 	fl.StringVar(&f.Join, "join", "", "gossip members to join (name servers): HOST:PORT,...")
 	fl.StringVar(&f.Cluster, "cluster", "raftmq", "cluster name")
+	fl.StringVar(&f.HTTP, "http", "", "HTTP address for /metrics (Prometheus) and /healthz (off when empty)")
 	fl.StringVar(&f.SegmentSize, "segment-size", "1GiB", "commitlog segment size (every replica of a group must use the same): e.g. 64MiB, 1GiB")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
 	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -110,6 +112,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("cluster", &f.Cluster, fromFile.Cluster)
 	set("log-level", &f.LogLevel, fromFile.LogLevel)
 	set("segment-size", &f.SegmentSize, fromFile.SegmentSize)
+	set("http", &f.HTTP, fromFile.HTTP)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -161,6 +164,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		Dir:           f.Dir,
 		GRPCAddr:      f.GRPC,
 		AdvertiseGRPC: f.AdvertiseGRPC,
+		HTTPAddr:      f.HTTP,
 		Logger:        log,
 	}
 	cfg.Raft.BindAddr = f.Raft

@@ -70,7 +70,7 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
 func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	grpcAddrs, raftAddrs := freeAddrs(t, 3), freeAddrs(t, 3)
+	grpcAddrs, raftAddrs, httpAddrs := freeAddrs(t, 3), freeAddrs(t, 3), freeAddrs(t, 3)
 	var peers []string
 	for i, a := range raftAddrs {
 		peers = append(peers, fmt.Sprintf("%d=%s", i+1, a))
@@ -79,7 +79,7 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 	for i := range procs {
 		cmd := exec.Command(bin, "broker", "--group", "broker-a", "--id", fmt.Sprint(i+1),
 			"--dir", filepath.Join(dir, fmt.Sprint(i+1)), "--grpc", grpcAddrs[i], "--raft", raftAddrs[i],
-			"--peers", strings.Join(peers, ","), "--log-level", "warn", "--segment-size", "8MiB")
+			"--peers", strings.Join(peers, ","), "--log-level", "warn", "--segment-size", "8MiB", "--http", httpAddrs[i])
 		out, _ := cmd.StdoutPipe()
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
@@ -127,6 +127,15 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 	}
 	ctx := context.Background()
 	m := master(-1)
+	// raftmq health says serving, and fails where nothing serves.
+	for _, a := range httpAddrs {
+		if out, err := exec.Command(bin, "health", "--addr", a).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "ok" {
+			t.Fatalf("health of %s: %v %s", a, err, out)
+		}
+	}
+	if err := exec.Command(bin, "health", "--addr", freeAddrs(t, 1)[0]).Run(); err == nil {
+		t.Fatal("health of nothing succeeded")
+	}
 	if _, err := clients[m].CreateTopic(ctx, &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: "t", ReadQueues: 1, WriteQueues: 1}}); err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,7 @@ seconds.`,
 	fl.StringVar(&cfg.GossipAddr, "gossip", "127.0.0.1:9877", "gossip address (TCP and UDP)")
 	fl.StringVar(&cfg.AdvertiseGossip, "advertise-gossip", "", "gossip address others reach (default --gossip; a host name is resolved)")
 	fl.StringVar(&join, "join", "", "gossip members to join: HOST:PORT,...")
+	fl.StringVar(&cfg.HTTPAddr, "http", "", "HTTP address for /metrics (Prometheus) and /healthz (off when empty)")
 	fl.StringVar(&cfg.Cluster, "cluster", "raftmq", "cluster name")
 	fl.StringVar(&cfg.Name, "name", "", "unique member name (default namesrv@GRPC)")
 	fl.StringVar(&level, "log-level", "info", "debug, info, warn or error")

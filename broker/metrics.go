@@ -1,0 +1,105 @@
+package broker
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/raftmq/raftmq/cluster"
+)
+
+// metrics are a replica's Prometheus metrics, in a registry of its own (a
+// process may run several replicas, as raftmq dev does).
+type metrics struct {
+	reg          *prometheus.Registry
+	sendMessages prometheus.Counter
+	sendSeconds  prometheus.Histogram
+	pulls        *prometheus.CounterVec // by status
+	pullSeconds  prometheus.Histogram
+}
+
+func newMetrics(b *Broker) *metrics {
+	labels := prometheus.Labels{"group": b.cfg.Group, "replica": strconv.Itoa(int(b.self))}
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		sendMessages: prometheus.NewCounter(prometheus.CounterOpts{Name: "raftmq_send_messages_total",
+			Help: "Messages stored through SendMessage.", ConstLabels: labels}),
+		sendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "raftmq_send_seconds",
+			Help: "SendMessage latency, replication included.", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		pulls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "raftmq_pull_requests_total",
+			Help: "PullMessage answers by status.", ConstLabels: labels}, []string{"status"}),
+		pullSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "raftmq_pull_seconds",
+			Help: "PullMessage latency, holding included.", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}),
+	}
+	gauge := func(name, help string, f func() float64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
+	}
+	stat := func(key string) func() float64 {
+		return func() float64 {
+			v, _ := strconv.ParseFloat(b.node.Raft.Stats()[key], 64)
+			return v
+		}
+	}
+	gauge("raftmq_held_pulls", "Pulls held for long polling.", func() float64 { return float64(b.holds.size()) })
+	gauge("raftmq_master", "1 while this replica serves as its group's master.", func() float64 {
+		if b.master.Load() {
+			return 1
+		}
+		return 0
+	})
+	gauge("raftmq_raft_state", "Raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.", func() float64 {
+		switch b.node.Raft.State() {
+		case raft.Candidate:
+			return 1
+		case raft.Leader:
+			return 2
+		case raft.Shutdown:
+			return 3
+		}
+		return 0
+	})
+	gauge("raftmq_raft_term", "Raft term.", stat("term"))
+	gauge("raftmq_raft_commit_index", "Raft commit index.", stat("commit_index"))
+	gauge("raftmq_raft_applied_index", "Raft index applied to the store.", stat("applied_index"))
+	gauge("raftmq_raft_last_contact_seconds", "Since a follower last heard from its leader (0 on the leader).", func() float64 {
+		if b.node.Raft.State() == raft.Leader {
+			return 0
+		}
+		return time.Since(b.node.Raft.LastContact()).Seconds()
+	})
+	gauge("raftmq_commitlog_min_offset", "First commitlog offset kept.", func() float64 { min, _ := b.store.CommitlogOffsets(); return float64(min) })
+	gauge("raftmq_commitlog_max_offset", "Commitlog end offset.", func() float64 { _, max := b.store.CommitlogOffsets(); return float64(max) })
+	m.reg.MustRegister(m.sendMessages, m.sendSeconds, m.pulls, m.pullSeconds,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// healthy: the replica serves when its Raft member runs and knows a
+// leader (its group can take writes).
+func (b *Broker) healthy() error {
+	if b.closed.Load() {
+		return errors.New("shutting down")
+	}
+	if b.node.Raft.State() == raft.Shutdown {
+		return errors.New("raft stopped")
+	}
+	if id, _ := b.leaderInfo(); id == 0 {
+		return errors.New("no master known: an election is on")
+	}
+	return nil
+}
+
+func (b *Broker) startOps() error {
+	if b.cfg.HTTPAddr == "" {
+		return nil
+	}
+	ops, err := cluster.ServeOps(b.cfg.HTTPAddr, b.metrics.reg, b.healthy)
+	if err != nil {
+		return err
+	}
+	b.ops = ops
+	return nil
+}

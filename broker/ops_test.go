@@ -1,0 +1,63 @@
+package broker
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+func get(url string) (int, string, error) {
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
+}
+
+// Every replica serves /healthz (200 once its group has a master) and
+// Prometheus /metrics: sends, pulls, held pulls, Raft state, commitlog.
+func TestMetricsAndHealth(t *testing.T) {
+	g := newGroup(t, 3, func(c *Config) { c.HTTPAddr = "127.0.0.1:0" })
+	g.createTopic("m", 1)
+	m := g.master()
+	for _, b := range g.brokers {
+		waitFor(t, 5*time.Second, func() bool {
+			code, _, err := get("http://" + b.OpsAddr() + "/healthz")
+			return err == nil && code == http.StatusOK
+		})
+	}
+	if _, err := g.client(m).SendMessage(context.Background(), oneMessage("m", 0, "counted")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.client(m).PullMessage(context.Background(), &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	_, body, err := get("http://" + g.brokers[m].OpsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`raftmq_send_messages_total{group="broker-a",replica="` + string(rune('1'+m)) + `"} 1`,
+		`raftmq_pull_requests_total{group="broker-a",replica="` + string(rune('1'+m)) + `",status="PULL_FOUND"} 1`,
+		`raftmq_master{group="broker-a",replica="` + string(rune('1'+m)) + `"} 1`,
+		`raftmq_raft_state{group="broker-a",replica="` + string(rune('1'+m)) + `"} 2`,
+		"raftmq_held_pulls", "raftmq_commitlog_max_offset", "raftmq_send_seconds_bucket", "raftmq_raft_applied_index",
+	} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("metrics lack %q:\n%s", want, body)
+		}
+	}
+	addr := g.brokers[m].OpsAddr()
+	g.stop(m)
+	if _, _, err := get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("a stopped replica still answers /healthz")
+	}
+}
