@@ -174,14 +174,16 @@ func TestSlaveAnswersNotLeaderWithMasterAddress(t *testing.T) {
 // load is senders sending one message at a time, round robin over a
 // topic's queues, following NOT_LEADER redirects, recording every ack.
 type load struct {
-	mu   sync.Mutex
-	acks []acked
-	wg   sync.WaitGroup
-	stop chan struct{}
+	mu      sync.Mutex
+	acks    []acked
+	wg      sync.WaitGroup
+	stop    chan struct{}
+	stopped sync.Once
 }
 
 func (g *group) startLoad(t *testing.T, senders int, topic string, queues int32, patience time.Duration) *load {
 	l := &load{stop: make(chan struct{})}
+	t.Cleanup(func() { l.end() }) // no sender outlives a failed test
 	m := g.master()
 	for s := 0; s < senders; s++ {
 		l.wg.Add(1)
@@ -226,7 +228,7 @@ func (l *load) grow(t *testing.T, n int) {
 
 // end stops the senders and returns the acks.
 func (l *load) end() []acked {
-	close(l.stop)
+	l.stopped.Do(func() { close(l.stop) })
 	l.wg.Wait()
 	return l.acks
 }

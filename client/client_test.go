@@ -253,6 +253,9 @@ func TestProducerRidesOutMasterFailure(t *testing.T) {
 	)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
+	defer halt() // no sender outlives a failed test
 	for s := 0; s < 4; s++ {
 		wg.Add(1)
 		go func() {
@@ -279,8 +282,7 @@ func TestProducerRidesOutMasterFailure(t *testing.T) {
 	c.stop("broker-a", c.master("broker-a"))
 	before := count()
 	waitFor(t, 15*time.Second, "sends after failover", func() bool { return count() > before+100 })
-	close(stop)
-	wg.Wait()
+	halt()
 	pc := c.pullConsumer("cg")
 	defer pc.Shutdown()
 	got := map[string]bool{}
