@@ -239,6 +239,9 @@ func (c *PushConsumer) Start() error {
 			c.worker()
 		}()
 	}
+	// Register with the brokers before the first rebalance, which needs
+	// this member in the group's member list.
+	c.heartbeat()
 	c.loop(c.cfg.HeartbeatInterval, c.heartbeat)
 	c.loop(c.cfg.CommitInterval, c.commitAll)
 	if c.cfg.Orderly {

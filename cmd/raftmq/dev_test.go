@@ -250,6 +250,18 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 		t.Fatalf("resent dead letter not in the retry topic:\n%s", out)
 	}
 
+	// bench: a counted run ends on its own with a JSON summary last.
+	out = raftmq(t, bin, "bench", "produce", "--namesrv", ns, "--topic", "keep", "--clients", "4", "--count", "200", "--size", "100", "--json")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	var sum struct {
+		Sent, Failed int64
+		MsgsPerSec   float64 `json:"msgs_per_sec"`
+		P99          float64 `json:"p99_ms"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Sent != 200 || sum.Failed != 0 || sum.MsgsPerSec <= 0 || sum.P99 <= 0 {
+		t.Fatalf("bench produce summary %+v (%v):\n%s", sum, err, out)
+	}
+
 	dev.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
 	go func() { done <- dev.Wait() }()

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/spf13/cobra"
+
+	"github.com/raftmq/raftmq/client"
+)
+
+// benchFlags are the settings shared by the bench commands.
+type benchFlags struct {
+	ns, topic, group, mode string
+	size, clients, batch   int
+	count                  int64
+	duration               time.Duration
+	json                   bool
+}
+
+func benchCommand() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "measure produce, consume and end-to-end throughput and latency",
+		Long: `Like RocketMQ's benchmark and nats bench. A line each second shows the rate,
+average and max latency and failures; the summary gives totals, msgs/s, MB/s and
+latency p50/p90/p99/p999/max. With --json the summary is one JSON object on the
+last line: msgs_per_sec, mb_per_sec, p50_ms, p90_ms, p99_ms, p999_ms, max_ms,
+sent, failed (consume reports received as sent).`,
+	}
+	fl := cmd.PersistentFlags()
+	namesrvFlag(cmd, &f.ns)
+	fl.StringVar(&f.topic, "topic", "bench", "topic (create it first outside dev mode)")
+	fl.IntVar(&f.size, "size", 1024, "message body size in bytes")
+	fl.IntVar(&f.clients, "clients", 16, "concurrent producers (or consumers' workers)")
+	fl.Int64Var(&f.count, "count", 0, "messages in all (0: run for --duration)")
+	fl.DurationVar(&f.duration, "duration", 10*time.Second, "how long to run when --count is 0")
+	fl.StringVar(&f.mode, "mode", "sync", "sync, async or batch")
+	fl.IntVar(&f.batch, "batch", 32, "messages per send in batch mode")
+	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object on the last line")
+	fl.StringVar(&f.group, "group", "bench", "consumer group (consume, e2e)")
+	cmd.AddCommand(
+		&cobra.Command{Use: "produce", Short: "send messages as fast as they are acknowledged",
+			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, true, false) }},
+		&cobra.Command{Use: "consume", Short: "consume messages with a push consumer from the first offset",
+			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, false, true) }},
+		&cobra.Command{Use: "e2e", Short: "produce and consume together; latency is send to receive",
+			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, true, true) }},
+	)
+	return cmd
+}
+
+// recorder counts and times operations from many goroutines.
+type recorder struct {
+	mu       sync.Mutex
+	hist     *hdrhistogram.Histogram // microseconds, whole run
+	window   *hdrhistogram.Histogram // microseconds, the current second
+	done     atomic.Int64
+	failed   atomic.Int64
+	lastDone int64
+}
+
+func newRecorder() *recorder {
+	return &recorder{hist: hdrhistogram.New(1, 60_000_000, 3), window: hdrhistogram.New(1, 60_000_000, 3)}
+}
+
+func (r *recorder) record(n int, d time.Duration) {
+	us := max(d.Microseconds(), 1)
+	r.mu.Lock()
+	for i := 0; i < n; i++ {
+		r.hist.RecordValue(us)
+		r.window.RecordValue(us)
+	}
+	r.mu.Unlock()
+	r.done.Add(int64(n))
+}
+
+// tick prints the last second's line.
+func (r *recorder) tick(elapsed time.Duration, total int64) {
+	r.mu.Lock()
+	avg, mx := r.window.Mean()/1000, float64(r.window.Max())/1000
+	r.window.Reset()
+	r.mu.Unlock()
+	done := r.done.Load()
+	rate := done - r.lastDone
+	r.lastDone = done
+	progress := ""
+	if total > 0 {
+		progress = fmt.Sprintf(" [%-20s] %3d%%", strings.Repeat("#", int(20*min(done, total)/total)), 100*min(done, total)/total)
+	}
+	fmt.Fprintf(os.Stderr, "%5.0fs %9d msgs/s  avg %7.2f ms  max %8.2f ms  failed %d%s\n",
+		elapsed.Seconds(), rate, avg, mx, r.failed.Load(), progress)
+}
+
+func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
+	nsAddrs, err := nameServerAddrs(f.ns)
+	if err != nil {
+		return err
+	}
+	if f.mode != "sync" && f.mode != "async" && f.mode != "batch" {
+		return fmt.Errorf("--mode %q: want sync, async or batch", f.mode)
+	}
+	if f.size < 1 || f.clients < 1 || f.batch < 1 {
+		return errors.New("--size, --clients and --batch must be positive")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if f.count == 0 {
+		var c context.CancelFunc
+		ctx, c = context.WithTimeout(ctx, f.duration)
+		defer c()
+	}
+	rec := newRecorder()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var consumer *client.PushConsumer
+	if consume {
+		cfg := client.PushConfig{ConsumeFrom: client.ConsumeFromFirst, Workers: f.clients, BatchSize: 32}
+		if produce {
+			cfg.ConsumeFrom = client.ConsumeFromLast
+		}
+		consumer, err = client.NewPushConsumer(cfg, client.WithNameServers(nsAddrs...), client.WithGroup(f.group))
+		if err != nil {
+			return err
+		}
+		err = consumer.Subscribe(f.topic, "*", func(_ context.Context, msgs []*client.MessageExt) client.ConsumeResult {
+			for _, m := range msgs {
+				lat := time.Duration(0)
+				if produce { // e2e: the born time is the send time
+					lat = time.Since(m.BornTime)
+				}
+				rec.record(1, lat)
+			}
+			if f.count > 0 && rec.done.Load() >= f.count && !produce {
+				cancel()
+			}
+			return client.ConsumeSuccess
+		})
+		if err != nil {
+			return err
+		}
+		if err := consumer.Start(); err != nil {
+			return err
+		}
+		defer consumer.Shutdown()
+	}
+	if produce {
+		p, err := client.NewProducer(client.WithNameServers(nsAddrs...), client.WithSendTimeout(10*time.Second))
+		if err != nil {
+			return err
+		}
+		if err := p.Start(); err != nil {
+			return err
+		}
+		defer p.Shutdown()
+		prec := rec
+		if consume {
+			prec = newRecorder() // e2e reports what was received
+		}
+		body := []byte(strings.Repeat("x", f.size))
+		var issued atomic.Int64
+		take := func(n int64) bool { return f.count == 0 || issued.Add(n) <= f.count+n-1 }
+		for i := 0; i < f.clients; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				produceLoop(ctx, p, f, body, prec, take)
+			}()
+		}
+		if consume {
+			defer func() { rec.failed.Add(prec.failed.Load()) }()
+		}
+	}
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	producersDone := make(chan struct{})
+	go func() { wg.Wait(); close(producersDone) }()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-producersDone:
+			if !consume {
+				break loop
+			}
+			producersDone = nil
+		case <-ticker.C:
+			rec.tick(time.Since(start), f.count)
+		}
+		if f.count > 0 && rec.done.Load() >= f.count {
+			break
+		}
+	}
+	cancel()
+	wg.Wait()
+	elapsed := time.Since(start)
+	return printSummary(rec, elapsed, f)
+}
+
+// produceLoop sends until ctx ends or take says the count is reached.
+func produceLoop(ctx context.Context, p *client.Producer, f benchFlags, body []byte, rec *recorder, take func(int64) bool) {
+	msg := func() *client.Message { return &client.Message{Topic: f.topic, Body: body} }
+	inflight := make(chan struct{}, 64) // async: bounded per client
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		switch f.mode {
+		case "sync":
+			if !take(1) {
+				return
+			}
+			t := time.Now()
+			if _, err := p.Send(ctx, msg()); err != nil {
+				if ctx.Err() == nil {
+					rec.failed.Add(1)
+				}
+				continue
+			}
+			rec.record(1, time.Since(t))
+		case "async":
+			if !take(1) {
+				return
+			}
+			select {
+			case inflight <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			t := time.Now()
+			wg.Add(1)
+			err := p.SendAsync(ctx, msg(), func(_ *client.SendResult, err error) {
+				defer wg.Done()
+				<-inflight
+				if err != nil {
+					if ctx.Err() == nil {
+						rec.failed.Add(1)
+					}
+					return
+				}
+				rec.record(1, time.Since(t))
+			})
+			if err != nil {
+				wg.Done()
+				<-inflight
+				rec.failed.Add(1)
+			}
+		case "batch":
+			if !take(int64(f.batch)) {
+				return
+			}
+			batch := make([]*client.Message, f.batch)
+			for i := range batch {
+				batch[i] = msg()
+			}
+			t := time.Now()
+			if _, err := p.SendBatch(ctx, batch); err != nil {
+				if ctx.Err() == nil {
+					rec.failed.Add(int64(f.batch))
+				}
+				continue
+			}
+			rec.record(f.batch, time.Since(t))
+		}
+	}
+}
+
+func printSummary(rec *recorder, elapsed time.Duration, f benchFlags) error {
+	rec.mu.Lock()
+	h := rec.hist
+	q := func(p float64) float64 { return float64(h.ValueAtQuantile(p)) / 1000 }
+	sum := map[string]any{
+		"msgs_per_sec": float64(rec.done.Load()) / elapsed.Seconds(),
+		"mb_per_sec":   float64(rec.done.Load()) * float64(f.size) / elapsed.Seconds() / 1e6,
+		"p50_ms":       q(50), "p90_ms": q(90), "p99_ms": q(99), "p999_ms": q(99.9),
+		"max_ms": float64(h.Max()) / 1000,
+		"sent":   rec.done.Load(), "failed": rec.failed.Load(),
+	}
+	rec.mu.Unlock()
+	fmt.Printf("%d messages of %d B in %.1fs: %.0f msgs/s, %.2f MB/s, %d failed\n", sum["sent"], f.size, elapsed.Seconds(),
+		sum["msgs_per_sec"], sum["mb_per_sec"], sum["failed"])
+	fmt.Printf("latency ms: p50 %.2f  p90 %.2f  p99 %.2f  p999 %.2f  max %.2f\n", sum["p50_ms"], sum["p90_ms"], sum["p99_ms"], sum["p999_ms"], sum["max_ms"])
+	if f.json {
+		b, _ := json.Marshal(sum)
+		fmt.Println(string(b))
+	}
+	return nil
+}
