@@ -284,19 +284,7 @@ func benchProduce(b *testing.B, replicas, senders, batch int) {
 			}
 		}()
 	}
-	b.SetBytes(benchBody)
-	b.ResetTimer()
-	cpu0, t0 := cpuTime(), time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	b.StopTimer()
-
-	if n := failures.Load(); n > 0 {
-		b.Fatalf("%d of the sends failed; first: %v", n, firstErr.Load())
-	}
-	reportCPU(b, cpu0, elapsed)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	timedRun(b, start, &wg, &failures, &firstErr, "sends")
 	reportPercentiles(b, "rpc", slices.Concat(lat...))
 	reportPeakRSS(b)
 	if t := g.benchTerm(m); t != term0 {
@@ -495,18 +483,7 @@ func benchRaftApply(b *testing.B, per, appliers int) {
 			}
 		}()
 	}
-	b.SetBytes(benchBody)
-	b.ResetTimer()
-	cpu0, t0 := cpuTime(), time.Now()
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(t0)
-	b.StopTimer()
-	if n := failures.Load(); n > 0 {
-		b.Fatalf("%d of the applies failed; first: %v", n, firstErr.Load())
-	}
-	reportCPU(b, cpu0, elapsed)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
+	timedRun(b, start, &wg, &failures, &firstErr, "applies")
 	reportPeakRSS(b)
 }
 
@@ -566,4 +543,21 @@ func startBareRaft(b *testing.B, n int) *raft.Raft {
 		b.Fatal(err)
 	}
 	return leader
+}
+
+// timedRun times the workers waiting on start from their release to their
+// end, reports msgs/s and CPU, and fails the benchmark if any op failed.
+func timedRun(b *testing.B, start chan struct{}, wg *sync.WaitGroup, failures *atomic.Int64, firstErr *atomic.Value, what string) {
+	b.SetBytes(benchBody)
+	b.ResetTimer()
+	cpu0, t0 := cpuTime(), time.Now()
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	b.StopTimer()
+	if n := failures.Load(); n > 0 {
+		b.Fatalf("%d of the %s failed; first: %v", n, what, firstErr.Load())
+	}
+	reportCPU(b, cpu0, elapsed)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 }
