@@ -200,15 +200,16 @@ func (b *Broker) Close() error {
 		b.grpc.Stop()
 		<-stopped
 	}
+	// Cancel first: the loops stop (gossip updates among them), and a
+	// snapshot restore copying the commitlog (catch-up), which holds the
+	// state machine Raft's shutdown waits for, gives up.
+	b.cancel()
 	if b.ms != nil {
-		// Leave first, so name servers drop this replica from routes.
+		// Leave, so name servers drop this replica from routes.
 		if err := b.ms.Close(); err != nil {
 			b.log.Warn("leaving gossip", "err", err)
 		}
 	}
-	// Cancel first: a snapshot restore copying the commitlog (catch-up)
-	// holds the state machine, and Raft's shutdown waits for it.
-	b.cancel()
 	err := b.node.Close()
 	b.wg.Wait()
 	if serr := b.store.Close(); err == nil {

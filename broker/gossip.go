@@ -75,7 +75,10 @@ func (b *Broker) gossipLoop(ctx context.Context) {
 		case <-t.C:
 			if m := b.gossipMeta(); m != last {
 				if err := b.ms.UpdateMeta(m); err != nil {
-					b.log.Warn("gossip metadata update failed", "err", err)
+					// Usually memberlist not confirming the broadcast in
+					// time (the pool is still forming); the update is
+					// queued, and the next tick tries again.
+					b.log.Debug("gossip metadata update not confirmed", "err", err)
 					continue
 				}
 				last = m
