@@ -1,0 +1,183 @@
+// Package e2e holds the tests across real processes and containers:
+// failover drills under load, judged by a history checker.
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Outcome is what a producer learned of one send.
+type Outcome int
+
+const (
+	Acked   Outcome = iota // stored: it must be consumed
+	Failed                 // refused: it must not be (nothing was stored)
+	Unknown                // timed out or leadership lost: it may be
+)
+
+// Send is one send as its producer recorded it.
+type Send struct {
+	Producer string
+	Seq      int
+	Body     string
+	Outcome  Outcome
+	MsgID    string
+	Queue    string // group/queue id
+	Offset   int64
+	At       time.Time
+}
+
+// Delivery is one message as a consumer received it.
+type Delivery struct {
+	Body   string
+	Queue  string
+	Offset int64
+}
+
+// History collects sends and deliveries from any goroutine.
+type History struct {
+	mu         sync.Mutex
+	sends      []Send
+	deliveries []Delivery
+}
+
+func (h *History) Sent(s Send) {
+	h.mu.Lock()
+	h.sends = append(h.sends, s)
+	h.mu.Unlock()
+}
+
+func (h *History) Delivered(d Delivery) {
+	h.mu.Lock()
+	h.deliveries = append(h.deliveries, d)
+	h.mu.Unlock()
+}
+
+// Consumed reports whether every acknowledged send was delivered.
+func (h *History) Consumed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[string]bool{}
+	for _, d := range h.deliveries {
+		seen[d.Body] = true
+	}
+	for _, s := range h.sends {
+		if s.Outcome == Acked && !seen[s.Body] {
+			return false
+		}
+	}
+	return true
+}
+
+// Report is the checker's verdict.
+type Report struct {
+	Acked, Failed, Unknown int
+	Lost                   []string // acked, never consumed
+	Unexpected             []string // consumed, never sent (or sent and refused)
+	DupFromUnknown         int      // deliveries beyond the first of messages whose send outcome was unknown
+	DupOther               int      // deliveries beyond the first of other messages
+	OrderBreaks            []string // a producer's messages stored out of send order within a queue
+	WriteGaps              []time.Duration
+}
+
+func (r Report) String() string {
+	gaps := make([]string, len(r.WriteGaps))
+	for i, g := range r.WriteGaps {
+		gaps[i] = g.Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("acked %d, failed %d, unknown %d; lost %d, unexpected %d, duplicates %d (+%d from unknown sends), order breaks %d; write gaps over 1s: [%s]",
+		r.Acked, r.Failed, r.Unknown, len(r.Lost), len(r.Unexpected), r.DupOther, r.DupFromUnknown, len(r.OrderBreaks), strings.Join(gaps, " "))
+}
+
+// OK is the drills' pass: nothing lost, nothing unexpected, no order break.
+func (r Report) OK() bool {
+	return len(r.Lost) == 0 && len(r.Unexpected) == 0 && len(r.OrderBreaks) == 0
+}
+
+// Check judges the history.
+func (h *History) Check() Report {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var r Report
+	outcome := map[string]Outcome{}
+	for _, s := range h.sends {
+		outcome[s.Body] = s.Outcome
+		switch s.Outcome {
+		case Acked:
+			r.Acked++
+		case Failed:
+			r.Failed++
+		default:
+			r.Unknown++
+		}
+	}
+	count := map[string]int{}
+	for _, d := range h.deliveries {
+		count[d.Body]++
+		if o, ok := outcome[d.Body]; !ok || o == Failed {
+			if count[d.Body] == 1 {
+				r.Unexpected = append(r.Unexpected, d.Body)
+			}
+		}
+	}
+	for body, n := range count {
+		if n > 1 {
+			if outcome[body] == Unknown {
+				r.DupFromUnknown += n - 1
+			} else {
+				r.DupOther += n - 1
+			}
+		}
+	}
+	for _, s := range h.sends {
+		if s.Outcome == Acked && count[s.Body] == 0 {
+			r.Lost = append(r.Lost, s.Body)
+		}
+	}
+	// Order: within a queue, a producer's messages must be stored in the
+	// order it sent them (its sends are sequential).
+	seq := map[string]Send{}
+	for _, s := range h.sends {
+		seq[s.Body] = s
+	}
+	type key struct{ producer, queue string }
+	stored := map[key][]Delivery{}
+	for _, d := range h.deliveries {
+		if s, ok := seq[d.Body]; ok {
+			stored[key{s.Producer, d.Queue}] = append(stored[key{s.Producer, d.Queue}], d)
+		}
+	}
+	for k, ds := range stored {
+		sort.Slice(ds, func(i, j int) bool { return ds[i].Offset < ds[j].Offset })
+		ds = slices.CompactFunc(ds, func(a, b Delivery) bool { return a.Offset == b.Offset }) // redeliveries
+		last := -1
+		for _, d := range ds {
+			n := seq[d.Body].Seq
+			if n < last {
+				r.OrderBreaks = append(r.OrderBreaks, fmt.Sprintf("%s in %s: seq %d stored after %d", k.producer, k.queue, n, last))
+			}
+			last = max(last, n)
+		}
+	}
+	// Write gaps: per producer, the longest pauses between acks.
+	byProducer := map[string][]time.Time{}
+	for _, s := range h.sends {
+		if s.Outcome == Acked {
+			byProducer[s.Producer] = append(byProducer[s.Producer], s.At)
+		}
+	}
+	for _, ts := range byProducer {
+		sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+		for i := 1; i < len(ts); i++ {
+			if g := ts[i].Sub(ts[i-1]); g > time.Second {
+				r.WriteGaps = append(r.WriteGaps, g)
+			}
+		}
+	}
+	return r
+}

@@ -1,0 +1,52 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+)
+
+// The checker finds each kind of fault in a made-up history.
+func TestCheckerFindsFaults(t *testing.T) {
+	h := &History{}
+	t0 := time.Now()
+	h.Sent(Send{Producer: "p", Seq: 0, Body: "a", Outcome: Acked, At: t0})
+	h.Sent(Send{Producer: "p", Seq: 1, Body: "b", Outcome: Acked, At: t0.Add(2 * time.Second)}) // a 2 s gap
+	h.Sent(Send{Producer: "p", Seq: 2, Body: "c", Outcome: Unknown, At: t0.Add(3 * time.Second)})
+	h.Sent(Send{Producer: "p", Seq: 3, Body: "d", Outcome: Acked, At: t0.Add(3 * time.Second)}) // lost
+	h.Sent(Send{Producer: "p", Seq: 4, Body: "e", Outcome: Failed, At: t0.Add(3 * time.Second)})
+	h.Delivered(Delivery{Body: "b", Queue: "q", Offset: 0}) // b stored before a: an order break
+	h.Delivered(Delivery{Body: "a", Queue: "q", Offset: 1})
+	h.Delivered(Delivery{Body: "a", Queue: "q", Offset: 1}) // a duplicate
+	h.Delivered(Delivery{Body: "c", Queue: "q", Offset: 2})
+	h.Delivered(Delivery{Body: "c", Queue: "q", Offset: 3}) // stored twice: an unknown send retried
+	h.Delivered(Delivery{Body: "e", Queue: "q", Offset: 4}) // refused, yet consumed
+	h.Delivered(Delivery{Body: "zz", Queue: "q", Offset: 5})
+	r := h.Check()
+	if r.Acked != 3 || r.Unknown != 1 || r.Failed != 1 {
+		t.Fatalf("counts: %s", r)
+	}
+	if len(r.Lost) != 1 || r.Lost[0] != "d" {
+		t.Fatalf("lost %v", r.Lost)
+	}
+	if len(r.Unexpected) != 2 {
+		t.Fatalf("unexpected %v", r.Unexpected)
+	}
+	if r.DupOther != 1 || r.DupFromUnknown != 1 {
+		t.Fatalf("duplicates %d / %d", r.DupOther, r.DupFromUnknown)
+	}
+	if len(r.OrderBreaks) != 1 {
+		t.Fatalf("order breaks %v", r.OrderBreaks)
+	}
+	if len(r.WriteGaps) != 1 || r.WriteGaps[0] != 2*time.Second {
+		t.Fatalf("write gaps %v", r.WriteGaps)
+	}
+	if r.OK() || h.Consumed() {
+		t.Fatal("a faulty history passed")
+	}
+	clean := &History{}
+	clean.Sent(Send{Producer: "p", Seq: 0, Body: "a", Outcome: Acked, At: t0})
+	clean.Delivered(Delivery{Body: "a", Queue: "q"})
+	if r := clean.Check(); !r.OK() || !clean.Consumed() {
+		t.Fatalf("a clean history failed: %s", r)
+	}
+}
