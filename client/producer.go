@@ -134,7 +134,8 @@ func (p *Producer) checkMessages(msgs []*Message) error {
 // writeQueue is a queue a send can go to, with its group's master.
 type writeQueue struct {
 	MessageQueue
-	master string
+	master   string
+	replicas []*pb.ReplicaInfo
 }
 
 // writeQueues lists a topic's writable queues, by group and id. A topic no
@@ -149,7 +150,7 @@ func (p *Producer) writeQueues(ctx context.Context, topic string) ([]writeQueue,
 		}
 		var out []writeQueue
 		for _, g := range groups {
-			out = append(out, writeQueue{MessageQueue{topic, g.Group, 0}, masterAddr(g.Replicas)})
+			out = append(out, writeQueue{MessageQueue{topic, g.Group, 0}, masterAddr(g.Replicas), g.Replicas})
 		}
 		return out, nil
 	}
@@ -162,7 +163,7 @@ func (p *Producer) writeQueues(ctx context.Context, topic string) ([]writeQueue,
 			continue
 		}
 		for q := int32(0); q < g.WriteQueues; q++ {
-			out = append(out, writeQueue{MessageQueue{topic, g.Group, q}, masterAddr(g.Replicas)})
+			out = append(out, writeQueue{MessageQueue{topic, g.Group, q}, masterAddr(g.Replicas), g.Replicas})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -215,9 +216,15 @@ func (p *Producer) send(ctx context.Context, msgs []*Message, pick func([]Messag
 			}
 			wq := p.choose(queues, pick, avoid)
 			mq, addr = wq.MessageQueue, wq.master
+			if addr == "" && len(wq.replicas) > 0 {
+				// The name servers know no master yet (gossip lags the
+				// election): ask a replica, whose NOT_LEADER answer names
+				// the master as soon as it knows it.
+				addr = wq.replicas[attempt%len(wq.replicas)].GrpcAddress
+			}
 		}
 		redirect = ""
-		if addr == "" { // no master known: an election is on
+		if addr == "" { // no replica known at all
 			lastErr = fmt.Errorf("client: group %s has no master right now", mq.Group)
 			p.r.invalidate(topic)
 			sleepCtx(ctx, 100*time.Millisecond)
@@ -249,7 +256,7 @@ func (p *Producer) send(ctx context.Context, msgs []*Message, pick func([]Messag
 			avoid = mq.Group
 		}
 		// Let an election finish and the name servers hear of it.
-		sleepCtx(ctx, min(100*time.Millisecond<<attempt, time.Second))
+		sleepCtx(ctx, min(50*time.Millisecond<<attempt, 500*time.Millisecond))
 	}
 	if lastErr == nil {
 		lastErr = ctx.Err()

@@ -313,24 +313,31 @@ func (c *PushConsumer) trigger() {
 	}
 }
 
-// masters returns the masters of the groups hosting the subscriptions.
-func (c *PushConsumer) masters(ctx context.Context) map[string]string {
-	out := map[string]string{}
+// replicas returns the addresses of every replica of the groups hosting
+// the subscriptions. Heartbeats go to all of them, not only the masters:
+// a replica that becomes master then already knows the group's members,
+// and no member takes every queue for want of the others' heartbeats.
+func (c *PushConsumer) replicas(ctx context.Context) []string {
+	set := map[string]bool{}
 	for topic := range c.subs {
 		route, err := c.pc.r.route(ctx, topic)
 		if err != nil {
 			continue
 		}
 		for _, g := range route.Groups {
-			if addr := masterAddr(g.Replicas); addr != "" {
-				out[g.Group] = addr
+			for _, r := range g.Replicas {
+				set[r.GrpcAddress] = true
 			}
 		}
+	}
+	out := make([]string, 0, len(set))
+	for addr := range set {
+		out = append(out, addr)
 	}
 	return out
 }
 
-// heartbeat tells every master who this member is and what it consumes;
+// heartbeat tells every replica who this member is and what it consumes;
 // a broker answering that the group changed triggers a rebalance.
 func (c *PushConsumer) heartbeat() { c.sendHeartbeat(c.ctx, false) }
 
@@ -345,7 +352,7 @@ func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
 		info.Subscriptions = append(info.Subscriptions, &pb.Subscription{Topic: topic, Expression: expr})
 	}
 	sort.Slice(info.Subscriptions, func(i, j int) bool { return info.Subscriptions[i].Topic < info.Subscriptions[j].Topic })
-	for _, addr := range c.masters(ctx) {
+	for _, addr := range c.replicas(ctx) {
 		b, err := c.pc.r.broker(addr)
 		if err != nil {
 			continue
