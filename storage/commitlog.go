@@ -40,7 +40,6 @@ type commitlog struct {
 	flushedPos atomic.Int64
 
 	z  *zeroer // preallocation ahead of the writer; nil until started, or disabled
-	wg sync.WaitGroup
 }
 
 type segment struct {
