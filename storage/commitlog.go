@@ -39,7 +39,7 @@ type commitlog struct {
 	flushMu    sync.Mutex
 	flushedPos atomic.Int64
 
-	z  *zeroer // preallocation ahead of the writer; nil until started, or disabled
+	z *zeroer // preallocation ahead of the writer; nil until started, or disabled
 }
 
 type segment struct {
