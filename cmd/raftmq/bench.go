@@ -221,7 +221,7 @@ func produceLoop(ctx context.Context, p *client.Producer, f benchFlags, body []b
 			}
 			t := time.Now()
 			if _, err := p.Send(ctx, msg()); err != nil {
-				if ctx.Err() == nil {
+				if !ended(ctx) {
 					rec.failed.Add(1)
 				}
 				continue
@@ -242,7 +242,7 @@ func produceLoop(ctx context.Context, p *client.Producer, f benchFlags, body []b
 				defer wg.Done()
 				<-inflight
 				if err != nil {
-					if ctx.Err() == nil {
+					if !ended(ctx) {
 						rec.failed.Add(1)
 					}
 					return
@@ -264,7 +264,7 @@ func produceLoop(ctx context.Context, p *client.Producer, f benchFlags, body []b
 			}
 			t := time.Now()
 			if _, err := p.SendBatch(ctx, batch); err != nil {
-				if ctx.Err() == nil {
+				if !ended(ctx) {
 					rec.failed.Add(int64(f.batch))
 				}
 				continue

@@ -145,7 +145,7 @@ func consume(ctx context.Context, pc *client.PullConsumer, topic, tag, from stri
 			for pullCtx.Err() == nil {
 				r, err := pc.PullBlocking(pullCtx, mq, tag, off, 32, 15*time.Second)
 				if err != nil {
-					if pullCtx.Err() == nil {
+					if !ended(pullCtx) {
 						fmt.Fprintf(os.Stderr, "pull %s/%d: %v\n", mq.Group, mq.QueueID, err)
 						select {
 						case <-pullCtx.Done():
@@ -217,4 +217,14 @@ func printMessage(m *client.MessageExt, asJSON bool) {
 	}
 	b, _ := json.Marshal(obj)
 	fmt.Println(string(b))
+}
+
+// ended reports whether ctx is done or past its deadline: gRPC may fail a
+// call on the deadline a moment before the context itself says so.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
