@@ -112,14 +112,8 @@ func Start(cfg Config) (*Broker, error) {
 	)
 	pb.RegisterBrokerServer(b.grpc, &service{b: b})
 
-	if err := b.startGossip(); err == nil {
+	if err = b.startGossip(); err == nil {
 		err = b.startOps()
-	} else {
-		b.cancel()
-		b.node.Close()
-		b.lis.Close()
-		store.Close()
-		return nil, err
 	}
 	if err != nil {
 		if b.ms != nil {

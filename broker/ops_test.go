@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -59,5 +60,22 @@ func TestMetricsAndHealth(t *testing.T) {
 	g.stop(m)
 	if _, _, err := get("http://" + addr + "/healthz"); err == nil {
 		t.Fatal("a stopped replica still answers /healthz")
+	}
+}
+
+// A replica whose HTTP address is taken does not start, and says why.
+func TestStartFailsOnBusyHTTPAddress(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := t.TempDir()
+	grpcAddrs, raftAddrs := freePorts(t, 1), freePorts(t, 1)
+	cfg := testConfig(dir, 1, grpcAddrs, raftAddrs)
+	cfg.HTTPAddr = busy.Addr().String()
+	if b, err := Start(cfg); err == nil {
+		b.Close()
+		t.Fatal("started with its HTTP address taken")
 	}
 }
