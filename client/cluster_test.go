@@ -66,8 +66,10 @@ func newCluster(t testing.TB, groups, replicas int, tweak func(*broker.Config)) 
 		t.Fatal(err)
 	}
 	c := &testCluster{t: t, ns: ns, brokers: map[string][]*broker.Broker{}, cfgs: map[string][]broker.Config{}}
-	t.Cleanup(c.close)
+	// The data dir first: cleanups run last-registered first, and the
+	// brokers must stop before their directory is removed.
 	dir := t.TempDir()
+	t.Cleanup(c.close)
 	for g := 0; g < groups; g++ {
 		name := "broker-" + string(rune('a'+g))
 		grpcs, rafts, gossips := freeAddrs(t, replicas), freeAddrs(t, replicas), freeAddrs(t, replicas)
