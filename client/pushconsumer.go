@@ -420,7 +420,17 @@ func (c *PushConsumer) doRebalance() {
 	for topic, expr := range c.subs {
 		queues, err := c.pc.Queues(c.ctx, topic)
 		if reason, _ := cluster.ReasonOf(err); reason == pb.ErrorReason_TOPIC_NOT_FOUND {
-			continue // not created yet (a retry topic before the first retry)
+			// Not created yet (a retry topic before the first retry), or a
+			// name server that just restarted and has not learned it yet:
+			// keep whatever queues of it this member has.
+			c.mu.Lock()
+			for mq := range c.queues {
+				if mq.Topic == topic {
+					want[mq] = expr
+				}
+			}
+			c.mu.Unlock()
+			continue
 		}
 		if err != nil {
 			c.opts.logger.Debug("rebalance: no route", "topic", topic, "err", err)

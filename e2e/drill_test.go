@@ -126,7 +126,7 @@ func (c *procCluster) start(i int) {
 	}
 	c.procs[i] = startProc(c.t, "broker", "--group", "broker-a", "--id", fmt.Sprint(i+1), "--dir", filepath.Join(c.dir, fmt.Sprint(i+1)),
 		"--grpc", c.grpc[i], "--raft", c.raft[i], "--peers", strings.Join(peers, ","), "--gossip", c.gossip[i],
-		"--join", c.nsGossip, "--segment-size", "8MiB", "--log-level", "error")
+		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error")
 }
 
 // kill stops replica i with SIGKILL.

@@ -34,6 +34,7 @@ type brokerFlags struct {
 	FlushSync       bool   `yaml:"flush-sync"`
 	SegmentSize     string `yaml:"segment-size"`
 	HTTP            string `yaml:"http"`
+	RaftTimeout     string `yaml:"raft-timeout"`
 	LogLevel        string `yaml:"log-level"`
 }
 
@@ -74,6 +75,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.AdvertiseGossip, "advertise-gossip", "", "gossip address others reach (default --gossip; a host name is resolved)")
 	fl.StringVar(&f.Join, "join", "", "gossip members to join (name servers): HOST:PORT,...")
 	fl.StringVar(&f.Cluster, "cluster", "raftmq", "cluster name")
+	fl.StringVar(&f.RaftTimeout, "raft-timeout", "1s", "Raft heartbeat and election timeout (the leader lease is half): lower fails over faster, and risks needless elections on a loaded machine")
 	fl.StringVar(&f.HTTP, "http", "", "HTTP address for /metrics (Prometheus) and /healthz (off when empty)")
 	fl.StringVar(&f.SegmentSize, "segment-size", "1GiB", "commitlog segment size (every replica of a group must use the same): e.g. 64MiB, 1GiB")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
@@ -113,6 +115,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("log-level", &f.LogLevel, fromFile.LogLevel)
 	set("segment-size", &f.SegmentSize, fromFile.SegmentSize)
 	set("http", &f.HTTP, fromFile.HTTP)
+	set("raft-timeout", &f.RaftTimeout, fromFile.RaftTimeout)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -170,6 +173,11 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	cfg.Raft.BindAddr = f.Raft
 	cfg.Raft.AdvertiseAddr = f.AdvertiseRaft
 	cfg.Raft.Peers = peers
+	rt, err := time.ParseDuration(f.RaftTimeout)
+	if err != nil || rt < 20*time.Millisecond {
+		return fmt.Errorf("--raft-timeout %q: want a duration of at least 20ms", f.RaftTimeout)
+	}
+	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = rt, rt, rt/2
 	cfg.Gossip = broker.GossipConfig{BindAddr: f.Gossip, AdvertiseAddr: f.AdvertiseGossip, Join: splitList(f.Join), Cluster: f.Cluster}
 	if f.FlushSync {
 		cfg.Store.FlushMode = storage.FlushSync
