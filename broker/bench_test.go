@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/storage"
 )
@@ -492,7 +493,7 @@ func benchRaftApply(b *testing.B, per, appliers int) {
 func startBareRaft(b *testing.B, n int) *raft.Raft {
 	b.Helper()
 	dir := b.TempDir()
-	addrs := freePorts(b, n)
+	addrs := clustertest.FreeAddrs(b, n)
 	var nodes []*cluster.RaftNode
 	stop := make(chan struct{})
 	var drain sync.WaitGroup

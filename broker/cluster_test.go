@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/storage"
 )
@@ -30,25 +30,6 @@ func TestMain(m *testing.M) {
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-// freePorts reserves n loopback ports (listen, note, close).
-func freePorts(t testing.TB, n int) []string {
-	t.Helper()
-	var addrs []string
-	var ls []net.Listener
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return addrs
-}
 
 // group is a broker group on loopback with tight Raft timings: its
 // replicas run in this process, or, external, as child processes of the
@@ -110,7 +91,7 @@ func newGroup(t testing.TB, n int, tweak func(*Config)) *group {
 func makeGroup(t testing.TB, n int, external bool, tweak func(*Config)) *group {
 	t.Helper()
 	dir := t.TempDir()
-	grpcAddrs, raftAddrs := freePorts(t, n), freePorts(t, n)
+	grpcAddrs, raftAddrs := clustertest.FreeAddrs(t, n), clustertest.FreeAddrs(t, n)
 	g := &group{t: t, external: external, conns: map[string]*grpc.ClientConn{}}
 	for id := 1; id <= n; id++ {
 		cfg := testConfig(dir, id, grpcAddrs, raftAddrs)

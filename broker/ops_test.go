@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -71,7 +72,7 @@ func TestStartFailsOnBusyHTTPAddress(t *testing.T) {
 	}
 	defer busy.Close()
 	dir := t.TempDir()
-	grpcAddrs, raftAddrs := freePorts(t, 1), freePorts(t, 1)
+	grpcAddrs, raftAddrs := clustertest.FreeAddrs(t, 1), clustertest.FreeAddrs(t, 1)
 	cfg := testConfig(dir, 1, grpcAddrs, raftAddrs)
 	cfg.HTTPAddr = busy.Addr().String()
 	if b, err := Start(cfg); err == nil {

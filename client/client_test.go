@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/broker"
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -86,7 +87,7 @@ func TestProduceEveryWayAndPullBack(t *testing.T) {
 
 	pc := c.pullConsumer("cg")
 	defer pc.Shutdown()
-	waitFor(t, 5*time.Second, "one-way message stored", func() bool { return len(drain(t, pc, "t")) == len(sent) })
+	clustertest.WaitFor(t, 5*time.Second, "one-way message stored", func() bool { return len(drain(t, pc, "t")) == len(sent) })
 	for _, m := range drain(t, pc, "t") {
 		if !sent[string(m.Body)] {
 			t.Fatalf("pulled %q, never sent", m.Body)
@@ -153,7 +154,7 @@ func TestLongPollingPulls(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := c.brokers["broker-a"][c.master("broker-a")]
-	waitFor(t, 5*time.Second, "pull held", func() bool { return heldPulls(m) == 1 })
+	clustertest.WaitFor(t, 5*time.Second, "pull held", func() bool { return heldPulls(m) == 1 })
 	if _, err := p.Send(ctx, &Message{Topic: "lp", Body: []byte("wake")}); err != nil {
 		t.Fatal(err)
 	}
@@ -278,10 +279,10 @@ func TestProducerRidesOutMasterFailure(t *testing.T) {
 		}()
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
-	waitFor(t, 10*time.Second, "sends", func() bool { return count() > 100 })
+	clustertest.WaitFor(t, 10*time.Second, "sends", func() bool { return count() > 100 })
 	c.stop("broker-a", c.master("broker-a"))
 	before := count()
-	waitFor(t, 15*time.Second, "sends after failover", func() bool { return count() > before+100 })
+	clustertest.WaitFor(t, 15*time.Second, "sends after failover", func() bool { return count() > before+100 })
 	halt()
 	pc := c.pullConsumer("cg")
 	defer pc.Shutdown()
@@ -301,7 +302,7 @@ func TestAutoCreateInDevMode(t *testing.T) {
 	c.master("broker-a")
 	p := c.producer()
 	defer p.Shutdown()
-	waitFor(t, 5*time.Second, "group known to the name server", func() bool {
+	clustertest.WaitFor(t, 5*time.Second, "group known to the name server", func() bool {
 		g, err := p.r.clusterGroups(context.Background())
 		return err == nil && len(g) == 1 && masterAddr(g[0].Replicas) != ""
 	})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/raftmq/raftmq/broker"
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/namesrv"
 	"github.com/raftmq/raftmq/storage"
 )
@@ -22,31 +22,6 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	var out []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, l.Addr().String())
-		defer l.Close()
-	}
-	return out
-}
-
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // testCluster is an in-process cluster on loopback: a name server and
 // broker groups of replicas, gossiping, with tight timings.
@@ -59,7 +34,7 @@ type testCluster struct {
 
 func newCluster(t testing.TB, groups, replicas int, tweak func(*broker.Config)) *testCluster {
 	t.Helper()
-	nsAddrs := freeAddrs(t, 2)
+	nsAddrs := clustertest.FreeAddrs(t, 2)
 	ns, err := namesrv.Start(namesrv.Config{GRPCAddr: nsAddrs[0], GossipAddr: nsAddrs[1], FastGossip: true,
 		RefreshInterval: 100 * time.Millisecond, Logger: quiet})
 	if err != nil {
@@ -72,7 +47,7 @@ func newCluster(t testing.TB, groups, replicas int, tweak func(*broker.Config)) 
 	t.Cleanup(c.close)
 	for g := 0; g < groups; g++ {
 		name := "broker-" + string(rune('a'+g))
-		grpcs, rafts, gossips := freeAddrs(t, replicas), freeAddrs(t, replicas), freeAddrs(t, replicas)
+		grpcs, rafts, gossips := clustertest.FreeAddrs(t, replicas), clustertest.FreeAddrs(t, replicas), clustertest.FreeAddrs(t, replicas)
 		peers := map[string]string{}
 		for i, a := range rafts {
 			peers[strconv.Itoa(i+1)] = a
@@ -128,7 +103,7 @@ func (c *testCluster) close() {
 // master waits for the group's master.
 func (c *testCluster) master(group string) int {
 	m := -1
-	waitFor(c.t, 10*time.Second, "master of "+group, func() bool {
+	clustertest.WaitFor(c.t, 10*time.Second, "master of "+group, func() bool {
 		for i, b := range c.brokers[group] {
 			if b != nil && b.IsMaster() {
 				m = i
@@ -157,7 +132,7 @@ func (c *testCluster) createTopic(topic string, queues int32) {
 			c.t.Fatal(err)
 		}
 	}
-	waitFor(c.t, 5*time.Second, "route of "+topic, func() bool {
+	clustertest.WaitFor(c.t, 5*time.Second, "route of "+topic, func() bool {
 		r, err := p.r.refresh(context.Background(), topic)
 		if err != nil || len(r.Groups) != len(c.brokers) {
 			return false

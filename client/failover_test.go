@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/raftmq/raftmq/cluster/clustertest"
 )
 
 // Several producers and a group of two push consumers on 2 groups of 3
@@ -65,7 +67,7 @@ func TestProduceConsumeThroughMasterKill(t *testing.T) {
 		}()
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
-	waitFor(t, 20*time.Second, "traffic", func() bool { return count() > 100 && got.distinct() > 50 })
+	clustertest.WaitFor(t, 20*time.Second, "traffic", func() bool { return count() > 100 && got.distinct() > 50 })
 
 	m := c.master("broker-a")
 	killed := time.Now()
@@ -73,15 +75,15 @@ func TestProduceConsumeThroughMasterKill(t *testing.T) {
 	c.stop("broker-a", m)
 	// The killed group's queues are consumed again: messages stored there
 	// by its new master reach the consumers.
-	waitFor(t, 5*time.Second, "consumption of the killed group resumes", func() bool { return afterA.Load() > 10 })
+	clustertest.WaitFor(t, 5*time.Second, "consumption of the killed group resumes", func() bool { return afterA.Load() > 10 })
 	resumed := time.Since(killed)
 	sent := count()
-	waitFor(t, 20*time.Second, "more traffic after failover", func() bool { return count() > sent+100 })
+	clustertest.WaitFor(t, 20*time.Second, "more traffic after failover", func() bool { return count() > sent+100 })
 	halt()
 	if t.Failed() {
 		return
 	}
-	waitFor(t, 20*time.Second, "every acked message consumed", func() bool {
+	clustertest.WaitFor(t, 20*time.Second, "every acked message consumed", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		got.mu.Lock()

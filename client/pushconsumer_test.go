@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/raftmq/raftmq/cluster/clustertest"
 )
 
 func fastPush(id string) PushConfig {
@@ -65,7 +67,7 @@ func (c *testCluster) pushConsumer(cfg PushConfig, topic string, l MessageListen
 // n queues.
 func checkShares(t *testing.T, n int, consumers ...*PushConsumer) {
 	t.Helper()
-	waitFor(t, 10*time.Second, fmt.Sprintf("%d consumers sharing %d queues", len(consumers), n), func() bool {
+	clustertest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d consumers sharing %d queues", len(consumers), n), func() bool {
 		seen := map[MessageQueue]bool{}
 		for _, c := range consumers {
 			mine := c.Assigned()
@@ -105,13 +107,13 @@ func TestPushConsumersRebalanceAndConsumeEverything(t *testing.T) {
 	listener := func(_ context.Context, msgs []*MessageExt) ConsumeResult { got.add(msgs); return ConsumeSuccess }
 	a := c.pushConsumer(fastPush("a"), "push", listener)
 	checkShares(t, 8, a)
-	waitFor(t, 10*time.Second, "first 200 consumed", func() bool { return got.distinct() == 200 })
+	clustertest.WaitFor(t, 10*time.Second, "first 200 consumed", func() bool { return got.distinct() == 200 })
 
 	b := c.pushConsumer(fastPush("b"), "push", listener)
 	d := c.pushConsumer(fastPush("c"), "push", listener)
 	checkShares(t, 8, a, b, d)
 	send(200)
-	waitFor(t, 10*time.Second, "400 consumed by three", func() bool { return got.distinct() == 400 })
+	clustertest.WaitFor(t, 10*time.Second, "400 consumed by three", func() bool { return got.distinct() == 400 })
 
 	if err := b.Shutdown(); err != nil {
 		t.Fatal(err)
@@ -121,7 +123,7 @@ func TestPushConsumersRebalanceAndConsumeEverything(t *testing.T) {
 	}
 	checkShares(t, 8, a)
 	send(200)
-	waitFor(t, 10*time.Second, "600 consumed after shrinking back", func() bool { return got.distinct() == 600 })
+	clustertest.WaitFor(t, 10*time.Second, "600 consumed after shrinking back", func() bool { return got.distinct() == 600 })
 	if err := a.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,7 @@ func TestPushConsumersRebalanceAndConsumeEverything(t *testing.T) {
 	e := c.pushConsumer(fastPush("e"), "push", func(_ context.Context, msgs []*MessageExt) ConsumeResult { again.add(msgs); return ConsumeSuccess })
 	checkShares(t, 8, e)
 	send(10)
-	waitFor(t, 10*time.Second, "new messages to a restarted group", func() bool { return again.distinct() >= 10 })
+	clustertest.WaitFor(t, 10*time.Second, "new messages to a restarted group", func() bool { return again.distinct() >= 10 })
 	e.Shutdown()
 	if again.distinct() > 10+20 {
 		t.Fatalf("a restarted group re-read %d messages", again.distinct())
@@ -218,7 +220,7 @@ func TestPushRetryLaterAndPanicRedeliver(t *testing.T) {
 		}
 		return ConsumeSuccess
 	})
-	waitFor(t, 10*time.Second, "redeliveries", func() bool {
+	clustertest.WaitFor(t, 10*time.Second, "redeliveries", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(times["fail-once"]) == 2 && len(times["panic-once"]) == 2 && len(times["fine"]) == 1
@@ -258,7 +260,7 @@ func TestPushDeadLetterAfterMaxRetries(t *testing.T) {
 	pull := c.pullConsumer("inspector")
 	defer pull.Shutdown()
 	var dead []*MessageExt
-	waitFor(t, 15*time.Second, "message in the dead-letter topic", func() bool {
+	clustertest.WaitFor(t, 15*time.Second, "message in the dead-letter topic", func() bool {
 		mqs, err := pull.Queues(context.Background(), DLQTopic("pg"))
 		if err != nil || len(mqs) == 0 {
 			return false
@@ -351,7 +353,7 @@ func TestPushOrderlyKeepsQueueOrder(t *testing.T) {
 	cfgA.Orderly, cfgB.Orderly = true, true
 	a := c.pushConsumer(cfgA, "ord", listener)
 	b := c.pushConsumer(cfgB, "ord", listener)
-	waitFor(t, 15*time.Second, "all consumed", func() bool {
+	clustertest.WaitFor(t, 15*time.Second, "all consumed", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		n := 0
@@ -412,13 +414,13 @@ func TestPushBroadcastingWithLocalOffsets(t *testing.T) {
 	}
 	ga, gb := &tally{seen: map[string]int{}}, &tally{seen: map[string]int{}}
 	a, b := member("a", ga), member("b", gb)
-	waitFor(t, 10*time.Second, "both members get all 20", func() bool { return ga.distinct() == 20 && gb.distinct() == 20 })
+	clustertest.WaitFor(t, 10*time.Second, "both members get all 20", func() bool { return ga.distinct() == 20 && gb.distinct() == 20 })
 	a.Shutdown()
 	b.Shutdown()
 	send(20, 5)
 	again := &tally{seen: map[string]int{}}
 	a = member("a", again)
-	waitFor(t, 10*time.Second, "restarted member gets the new 5", func() bool { return again.distinct() >= 5 })
+	clustertest.WaitFor(t, 10*time.Second, "restarted member gets the new 5", func() bool { return again.distinct() >= 5 })
 	a.Shutdown()
 	if again.distinct() != 5 {
 		t.Fatalf("restarted member re-read: %d messages", again.distinct())

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"go.uber.org/goleak"
 )
 
@@ -48,16 +49,6 @@ func TestMemberMetaStaysUnderMemberlistLimit(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // collect reads a member's events in the background.
 type collector struct {
 	events chan MemberEvent
@@ -91,7 +82,7 @@ func (c *collector) waitEvent(t *testing.T, want func(MemberEvent) bool) MemberE
 
 func start(t *testing.T, name string, meta MemberMeta, join ...string) *Membership {
 	t.Helper()
-	m, err := StartMembership(MembershipConfig{Name: name, BindAddr: freeAddr(t), Join: join, Meta: meta, Fast: true, Logger: quiet})
+	m, err := StartMembership(MembershipConfig{Name: name, BindAddr: clustertest.FreeAddrs(t, 1)[0], Join: join, Meta: meta, Fast: true, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

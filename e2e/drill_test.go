@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/raftmq/raftmq/client"
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -25,43 +25,15 @@ var binPath string
 
 // TestMain builds the raftmq binary the drills run.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "raftmq-e2e")
+	bin, cleanup, err := clustertest.BuildRaftmq("../cmd/raftmq")
 	if err != nil {
-		panic(err)
-	}
-	binPath = filepath.Join(dir, "raftmq")
-	if out, err := exec.Command("go", "build", "-o", binPath, "../cmd/raftmq").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build raftmq: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	binPath = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
-}
-
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, l.Addr().String())
-		defer l.Close()
-	}
-	return out
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // procCluster is a name server and one broker group of 3 replicas, each a
@@ -96,9 +68,9 @@ func startProc(t *testing.T, args ...string) *exec.Cmd {
 }
 
 func newProcCluster(t *testing.T) *procCluster {
-	ns := freeAddrs(t, 2)
+	ns := clustertest.FreeAddrs(t, 2)
 	c := &procCluster{t: t, dir: t.TempDir(), nsGRPC: ns[0], nsGossip: ns[1],
-		grpc: freeAddrs(t, 3), raft: freeAddrs(t, 3), gossip: freeAddrs(t, 3), procs: make([]*exec.Cmd, 3)}
+		grpc: clustertest.FreeAddrs(t, 3), raft: clustertest.FreeAddrs(t, 3), gossip: clustertest.FreeAddrs(t, 3), procs: make([]*exec.Cmd, 3)}
 	c.ns = startProc(t, "namesrv", "--grpc", c.nsGRPC, "--gossip", c.nsGossip, "--log-level", "error")
 	for i := range c.procs {
 		conn, err := grpc.NewClient(c.grpc[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -150,7 +122,7 @@ func (c *procCluster) describe(i int) *pb.DescribeBrokerResponse {
 
 func (c *procCluster) master() int {
 	m := -1
-	waitFor(c.t, 15*time.Second, "a master", func() bool {
+	clustertest.WaitFor(c.t, 15*time.Second, "a master", func() bool {
 		for i := range c.procs {
 			if c.procs[i] != nil {
 				if d := c.describe(i); d != nil && d.Master {
@@ -169,7 +141,7 @@ func (c *procCluster) master() int {
 func (c *procCluster) checkReplicas() {
 	c.t.Helper()
 	var end int64
-	waitFor(c.t, 20*time.Second, "replicas in step", func() bool {
+	clustertest.WaitFor(c.t, 20*time.Second, "replicas in step", func() bool {
 		var ref *pb.DescribeBrokerResponse
 		for i := range c.procs {
 			d := c.describe(i)
@@ -288,7 +260,7 @@ func runDrill(t *testing.T, name string, fault func(c *procCluster)) {
 	fault(c)
 	time.Sleep(time.Second) // load after it
 	halt()
-	waitFor(t, 30*time.Second, "every acked message consumed", h.Consumed)
+	clustertest.WaitFor(t, 30*time.Second, "every acked message consumed", h.Consumed)
 	r := h.Check()
 	t.Logf("drill %s: %s", name, r)
 	if !r.OK() {

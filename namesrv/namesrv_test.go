@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/raftmq/raftmq/broker"
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/storage"
 )
@@ -28,31 +28,6 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, l.Addr().String())
-		defer l.Close()
-	}
-	return out
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // env is name servers and one broker group of three, all gossiping.
 type env struct {
@@ -75,7 +50,7 @@ func startNameServer(t *testing.T, cfg Config) *Server {
 func newEnv(t *testing.T, nameServers int) *env {
 	e := &env{t: t}
 	for i := 0; i < nameServers; i++ {
-		addrs := freeAddrs(t, 2)
+		addrs := clustertest.FreeAddrs(t, 2)
 		cfg := Config{Name: fmt.Sprintf("ns-%d", i), GRPCAddr: addrs[0], GossipAddr: addrs[1], FastGossip: true,
 			RefreshInterval: 100 * time.Millisecond, HTTPAddr: "127.0.0.1:0", Logger: quiet}
 		if i > 0 {
@@ -85,7 +60,7 @@ func newEnv(t *testing.T, nameServers int) *env {
 		e.ns = append(e.ns, startNameServer(t, cfg))
 	}
 	dir := t.TempDir()
-	grpcs, rafts, gossips := freeAddrs(t, 3), freeAddrs(t, 3), freeAddrs(t, 3)
+	grpcs, rafts, gossips := clustertest.FreeAddrs(t, 3), clustertest.FreeAddrs(t, 3), clustertest.FreeAddrs(t, 3)
 	peers := map[string]string{}
 	for i, a := range rafts {
 		peers[strconv.Itoa(i+1)] = a
@@ -133,7 +108,7 @@ func (e *env) close() {
 
 func (e *env) master() int {
 	m := -1
-	waitFor(e.t, 10*time.Second, "a master", func() bool {
+	clustertest.WaitFor(e.t, 10*time.Second, "a master", func() bool {
 		for i, b := range e.brokers {
 			if b != nil && b.IsMaster() {
 				m = i
@@ -187,7 +162,7 @@ func TestRoutesFollowTopicsMastersAndReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r *pb.RouteResponse
-	waitFor(t, 2*time.Second, "created topic routable", func() bool {
+	clustertest.WaitFor(t, 2*time.Second, "created topic routable", func() bool {
 		var err error
 		r, err = route(ns, "orders")
 		return err == nil && masterIn(r) == int32(m+1) && len(r.Groups[0].Replicas) == 3
@@ -199,13 +174,13 @@ func TestRoutesFollowTopicsMastersAndReplicas(t *testing.T) {
 	// The master dies: routes show the new one within 3 s, without it.
 	e.brokers[m].Close()
 	e.brokers[m] = nil
-	waitFor(t, 3*time.Second, "new master in routes", func() bool {
+	clustertest.WaitFor(t, 3*time.Second, "new master in routes", func() bool {
 		r, err := route(ns, "orders")
 		return err == nil && masterIn(r) != 0 && masterIn(r) != int32(m+1) && len(r.Groups[0].Replicas) == 2
 	})
 	// It comes back under the same name.
 	e.startBroker(m)
-	waitFor(t, 5*time.Second, "restarted replica back in routes", func() bool {
+	clustertest.WaitFor(t, 5*time.Second, "restarted replica back in routes", func() bool {
 		r, err := route(ns, "orders")
 		return err == nil && len(r.Groups[0].Replicas) == 3 && masterIn(r) != 0
 	})
@@ -221,7 +196,7 @@ func TestNameServerRestartAndTwoNameServersAgree(t *testing.T) {
 		}
 	}
 	c0, c1 := e.nsClient(0), e.nsClient(1)
-	waitFor(t, 3*time.Second, "both name servers route both topics", func() bool {
+	clustertest.WaitFor(t, 3*time.Second, "both name servers route both topics", func() bool {
 		for _, c := range []pb.NameServerClient{c0, c1} {
 			for _, topic := range []string{"a", "b"} {
 				if r, err := route(c, topic); err != nil || masterIn(r) != int32(m+1) {
@@ -237,7 +212,7 @@ func TestNameServerRestartAndTwoNameServersAgree(t *testing.T) {
 	cfg.Join = []string{e.nsCfgs[0].GossipAddr}
 	e.ns[1] = startNameServer(t, cfg)
 	c1 = e.nsClient(1)
-	waitFor(t, 5*time.Second, "restarted name server has complete routes", func() bool {
+	clustertest.WaitFor(t, 5*time.Second, "restarted name server has complete routes", func() bool {
 		for _, topic := range []string{"a", "b"} {
 			if r, err := route(c1, topic); err != nil || masterIn(r) != int32(m+1) || len(r.Groups[0].Replicas) != 3 {
 				return false

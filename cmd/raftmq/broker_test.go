@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -23,46 +23,18 @@ var binPath string
 
 // TestMain builds the raftmq binary once for the tests that run it.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "raftmq-bin")
+	bin, cleanup, err := clustertest.BuildRaftmq(".")
 	if err != nil {
-		panic(err)
-	}
-	binPath = filepath.Join(dir, "raftmq")
-	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build raftmq: %v\n%s", err, out)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	binPath = bin
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
 func buildBinary(*testing.T) string { return binPath }
-
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, l.Addr().String())
-		defer l.Close()
-	}
-	return out
-}
-
-func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // Three `raftmq broker` processes form a group; SIGTERM on the master hands
 // leadership over before it exits, cleanly, and the group keeps taking
@@ -70,7 +42,7 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
 func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	grpcAddrs, raftAddrs, httpAddrs := freeAddrs(t, 3), freeAddrs(t, 3), freeAddrs(t, 3)
+	grpcAddrs, raftAddrs, httpAddrs := clustertest.FreeAddrs(t, 3), clustertest.FreeAddrs(t, 3), clustertest.FreeAddrs(t, 3)
 	var peers []string
 	for i, a := range raftAddrs {
 		peers = append(peers, fmt.Sprintf("%d=%s", i+1, a))
@@ -108,7 +80,7 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 	}
 	master := func(skip int) int {
 		m := -1
-		waitUntil(t, 10*time.Second, func() bool {
+		clustertest.WaitFor(t, 10*time.Second, "a master", func() bool {
 			for i, c := range clients {
 				if i == skip {
 					continue
@@ -133,7 +105,7 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 			t.Fatalf("health of %s: %v %s", a, err, out)
 		}
 	}
-	if err := exec.Command(bin, "health", "--addr", freeAddrs(t, 1)[0]).Run(); err == nil {
+	if err := exec.Command(bin, "health", "--addr", clustertest.FreeAddrs(t, 1)[0]).Run(); err == nil {
 		t.Fatal("health of nothing succeeded")
 	}
 	if _, err := clients[m].CreateTopic(ctx, &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: "t", ReadQueues: 1, WriteQueues: 1}}); err != nil {
