@@ -234,13 +234,7 @@ func (g *group) quiesce() {
 
 func waitFor(t testing.TB, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", d)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	clustertest.WaitFor(t, d, "condition", cond)
 }
 
 // commitlogBytes is a replica's whole commitlog, segment files in order.

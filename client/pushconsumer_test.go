@@ -175,15 +175,16 @@ func TestPushFlowControlBoundsProcessQueues(t *testing.T) {
 	})
 	defer pc.Shutdown()
 	peak := 0
-	for got.distinct() < 500 {
+	// Sample the process queues until all is consumed.
+	clustertest.WaitFor(t, 30*time.Second, "all 500 consumed", func() bool {
 		pc.mu.Lock()
 		for _, qs := range pc.queues {
 			n, _, _ := qs.pq.load()
 			peak = max(peak, n)
 		}
 		pc.mu.Unlock()
-		time.Sleep(time.Millisecond)
-	}
+		return got.distinct() >= 500
+	})
 	if bound := cfg.MaxCachedMessages + int(cfg.PullBatch); peak > bound {
 		t.Fatalf("a process queue held %d messages; bound %d", peak, bound)
 	}
