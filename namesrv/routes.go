@@ -88,6 +88,19 @@ func (t *routeTable) staleLocked() []cluster.MemberEvent {
 	return out
 }
 
+// unfetched reports whether a live broker group's topic table has not
+// been fetched at all yet.
+func (t *routeTable) unfetched() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, m := range t.members {
+		if m.Meta.Role == cluster.RoleBroker && t.tables[m.Meta.Group] == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // setTopics stores a group's topic table unless a newer one is held.
 func (t *routeTable) setTopics(group string, version int64, topics []*pb.TopicConfig) {
 	t.mu.Lock()

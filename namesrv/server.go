@@ -286,6 +286,13 @@ func (v *service) GetRoute(_ context.Context, req *pb.GetRouteRequest) (*pb.Rout
 	}
 	r := v.s.table.route(req.Topic)
 	if len(r.Groups) == 0 {
+		if v.s.table.unfetched() {
+			// A group's topic table is not fetched yet (this name server
+			// just started): "no such topic" could be wrong; let the
+			// client ask another name server or try again.
+			return nil, cluster.StatusError(codes.Unavailable, pb.ErrorReason_ERROR_REASON_UNSPECIFIED,
+				"name server still learning the cluster's topics", nil)
+		}
 		return nil, topicNotFound(req.Topic)
 	}
 	return r, nil
