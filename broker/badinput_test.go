@@ -50,6 +50,21 @@ func TestBadInputGetsClearStatusAndStoresNothing(t *testing.T) {
 			t.Errorf("%s: %v (reason %v), want %v %v", tc.name, err, reason, tc.code, tc.reason)
 		}
 	}
+	checksums := []struct {
+		name string
+		req  *pb.ChecksumCommitlogRequest
+		code codes.Code
+	}{
+		{"negative offset", &pb.ChecksumCommitlogRequest{FromOffset: -1}, codes.InvalidArgument},
+		{"to below from", &pb.ChecksumCommitlogRequest{FromOffset: 10, ToOffset: 5}, codes.InvalidArgument},
+		{"from inside a batch", &pb.ChecksumCommitlogRequest{FromOffset: 1}, codes.NotFound},
+		{"from past the end", &pb.ChecksumCommitlogRequest{FromOffset: 1 << 40}, codes.NotFound},
+	}
+	for _, tc := range checksums {
+		if _, err := c.ChecksumCommitlog(ctx, tc.req); status.Code(err) != tc.code {
+			t.Errorf("checksum, %s: %v, want %v", tc.name, err, tc.code)
+		}
+	}
 	pulls := []struct {
 		name string
 		req  *pb.PullMessageRequest

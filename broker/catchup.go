@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/cluster/pb"
 )
@@ -114,4 +117,37 @@ func (s *service) CopyCommitlog(req *pb.CopyCommitlogRequest, stream grpc.Server
 		from += int64(len(data))
 	}
 	return nil
+}
+
+// ChecksumCommitlog hashes this replica's commitlog over a range of whole
+// batches, so that replicas can be compared without copying their logs:
+// after quiescence every replica of a group must give the same hash.
+func (s *service) ChecksumCommitlog(ctx context.Context, req *pb.ChecksumCommitlogRequest) (*pb.ChecksumCommitlogResponse, error) {
+	if req.FromOffset < 0 || req.ToOffset < 0 {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "offsets must not be negative")
+	}
+	if req.ToOffset > 0 && req.ToOffset < req.FromOffset {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "to_offset is below from_offset")
+	}
+	from := req.FromOffset
+	if clMin, _ := s.b.store.CommitlogOffsets(); from == 0 {
+		from = clMin
+	}
+	h := sha256.New()
+	pos := from
+	for req.ToOffset == 0 || pos < req.ToOffset {
+		if err := ctx.Err(); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+		data, err := s.b.store.ReadCommitlog(pos, req.ToOffset, copyChunk)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		if len(data) == 0 {
+			break
+		}
+		h.Write(data)
+		pos += int64(len(data))
+	}
+	return &pb.ChecksumCommitlogResponse{FromOffset: from, ToOffset: pos, Sha256: hex.EncodeToString(h.Sum(nil))}, nil
 }

@@ -3,6 +3,8 @@ package broker
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"sync"
@@ -80,6 +82,11 @@ func (g *group) checkIdentical(acks []acked) {
 			ref = log
 		} else if !bytes.Equal(ref, log) {
 			g.t.Fatalf("replica %d's commitlog (%d bytes) differs from the first's (%d bytes)", i+1, len(log), len(ref))
+		}
+		// The checksum the drills compare replicas by hashes those bytes.
+		sum, err := g.client(i).ChecksumCommitlog(context.Background(), &pb.ChecksumCommitlogRequest{})
+		if want := sha256.Sum256(log); err != nil || sum.ToOffset != d.CommitlogMaxOffset || sum.Sha256 != hex.EncodeToString(want[:]) {
+			g.t.Fatalf("replica %d: checksum %v, %v; want %x to offset %d", i+1, sum, err, want, d.CommitlogMaxOffset)
 		}
 		for _, a := range acks {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

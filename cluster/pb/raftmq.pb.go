@@ -2927,6 +2927,121 @@ func (x *CommitlogChunk) GetData() []byte {
 	return nil
 }
 
+// ChecksumCommitlog hashes a replica's commitlog over [from_offset,
+// to_offset), whole batches; replicas that applied the same log give the
+// same hash over the same range.
+type ChecksumCommitlogRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FromOffset    int64                  `protobuf:"varint,1,opt,name=from_offset,json=fromOffset,proto3" json:"from_offset,omitempty"` // a batch end (0: the start of the log)
+	ToOffset      int64                  `protobuf:"varint,2,opt,name=to_offset,json=toOffset,proto3" json:"to_offset,omitempty"`       // exclusive, a batch end; 0: the replica's end
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChecksumCommitlogRequest) Reset() {
+	*x = ChecksumCommitlogRequest{}
+	mi := &file_raftmq_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChecksumCommitlogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChecksumCommitlogRequest) ProtoMessage() {}
+
+func (x *ChecksumCommitlogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChecksumCommitlogRequest.ProtoReflect.Descriptor instead.
+func (*ChecksumCommitlogRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ChecksumCommitlogRequest) GetFromOffset() int64 {
+	if x != nil {
+		return x.FromOffset
+	}
+	return 0
+}
+
+func (x *ChecksumCommitlogRequest) GetToOffset() int64 {
+	if x != nil {
+		return x.ToOffset
+	}
+	return 0
+}
+
+type ChecksumCommitlogResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FromOffset    int64                  `protobuf:"varint,1,opt,name=from_offset,json=fromOffset,proto3" json:"from_offset,omitempty"`
+	ToOffset      int64                  `protobuf:"varint,2,opt,name=to_offset,json=toOffset,proto3" json:"to_offset,omitempty"` // where the hash stopped: to_offset, or the replica's end if lower
+	Sha256        string                 `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`                      // hex
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChecksumCommitlogResponse) Reset() {
+	*x = ChecksumCommitlogResponse{}
+	mi := &file_raftmq_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChecksumCommitlogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChecksumCommitlogResponse) ProtoMessage() {}
+
+func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChecksumCommitlogResponse.ProtoReflect.Descriptor instead.
+func (*ChecksumCommitlogResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ChecksumCommitlogResponse) GetFromOffset() int64 {
+	if x != nil {
+		return x.FromOffset
+	}
+	return 0
+}
+
+func (x *ChecksumCommitlogResponse) GetToOffset() int64 {
+	if x != nil {
+		return x.ToOffset
+	}
+	return 0
+}
+
+func (x *ChecksumCommitlogResponse) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 // Raft log entries of a broker group (not an RPC payload: the state
 // machine's commands).
 type RaftCommand struct {
@@ -2947,7 +3062,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_raftmq_proto_msgTypes[49]
+	mi := &file_raftmq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3074,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[49]
+	mi := &file_raftmq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3087,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{49}
+	return file_raftmq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RaftCommand) GetCommand() isRaftCommand_Command {
@@ -3103,7 +3218,7 @@ type MasterAnnounce struct {
 
 func (x *MasterAnnounce) Reset() {
 	*x = MasterAnnounce{}
-	mi := &file_raftmq_proto_msgTypes[50]
+	mi := &file_raftmq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3230,7 @@ func (x *MasterAnnounce) String() string {
 func (*MasterAnnounce) ProtoMessage() {}
 
 func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[50]
+	mi := &file_raftmq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3243,7 @@ func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterAnnounce.ProtoReflect.Descriptor instead.
 func (*MasterAnnounce) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{50}
+	return file_raftmq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MasterAnnounce) GetReplicaId() int32 {
@@ -3160,7 +3275,7 @@ type SendBatch struct {
 
 func (x *SendBatch) Reset() {
 	*x = SendBatch{}
-	mi := &file_raftmq_proto_msgTypes[51]
+	mi := &file_raftmq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3287,7 @@ func (x *SendBatch) String() string {
 func (*SendBatch) ProtoMessage() {}
 
 func (x *SendBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[51]
+	mi := &file_raftmq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3300,7 @@ func (x *SendBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatch.ProtoReflect.Descriptor instead.
 func (*SendBatch) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{51}
+	return file_raftmq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SendBatch) GetStoreTimestamp() int64 {
@@ -3219,7 +3334,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_raftmq_proto_msgTypes[52]
+	mi := &file_raftmq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3346,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[52]
+	mi := &file_raftmq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3359,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{52}
+	return file_raftmq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -3271,7 +3386,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_raftmq_proto_msgTypes[53]
+	mi := &file_raftmq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3283,7 +3398,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[53]
+	mi := &file_raftmq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3296,7 +3411,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{53}
+	return file_raftmq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *OffsetCommit) GetConsumerGroup() string {
@@ -3331,7 +3446,7 @@ type BrokerSnapshot struct {
 
 func (x *BrokerSnapshot) Reset() {
 	*x = BrokerSnapshot{}
-	mi := &file_raftmq_proto_msgTypes[54]
+	mi := &file_raftmq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3343,7 +3458,7 @@ func (x *BrokerSnapshot) String() string {
 func (*BrokerSnapshot) ProtoMessage() {}
 
 func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[54]
+	mi := &file_raftmq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3356,7 +3471,7 @@ func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerSnapshot.ProtoReflect.Descriptor instead.
 func (*BrokerSnapshot) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{54}
+	return file_raftmq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BrokerSnapshot) GetStoreRaftIndex() uint64 {
@@ -3424,7 +3539,7 @@ type GetRouteRequest struct {
 
 func (x *GetRouteRequest) Reset() {
 	*x = GetRouteRequest{}
-	mi := &file_raftmq_proto_msgTypes[55]
+	mi := &file_raftmq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3436,7 +3551,7 @@ func (x *GetRouteRequest) String() string {
 func (*GetRouteRequest) ProtoMessage() {}
 
 func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[55]
+	mi := &file_raftmq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3449,7 +3564,7 @@ func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRouteRequest.ProtoReflect.Descriptor instead.
 func (*GetRouteRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{55}
+	return file_raftmq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetRouteRequest) GetTopic() string {
@@ -3475,7 +3590,7 @@ type GroupRoute struct {
 
 func (x *GroupRoute) Reset() {
 	*x = GroupRoute{}
-	mi := &file_raftmq_proto_msgTypes[56]
+	mi := &file_raftmq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3602,7 @@ func (x *GroupRoute) String() string {
 func (*GroupRoute) ProtoMessage() {}
 
 func (x *GroupRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[56]
+	mi := &file_raftmq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3615,7 @@ func (x *GroupRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
 func (*GroupRoute) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{56}
+	return file_raftmq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GroupRoute) GetGroup() string {
@@ -3562,7 +3677,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3574,7 +3689,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3587,7 +3702,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{57}
+	return file_raftmq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RouteResponse) GetTopic() string {
@@ -3612,7 +3727,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3624,7 +3739,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3637,7 +3752,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{58}
+	return file_raftmq_proto_rawDescGZIP(), []int{60}
 }
 
 type ClusterGroup struct {
@@ -3654,7 +3769,7 @@ type ClusterGroup struct {
 
 func (x *ClusterGroup) Reset() {
 	*x = ClusterGroup{}
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +3781,7 @@ func (x *ClusterGroup) String() string {
 func (*ClusterGroup) ProtoMessage() {}
 
 func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +3794,7 @@ func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterGroup.ProtoReflect.Descriptor instead.
 func (*ClusterGroup) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{59}
+	return file_raftmq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ClusterGroup) GetGroup() string {
@@ -3735,7 +3850,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3747,7 +3862,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3760,7 +3875,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{60}
+	return file_raftmq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ClusterInfoResponse) GetCluster() string {
@@ -3793,7 +3908,7 @@ type ListTopicNamesResponse struct {
 
 func (x *ListTopicNamesResponse) Reset() {
 	*x = ListTopicNamesResponse{}
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +3920,7 @@ func (x *ListTopicNamesResponse) String() string {
 func (*ListTopicNamesResponse) ProtoMessage() {}
 
 func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +3933,7 @@ func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicNamesResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicNamesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{61}
+	return file_raftmq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListTopicNamesResponse) GetTopics() []string {
@@ -3837,7 +3952,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3849,7 +3964,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3862,7 +3977,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{62}
+	return file_raftmq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WatchRoutesRequest) GetTopics() []string {
@@ -4063,7 +4178,16 @@ const file_raftmq_proto_rawDesc = "" +
 	"\tto_offset\x18\x02 \x01(\x03R\btoOffset\"<\n" +
 	"\x0eCommitlogChunk\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\x8f\x03\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"X\n" +
+	"\x18ChecksumCommitlogRequest\x12\x1f\n" +
+	"\vfrom_offset\x18\x01 \x01(\x03R\n" +
+	"fromOffset\x12\x1b\n" +
+	"\tto_offset\x18\x02 \x01(\x03R\btoOffset\"q\n" +
+	"\x19ChecksumCommitlogResponse\x12\x1f\n" +
+	"\vfrom_offset\x18\x01 \x01(\x03R\n" +
+	"fromOffset\x12\x1b\n" +
+	"\tto_offset\x18\x02 \x01(\x03R\btoOffset\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\x8f\x03\n" +
 	"\vRaftCommand\x12*\n" +
 	"\x04send\x18\x01 \x01(\v2\x14.raftmq.v1.SendBatchH\x00R\x04send\x12;\n" +
 	"\fupsert_topic\x18\x02 \x01(\v2\x16.raftmq.v1.TopicConfigH\x00R\vupsertTopic\x12#\n" +
@@ -4163,7 +4287,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x18CONSUME_MODE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"CLUSTERING\x10\x01\x12\x10\n" +
-	"\fBROADCASTING\x10\x022\xdf\x0e\n" +
+	"\fBROADCASTING\x10\x022\xbf\x0f\n" +
 	"\x06Broker\x12L\n" +
 	"\vSendMessage\x12\x1d.raftmq.v1.SendMessageRequest\x1a\x1e.raftmq.v1.SendMessageResponse\x12L\n" +
 	"\vPullMessage\x12\x1d.raftmq.v1.PullMessageRequest\x1a\x1e.raftmq.v1.PullMessageResponse\x12d\n" +
@@ -4187,7 +4311,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x10QueryMessageById\x12\".raftmq.v1.QueryMessageByIdRequest\x1a\x1f.raftmq.v1.QueryMessageResponse\x12Y\n" +
 	"\x11QueryMessageByKey\x12#.raftmq.v1.QueryMessageByKeyRequest\x1a\x1f.raftmq.v1.QueryMessageResponse\x12U\n" +
 	"\x0eDescribeBroker\x12 .raftmq.v1.DescribeBrokerRequest\x1a!.raftmq.v1.DescribeBrokerResponse\x12M\n" +
-	"\rCopyCommitlog\x12\x1f.raftmq.v1.CopyCommitlogRequest\x1a\x19.raftmq.v1.CommitlogChunk0\x012\xbb\x02\n" +
+	"\rCopyCommitlog\x12\x1f.raftmq.v1.CopyCommitlogRequest\x1a\x19.raftmq.v1.CommitlogChunk0\x01\x12^\n" +
+	"\x11ChecksumCommitlog\x12#.raftmq.v1.ChecksumCommitlogRequest\x1a$.raftmq.v1.ChecksumCommitlogResponse2\xbb\x02\n" +
 	"\n" +
 	"NameServer\x12@\n" +
 	"\bGetRoute\x12\x1a.raftmq.v1.GetRouteRequest\x1a\x18.raftmq.v1.RouteResponse\x12R\n" +
@@ -4209,7 +4334,7 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 }
 
 var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
@@ -4263,26 +4388,28 @@ var file_raftmq_proto_goTypes = []any{
 	(*DescribeBrokerResponse)(nil),          // 49: raftmq.v1.DescribeBrokerResponse
 	(*CopyCommitlogRequest)(nil),            // 50: raftmq.v1.CopyCommitlogRequest
 	(*CommitlogChunk)(nil),                  // 51: raftmq.v1.CommitlogChunk
-	(*RaftCommand)(nil),                     // 52: raftmq.v1.RaftCommand
-	(*MasterAnnounce)(nil),                  // 53: raftmq.v1.MasterAnnounce
-	(*SendBatch)(nil),                       // 54: raftmq.v1.SendBatch
-	(*StoredMessage)(nil),                   // 55: raftmq.v1.StoredMessage
-	(*OffsetCommit)(nil),                    // 56: raftmq.v1.OffsetCommit
-	(*BrokerSnapshot)(nil),                  // 57: raftmq.v1.BrokerSnapshot
-	(*GetRouteRequest)(nil),                 // 58: raftmq.v1.GetRouteRequest
-	(*GroupRoute)(nil),                      // 59: raftmq.v1.GroupRoute
-	(*RouteResponse)(nil),                   // 60: raftmq.v1.RouteResponse
-	(*GetClusterInfoRequest)(nil),           // 61: raftmq.v1.GetClusterInfoRequest
-	(*ClusterGroup)(nil),                    // 62: raftmq.v1.ClusterGroup
-	(*ClusterInfoResponse)(nil),             // 63: raftmq.v1.ClusterInfoResponse
-	(*ListTopicNamesResponse)(nil),          // 64: raftmq.v1.ListTopicNamesResponse
-	(*WatchRoutesRequest)(nil),              // 65: raftmq.v1.WatchRoutesRequest
-	nil,                                     // 66: raftmq.v1.Message.PropertiesEntry
-	nil,                                     // 67: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 68: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	(*ChecksumCommitlogRequest)(nil),        // 52: raftmq.v1.ChecksumCommitlogRequest
+	(*ChecksumCommitlogResponse)(nil),       // 53: raftmq.v1.ChecksumCommitlogResponse
+	(*RaftCommand)(nil),                     // 54: raftmq.v1.RaftCommand
+	(*MasterAnnounce)(nil),                  // 55: raftmq.v1.MasterAnnounce
+	(*SendBatch)(nil),                       // 56: raftmq.v1.SendBatch
+	(*StoredMessage)(nil),                   // 57: raftmq.v1.StoredMessage
+	(*OffsetCommit)(nil),                    // 58: raftmq.v1.OffsetCommit
+	(*BrokerSnapshot)(nil),                  // 59: raftmq.v1.BrokerSnapshot
+	(*GetRouteRequest)(nil),                 // 60: raftmq.v1.GetRouteRequest
+	(*GroupRoute)(nil),                      // 61: raftmq.v1.GroupRoute
+	(*RouteResponse)(nil),                   // 62: raftmq.v1.RouteResponse
+	(*GetClusterInfoRequest)(nil),           // 63: raftmq.v1.GetClusterInfoRequest
+	(*ClusterGroup)(nil),                    // 64: raftmq.v1.ClusterGroup
+	(*ClusterInfoResponse)(nil),             // 65: raftmq.v1.ClusterInfoResponse
+	(*ListTopicNamesResponse)(nil),          // 66: raftmq.v1.ListTopicNamesResponse
+	(*WatchRoutesRequest)(nil),              // 67: raftmq.v1.WatchRoutesRequest
+	nil,                                     // 68: raftmq.v1.Message.PropertiesEntry
+	nil,                                     // 69: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 70: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
-	66, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
+	68, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
 	3,  // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
 	5,  // 2: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
 	1,  // 3: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
@@ -4296,24 +4423,24 @@ var file_raftmq_proto_depIdxs = []int32{
 	33, // 11: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
 	48, // 12: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
 	26, // 13: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
-	54, // 14: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
+	56, // 14: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
 	26, // 15: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
-	56, // 16: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
+	58, // 16: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
 	33, // 17: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	53, // 18: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
-	55, // 19: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	67, // 20: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	55, // 18: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
+	57, // 19: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	69, // 20: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
 	3,  // 21: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
 	11, // 22: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
 	26, // 23: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	56, // 24: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	58, // 24: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
 	33, // 25: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	53, // 26: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	68, // 27: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	55, // 26: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	70, // 27: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 	48, // 28: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	59, // 29: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	61, // 29: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
 	48, // 30: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	62, // 31: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	64, // 31: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
 	4,  // 32: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
 	7,  // 33: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
 	9,  // 34: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
@@ -4335,37 +4462,39 @@ var file_raftmq_proto_depIdxs = []int32{
 	45, // 50: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
 	47, // 51: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
 	50, // 52: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	58, // 53: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	61, // 54: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	31, // 55: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	65, // 56: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	6,  // 57: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	8,  // 58: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	10, // 59: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	13, // 60: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	17, // 61: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	19, // 62: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	21, // 63: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	23, // 64: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	25, // 65: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	28, // 66: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	30, // 67: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	32, // 68: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	35, // 69: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	37, // 70: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	39, // 71: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	41, // 72: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	43, // 73: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	46, // 74: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	46, // 75: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	49, // 76: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	51, // 77: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	60, // 78: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	63, // 79: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	64, // 80: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	60, // 81: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	57, // [57:82] is the sub-list for method output_type
-	32, // [32:57] is the sub-list for method input_type
+	52, // 53: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	60, // 54: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	63, // 55: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	31, // 56: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	67, // 57: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	6,  // 58: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	8,  // 59: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	10, // 60: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	13, // 61: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	17, // 62: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	19, // 63: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	21, // 64: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	23, // 65: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	25, // 66: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	28, // 67: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	30, // 68: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	32, // 69: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	35, // 70: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	37, // 71: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	39, // 72: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	41, // 73: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	43, // 74: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	46, // 75: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	46, // 76: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	49, // 77: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	51, // 78: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	53, // 79: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	62, // 80: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	65, // 81: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	66, // 82: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	62, // 83: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	58, // [58:84] is the sub-list for method output_type
+	32, // [32:58] is the sub-list for method input_type
 	32, // [32:32] is the sub-list for extension type_name
 	32, // [32:32] is the sub-list for extension extendee
 	0,  // [0:32] is the sub-list for field type_name
@@ -4376,7 +4505,7 @@ func file_raftmq_proto_init() {
 	if File_raftmq_proto != nil {
 		return
 	}
-	file_raftmq_proto_msgTypes[49].OneofWrappers = []any{
+	file_raftmq_proto_msgTypes[51].OneofWrappers = []any{
 		(*RaftCommand_Send)(nil),
 		(*RaftCommand_UpsertTopic)(nil),
 		(*RaftCommand_DeleteTopic)(nil),
@@ -4391,7 +4520,7 @@ func file_raftmq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   66,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

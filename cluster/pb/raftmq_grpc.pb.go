@@ -51,6 +51,7 @@ const (
 	Broker_QueryMessageByKey_FullMethodName       = "/raftmq.v1.Broker/QueryMessageByKey"
 	Broker_DescribeBroker_FullMethodName          = "/raftmq.v1.Broker/DescribeBroker"
 	Broker_CopyCommitlog_FullMethodName           = "/raftmq.v1.Broker/CopyCommitlog"
+	Broker_ChecksumCommitlog_FullMethodName       = "/raftmq.v1.Broker/ChecksumCommitlog"
 )
 
 // BrokerClient is the client API for Broker service.
@@ -79,6 +80,7 @@ type BrokerClient interface {
 	DescribeBroker(ctx context.Context, in *DescribeBrokerRequest, opts ...grpc.CallOption) (*DescribeBrokerResponse, error)
 	// Streams the commitlog range [from, to) to a replica catching up.
 	CopyCommitlog(ctx context.Context, in *CopyCommitlogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CommitlogChunk], error)
+	ChecksumCommitlog(ctx context.Context, in *ChecksumCommitlogRequest, opts ...grpc.CallOption) (*ChecksumCommitlogResponse, error)
 }
 
 type brokerClient struct {
@@ -308,6 +310,16 @@ func (c *brokerClient) CopyCommitlog(ctx context.Context, in *CopyCommitlogReque
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Broker_CopyCommitlogClient = grpc.ServerStreamingClient[CommitlogChunk]
 
+func (c *brokerClient) ChecksumCommitlog(ctx context.Context, in *ChecksumCommitlogRequest, opts ...grpc.CallOption) (*ChecksumCommitlogResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChecksumCommitlogResponse)
+	err := c.cc.Invoke(ctx, Broker_ChecksumCommitlog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServer is the server API for Broker service.
 // All implementations must embed UnimplementedBrokerServer
 // for forward compatibility.
@@ -334,6 +346,7 @@ type BrokerServer interface {
 	DescribeBroker(context.Context, *DescribeBrokerRequest) (*DescribeBrokerResponse, error)
 	// Streams the commitlog range [from, to) to a replica catching up.
 	CopyCommitlog(*CopyCommitlogRequest, grpc.ServerStreamingServer[CommitlogChunk]) error
+	ChecksumCommitlog(context.Context, *ChecksumCommitlogRequest) (*ChecksumCommitlogResponse, error)
 	mustEmbedUnimplementedBrokerServer()
 }
 
@@ -406,6 +419,9 @@ func (UnimplementedBrokerServer) DescribeBroker(context.Context, *DescribeBroker
 }
 func (UnimplementedBrokerServer) CopyCommitlog(*CopyCommitlogRequest, grpc.ServerStreamingServer[CommitlogChunk]) error {
 	return status.Error(codes.Unimplemented, "method CopyCommitlog not implemented")
+}
+func (UnimplementedBrokerServer) ChecksumCommitlog(context.Context, *ChecksumCommitlogRequest) (*ChecksumCommitlogResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ChecksumCommitlog not implemented")
 }
 func (UnimplementedBrokerServer) mustEmbedUnimplementedBrokerServer() {}
 func (UnimplementedBrokerServer) testEmbeddedByValue()                {}
@@ -799,6 +815,24 @@ func _Broker_CopyCommitlog_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Broker_CopyCommitlogServer = grpc.ServerStreamingServer[CommitlogChunk]
 
+func _Broker_ChecksumCommitlog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChecksumCommitlogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).ChecksumCommitlog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_ChecksumCommitlog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).ChecksumCommitlog(ctx, req.(*ChecksumCommitlogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Broker_ServiceDesc is the grpc.ServiceDesc for Broker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -885,6 +919,10 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeBroker",
 			Handler:    _Broker_DescribeBroker_Handler,
+		},
+		{
+			MethodName: "ChecksumCommitlog",
+			Handler:    _Broker_ChecksumCommitlog_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
