@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -309,5 +310,42 @@ func TestAutoCreateInDevMode(t *testing.T) {
 	r, err := p.Send(context.Background(), &Message{Topic: "fresh", Body: []byte("first")})
 	if err != nil || !strings.HasPrefix(r.MsgID, "broker-a@") {
 		t.Fatalf("first send to a new topic: %v %v", r, err)
+	}
+}
+
+// A client given a dialer opens every connection through it, with the
+// address as advertised: here a name server name only the dialer knows.
+func TestDialerGetsAdvertisedAddresses(t *testing.T) {
+	c := newCluster(t, 1, 3, nil)
+	c.createTopic("dialed", 2)
+	const nsName = "namesrv.raftmq.invalid:9876" // .invalid never resolves
+	var mu sync.Mutex
+	dialed := map[string]bool{}
+	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+		mu.Lock()
+		dialed[addr] = true
+		mu.Unlock()
+		if addr == nsName {
+			addr = c.ns.Addr()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	p, err := NewProducer(WithNameServers(nsName), WithLogger(quiet), WithDialer(dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown()
+	if _, err := p.Send(context.Background(), &Message{Topic: "dialed", Body: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	master := c.brokers["broker-a"][c.master("broker-a")].Addr()
+	mu.Lock()
+	defer mu.Unlock()
+	if !dialed[nsName] || !dialed[master] {
+		t.Fatalf("dialed %v; want the name server's name and the master %s", dialed, master)
 	}
 }

@@ -7,8 +7,10 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"time"
 )
 
@@ -23,6 +25,7 @@ type options struct {
 	maxMessageSize int
 	group          string
 	logger         *slog.Logger
+	dialer         func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 func defaultOptions() options {
@@ -71,3 +74,13 @@ func WithGroup(g string) Option { return func(o *options) { o.group = g } }
 
 // WithLogger sets the logger. Default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithDialer makes the client open its connections through dial, given
+// the address exactly as the name servers and brokers advertise it (no
+// DNS lookup first). It is for networks the client does not share with
+// the brokers: a tunnel, or a host reaching containers that advertise
+// names only the containers' network resolves. Default: a TCP dial after
+// a DNS lookup.
+func WithDialer(dial func(ctx context.Context, addr string) (net.Conn, error)) Option {
+	return func(o *options) { o.dialer = dial }
+}

@@ -51,8 +51,13 @@ func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := r.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)))
+	target, dialOpts := addr, []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}
+	if r.opts.dialer != nil {
+		// passthrough hands the address to the dialer unresolved.
+		target, dialOpts = "passthrough:///"+addr, append(dialOpts, grpc.WithContextDialer(r.opts.dialer))
+	}
+	c, err := grpc.NewClient(target, dialOpts...)
 	if err != nil {
 		return nil, err
 	}
