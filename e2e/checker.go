@@ -39,11 +39,29 @@ type Delivery struct {
 	Offset int64
 }
 
-// History collects sends and deliveries from any goroutine.
+// Checksum is one replica's commitlog hash after quiescence.
+type Checksum struct {
+	Group    string
+	Replica  string
+	ToOffset int64 // the hash covers the commitlog up to here
+	SHA256   string
+}
+
+// History collects sends, deliveries and replica checksums from any
+// goroutine.
 type History struct {
 	mu         sync.Mutex
 	sends      []Send
 	deliveries []Delivery
+	checksums  []Checksum
+}
+
+// Replica records a replica's commitlog checksum, taken once the drill's
+// load has stopped and the group has quiesced.
+func (h *History) Replica(c Checksum) {
+	h.mu.Lock()
+	h.checksums = append(h.checksums, c)
+	h.mu.Unlock()
 }
 
 func (h *History) Sent(s Send) {
@@ -82,6 +100,8 @@ type Report struct {
 	DupFromUnknown         int      // deliveries beyond the first of messages whose send outcome was unknown
 	DupOther               int      // deliveries beyond the first of other messages
 	OrderBreaks            []string // a producer's messages stored out of send order within a queue
+	Divergent              []string // groups whose replicas' commitlogs differ
+	Replicas               int      // replica checksums compared
 	WriteGaps              []time.Duration
 }
 
@@ -90,13 +110,14 @@ func (r Report) String() string {
 	for i, g := range r.WriteGaps {
 		gaps[i] = g.Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("acked %d, failed %d, unknown %d; lost %d, unexpected %d, duplicates %d (+%d from unknown sends), order breaks %d; write gaps over 1s: [%s]",
-		r.Acked, r.Failed, r.Unknown, len(r.Lost), len(r.Unexpected), r.DupOther, r.DupFromUnknown, len(r.OrderBreaks), strings.Join(gaps, " "))
+	return fmt.Sprintf("acked %d, failed %d, unknown %d; lost %d, unexpected %d, duplicates %d (+%d from unknown sends), order breaks %d, divergent groups %d (of %d replicas compared); write gaps over 1s: [%s]",
+		r.Acked, r.Failed, r.Unknown, len(r.Lost), len(r.Unexpected), r.DupOther, r.DupFromUnknown, len(r.OrderBreaks), len(r.Divergent), r.Replicas, strings.Join(gaps, " "))
 }
 
-// OK is the drills' pass: nothing lost, nothing unexpected, no order break.
+// OK is the drills' pass: nothing lost, nothing unexpected, no order
+// break, no replicas differing.
 func (r Report) OK() bool {
-	return len(r.Lost) == 0 && len(r.Unexpected) == 0 && len(r.OrderBreaks) == 0
+	return len(r.Lost) == 0 && len(r.Unexpected) == 0 && len(r.OrderBreaks) == 0 && len(r.Divergent) == 0
 }
 
 // Check judges the history.
@@ -162,6 +183,21 @@ func (h *History) Check() Report {
 				r.OrderBreaks = append(r.OrderBreaks, fmt.Sprintf("%s in %s: seq %d stored after %d", k.producer, k.queue, n, last))
 			}
 			last = max(last, n)
+		}
+	}
+	// Divergence: within a group, every replica's hash must cover the same
+	// range and agree.
+	first := map[string]Checksum{}
+	for _, c := range h.checksums {
+		r.Replicas++
+		f, ok := first[c.Group]
+		if !ok {
+			first[c.Group] = c
+			continue
+		}
+		if c.ToOffset != f.ToOffset || c.SHA256 != f.SHA256 {
+			r.Divergent = append(r.Divergent, fmt.Sprintf("%s: replica %s has %.12s to offset %d, replica %s %.12s to offset %d",
+				c.Group, c.Replica, c.SHA256, c.ToOffset, f.Replica, f.SHA256, f.ToOffset))
 		}
 	}
 	// Write gaps: per producer, the longest pauses between acks.

@@ -21,6 +21,11 @@ func TestCheckerFindsFaults(t *testing.T) {
 	h.Delivered(Delivery{Body: "c", Queue: "q", Offset: 3}) // stored twice: an unknown send retried
 	h.Delivered(Delivery{Body: "e", Queue: "q", Offset: 4}) // refused, yet consumed
 	h.Delivered(Delivery{Body: "zz", Queue: "q", Offset: 5})
+	h.Replica(Checksum{Group: "g", Replica: "1", ToOffset: 100, SHA256: "aa"})
+	h.Replica(Checksum{Group: "g", Replica: "2", ToOffset: 100, SHA256: "aa"})
+	h.Replica(Checksum{Group: "g", Replica: "3", ToOffset: 100, SHA256: "ab"}) // diverged
+	h.Replica(Checksum{Group: "h", Replica: "1", ToOffset: 50, SHA256: "cc"})
+	h.Replica(Checksum{Group: "h", Replica: "2", ToOffset: 60, SHA256: "cc"}) // not in step
 	r := h.Check()
 	if r.Acked != 3 || r.Unknown != 1 || r.Failed != 1 {
 		t.Fatalf("counts: %s", r)
@@ -37,6 +42,9 @@ func TestCheckerFindsFaults(t *testing.T) {
 	if len(r.OrderBreaks) != 1 {
 		t.Fatalf("order breaks %v", r.OrderBreaks)
 	}
+	if len(r.Divergent) != 2 || r.Replicas != 5 {
+		t.Fatalf("divergent %v of %d", r.Divergent, r.Replicas)
+	}
 	if len(r.WriteGaps) != 1 || r.WriteGaps[0] != 2*time.Second {
 		t.Fatalf("write gaps %v", r.WriteGaps)
 	}
@@ -46,6 +54,8 @@ func TestCheckerFindsFaults(t *testing.T) {
 	clean := &History{}
 	clean.Sent(Send{Producer: "p", Seq: 0, Body: "a", Outcome: Acked, At: t0})
 	clean.Delivered(Delivery{Body: "a", Queue: "q"})
+	clean.Replica(Checksum{Group: "g", Replica: "1", ToOffset: 100, SHA256: "aa"})
+	clean.Replica(Checksum{Group: "g", Replica: "2", ToOffset: 100, SHA256: "aa"})
 	if r := clean.Check(); !r.OK() || !clean.Consumed() {
 		t.Fatalf("a clean history failed: %s", r)
 	}

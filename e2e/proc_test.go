@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/raftmq/raftmq/client"
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// procCluster is a name server and one broker group of 3 replicas, each a
+// raftmq process on 127.0.0.1.
+type procCluster struct {
+	t        *testing.T
+	dir      string
+	nsGRPC   string
+	nsGossip string
+	grpc     []string
+	raft     []string
+	gossip   []string
+	procs    []*exec.Cmd // brokers; nil while down
+	ns       *exec.Cmd
+	clients  []pb.BrokerClient
+}
+
+func startProc(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("%v did not start: %v", args, err)
+	}
+	return cmd
+}
+
+func newProcCluster(t *testing.T) *procCluster {
+	ns := clustertest.FreeAddrs(t, 2)
+	c := &procCluster{t: t, dir: t.TempDir(), nsGRPC: ns[0], nsGossip: ns[1],
+		grpc: clustertest.FreeAddrs(t, 3), raft: clustertest.FreeAddrs(t, 3), gossip: clustertest.FreeAddrs(t, 3), procs: make([]*exec.Cmd, 3)}
+	c.ns = startProc(t, "namesrv", "--grpc", c.nsGRPC, "--gossip", c.nsGossip, "--log-level", "error")
+	for i := range c.procs {
+		conn, err := grpc.NewClient(c.grpc[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		c.clients = append(c.clients, pb.NewBrokerClient(conn))
+		c.start(i)
+	}
+	t.Cleanup(func() {
+		for i := range c.procs {
+			c.kill(i)
+		}
+		c.ns.Process.Kill()
+		c.ns.Wait()
+	})
+	return c
+}
+
+func (c *procCluster) start(i int) {
+	var peers []string
+	for j, a := range c.raft {
+		peers = append(peers, fmt.Sprintf("%d=%s", j+1, a))
+	}
+	c.procs[i] = startProc(c.t, "broker", "--group", "broker-a", "--id", fmt.Sprint(i+1), "--dir", filepath.Join(c.dir, fmt.Sprint(i+1)),
+		"--grpc", c.grpc[i], "--raft", c.raft[i], "--peers", strings.Join(peers, ","), "--gossip", c.gossip[i],
+		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error")
+}
+
+// kill stops replica i with SIGKILL.
+func (c *procCluster) kill(i int) {
+	if c.procs[i] != nil {
+		c.procs[i].Process.Kill()
+		c.procs[i].Wait()
+		c.procs[i] = nil
+	}
+}
+
+func (c *procCluster) describe(i int) *pb.DescribeBrokerResponse {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	d, err := c.clients[i].DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
+	if err != nil {
+		return nil
+	}
+	return d
+}
+
+func (c *procCluster) master() int {
+	m := -1
+	clustertest.WaitFor(c.t, 15*time.Second, "a master", func() bool {
+		for i := range c.procs {
+			if c.procs[i] != nil {
+				if d := c.describe(i); d != nil && d.Master {
+					m = i
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return m
+}
+
+func (c *procCluster) nameServers() []string         { return []string{c.nsGRPC} }
+func (c *procCluster) clientOptions() []client.Option { return nil }
+
+func (c *procCluster) createTopic(t *testing.T, topic string, queues int32) {
+	if _, err := c.clients[c.master()].CreateTopic(context.Background(), &pb.CreateTopicRequest{
+		Topic: &pb.TopicConfig{Name: topic, ReadQueues: queues, WriteQueues: queues}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *procCluster) recordReplicas(t *testing.T, h *History) {
+	replicas := map[string]pb.BrokerClient{}
+	for i, bc := range c.clients {
+		replicas[fmt.Sprint(i+1)] = bc
+	}
+	recordGroup(t, h, "broker-a", replicas)
+}
+
+// stop stops replica i with SIGTERM, as an operator does: a master hands
+// its leadership over first.
+func (c *procCluster) stop(i int) {
+	if c.procs[i] != nil {
+		c.procs[i].Process.Signal(syscall.SIGTERM)
+		c.procs[i].Wait()
+		c.procs[i] = nil
+	}
+}
+
+// caughtUp waits until replica i has applied what the master had applied
+// when it was called.
+func (c *procCluster) caughtUp(i int) {
+	m := c.master()
+	d := c.describe(m)
+	clustertest.WaitFor(c.t, 20*time.Second, fmt.Sprintf("replica %d caught up", i+1), func() bool {
+		r := c.describe(i)
+		return d != nil && r != nil && r.AppliedIndex >= d.AppliedIndex
+	})
+}
+
+// Drill 2: kill -9 the master four times, each back after a 1 s outage.
+func TestDrillMasterKilledRepeatedly(t *testing.T) {
+	c := newProcCluster(t)
+	runDrill(t, "master kill x4", c, func() {
+		for round := 0; round < 4; round++ {
+			victim := c.master()
+			c.kill(victim)
+			time.Sleep(time.Second) // the outage
+			c.start(victim)
+			time.Sleep(time.Second) // traffic between faults
+		}
+	})
+}
+
+// Drill 3: stop a follower for 3 s while writes go on, then start it: it
+// catches up and ends byte-identical.
+func TestDrillFollowerStoppedAndCaughtUp(t *testing.T) {
+	c := newProcCluster(t)
+	runDrill(t, "follower down 3 s", c, func() {
+		follower := (c.master() + 1) % 3
+		c.kill(follower)
+		time.Sleep(3 * time.Second) // the outage
+		c.start(follower)
+	})
+}
+
+// Drill 5: kill the name server for 2 s: clients go on with the routes
+// they hold, and the restarted name server learns the cluster again.
+func TestDrillNameServerKilled(t *testing.T) {
+	c := newProcCluster(t)
+	runDrill(t, "name server down 2 s", c, func() {
+		c.ns.Process.Kill()
+		c.ns.Wait()
+		time.Sleep(2 * time.Second) // the outage
+		c.ns = startProc(c.t, "namesrv", "--grpc", c.nsGRPC, "--gossip", c.nsGossip, "--join", c.gossip[0], "--log-level", "error")
+	})
+}
+
+// Drill 6: a rolling restart, each replica stopped with SIGTERM (a master
+// hands leadership over) and started again, the next one only once it has
+// caught up.
+func TestDrillRollingRestart(t *testing.T) {
+	c := newProcCluster(t)
+	runDrill(t, "rolling restart", c, func() {
+		for i := range c.procs {
+			c.stop(i)
+			c.start(i)
+			c.caughtUp(i)
+		}
+	})
+}
+
+// Drill 7: the master frozen for 2 s (SIGSTOP, as docker pause freezes a
+// container): the others elect a new master; the old one, thawed, finds a
+// higher term and steps down, its unacknowledged entries discarded.
+func TestDrillMasterPaused(t *testing.T) {
+	c := newProcCluster(t)
+	runDrill(t, "master paused 2 s", c, func() {
+		m := c.master()
+		c.procs[m].Process.Signal(syscall.SIGSTOP)
+		time.Sleep(2 * time.Second) // the freeze
+		c.procs[m].Process.Signal(syscall.SIGCONT)
+	})
+}
