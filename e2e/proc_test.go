@@ -120,7 +120,7 @@ func (c *procCluster) master() int {
 	return m
 }
 
-func (c *procCluster) nameServers() []string         { return []string{c.nsGRPC} }
+func (c *procCluster) nameServers() []string          { return []string{c.nsGRPC} }
 func (c *procCluster) clientOptions() []client.Option { return nil }
 
 func (c *procCluster) createTopic(t *testing.T, topic string, queues int32) {
