@@ -349,3 +349,96 @@ func TestDialerGetsAdvertisedAddresses(t *testing.T) {
 		t.Fatalf("dialed %v; want the name server's name and the master %s", dialed, master)
 	}
 }
+
+// A master that accepts connections and never answers (frozen, or cut off
+// the network) costs a send one attempt when an attempt timeout is set;
+// without one the send spends its whole timeout there.
+func TestAttemptTimeoutMovesPastASilentMaster(t *testing.T) {
+	c := newCluster(t, 1, 3, nil)
+	c.createTopic("silent", 1)
+	old := c.brokers["broker-a"][c.master("broker-a")]
+	silent := old.Addr()
+	dial := dialSilencing(t, silent)
+	bounded := c.producer(WithDialer(dial), WithSendTimeout(10*time.Second), WithAttemptTimeout(300*time.Millisecond), WithRetries(50))
+	defer bounded.Shutdown()
+	unbounded := c.producer(WithDialer(dial), WithSendTimeout(time.Second), WithRetries(50))
+	defer unbounded.Shutdown()
+	ctx := context.Background()
+	for _, p := range []*Producer{bounded, unbounded} {
+		if _, err := p.r.route(ctx, "silent"); err != nil { // cached: it names the old master
+			t.Fatal(err)
+		}
+	}
+	if err := old.TransferLeadership(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unbounded.Send(ctx, &Message{Topic: "silent", Body: []byte("x")}); err == nil {
+		t.Fatal("a send without an attempt timeout got past the silent master within its 1 s")
+	}
+	if _, err := bounded.Send(ctx, &Message{Topic: "silent", Body: []byte("x")}); err != nil {
+		t.Fatalf("a send with a 300 ms attempt timeout: %v", err)
+	}
+}
+
+// After a master leaves a send without an answer, round-robin sends go to
+// the other groups for a while instead of each paying an attempt there.
+func TestRoundRobinSteersAroundASilentMaster(t *testing.T) {
+	c := newCluster(t, 2, 1, nil)
+	c.createTopic("steer", 2)
+	silent := c.brokers["broker-a"][0].Addr()
+	dial := dialSilencing(t, silent)
+	failures := func(opts ...Option) int {
+		p := c.producer(append([]Option{WithDialer(dial), WithAttemptTimeout(200 * time.Millisecond), WithRetries(0)}, opts...)...)
+		defer p.Shutdown()
+		n := 0
+		for i := 0; i < 12; i++ {
+			if _, err := p.Send(context.Background(), &Message{Topic: "steer", Body: []byte("x")}); err != nil {
+				n++
+			}
+		}
+		return n
+	}
+	if n := failures(); n != 1 {
+		t.Fatalf("%d of 12 round-robin sends failed with fault isolation; want only the first to reach the silent master", n)
+	}
+	if n := failures(WithFaultIsolation(0)); n < 2 {
+		t.Fatalf("%d of 12 sends failed without fault isolation; want every one that reached the silent master", n)
+	}
+}
+
+// dialSilencing returns a dialer that connects the address silent to a
+// listener that accepts connections and never answers (a frozen master,
+// or one cut off the network), and every other address as it is.
+func dialSilencing(t *testing.T, silent string) func(context.Context, string) (net.Conn, error) {
+	hole, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	var done sync.WaitGroup
+	done.Add(1)
+	go func() {
+		defer done.Done()
+		for {
+			conn, err := hole.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, conn) // read by nobody: the peer hears nothing
+		}
+	}()
+	t.Cleanup(func() {
+		hole.Close()
+		done.Wait()
+		for _, conn := range held {
+			conn.Close()
+		}
+	})
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		if addr == silent {
+			addr = hole.Addr().String()
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+}

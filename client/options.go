@@ -20,6 +20,8 @@ type Option func(*options)
 type options struct {
 	nameServers    []string
 	sendTimeout    time.Duration
+	attemptTimeout time.Duration
+	faultIsolation time.Duration
 	retries        int
 	routeRefresh   time.Duration
 	maxMessageSize int
@@ -31,6 +33,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		sendTimeout:    3 * time.Second,
+		faultIsolation: 5 * time.Second,
 		retries:        2,
 		routeRefresh:   30 * time.Second,
 		maxMessageSize: 4 << 20,
@@ -56,6 +59,20 @@ func WithNameServers(addrs ...string) Option {
 
 // WithSendTimeout bounds a send, retries included. Default 3 s.
 func WithSendTimeout(d time.Duration) Option { return func(o *options) { o.sendTimeout = d } }
+
+// WithAttemptTimeout bounds each try of a send, so that a master that
+// stopped answering (frozen, or cut off the network) costs one attempt and
+// the send goes on to the group's new master within the send timeout. A
+// try that runs out has an unknown outcome: it may have been stored, and
+// the retry may store the message again. Default 0: a try may take the
+// whole send timeout.
+func WithAttemptTimeout(d time.Duration) Option { return func(o *options) { o.attemptTimeout = d } }
+
+// WithFaultIsolation sets how long round-robin sends steer around a master
+// that left a send without an answer (timed out or unreachable), while
+// another group can take them. Orderly sends stay on their queue. Default
+// 5 s; 0 turns it off.
+func WithFaultIsolation(d time.Duration) Option { return func(o *options) { o.faultIsolation = d } }
 
 // WithRetries sets how many times a send that failed retriably is tried
 // again (on another group when the topic has one, else on the group's new

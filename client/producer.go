@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
@@ -17,11 +20,12 @@ import (
 // Producer sends messages to the masters of the broker groups hosting
 // their topic. It is safe for concurrent use.
 type Producer struct {
-	opts  options
-	r     *router
-	rr    atomic.Uint64 // round-robin position over a topic's queues
-	state lifecycle
-	wg    sync.WaitGroup // async and one-way sends in flight
+	opts   options
+	r      *router
+	rr     atomic.Uint64 // round-robin position over a topic's queues
+	faults *brokerFaults
+	state  lifecycle
+	wg     sync.WaitGroup // async and one-way sends in flight
 }
 
 // SendResult is where a message was stored.
@@ -38,7 +42,7 @@ func NewProducer(opts ...Option) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{opts: o, r: newRouter(o)}, nil
+	return &Producer{opts: o, r: newRouter(o), faults: newBrokerFaults(o.faultIsolation)}, nil
 }
 
 // Start readies the producer. It may be called once.
@@ -235,7 +239,13 @@ func (p *Producer) send(ctx context.Context, msgs []*Message, pick func([]Messag
 			return nil, err
 		}
 		req.QueueId = mq.QueueID
-		resp, err := b.SendMessage(ctx, req)
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if p.opts.attemptTimeout > 0 {
+			actx, acancel = context.WithTimeout(ctx, p.opts.attemptTimeout)
+			req.TimeoutMs = p.opts.attemptTimeout.Milliseconds()
+		}
+		resp, err := b.SendMessage(actx, req)
+		acancel()
 		if err == nil {
 			out := make([]*SendResult, len(resp.Results))
 			for i, r := range resp.Results {
@@ -246,6 +256,9 @@ func (p *Producer) send(ctx context.Context, msgs []*Message, pick func([]Messag
 		lastErr = err
 		if !retriable(err) {
 			return nil, err
+		}
+		if c := status.Code(err); c == codes.DeadlineExceeded || c == codes.Unavailable {
+			p.faults.mark(addr, time.Now()) // no answer: steer round-robin sends elsewhere for a while
 		}
 		p.r.invalidate(topic)
 		if reason, meta := cluster.ReasonOf(err); reason == pb.ErrorReason_NOT_LEADER && meta["leader"] != "" && meta["leader"] != addr {
@@ -277,11 +290,22 @@ func (p *Producer) choose(queues []writeQueue, pick func([]MessageQueue) Message
 			}
 		}
 	}
+	now := time.Now()
+	var fallback *writeQueue
 	for range queues {
 		q := queues[int(p.rr.Add(1)%uint64(len(queues)))]
-		if q.Group != avoid {
+		if q.Group == avoid {
+			continue
+		}
+		if !p.faults.isolated(q.master, now) {
 			return q
 		}
+		if fallback == nil {
+			fallback = &q
+		}
+	}
+	if fallback != nil { // every other group's master is isolated too
+		return *fallback
 	}
 	return queues[int(p.rr.Add(1)%uint64(len(queues)))]
 }

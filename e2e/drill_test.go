@@ -91,7 +91,7 @@ func runDrill(t *testing.T, name string, c drillCluster, fault func()) Report {
 	halt := func() { once.Do(func() { close(stop) }); wg.Wait() }
 	defer halt()
 	for _, dp := range drillProducers {
-		prod, err := client.NewProducer(opts(client.WithSendTimeout(5*time.Second), client.WithRetries(8))...)
+		prod, err := client.NewProducer(opts(client.WithSendTimeout(5*time.Second), client.WithAttemptTimeout(time.Second), client.WithRetries(8))...)
 		if err != nil {
 			t.Fatal(err)
 		}
