@@ -342,7 +342,7 @@ func (c *PushConsumer) replicas(ctx context.Context) []string {
 func (c *PushConsumer) heartbeat() { c.sendHeartbeat(c.ctx, false) }
 
 // sendHeartbeat sends a heartbeat, or with unregister a goodbye, to every
-// master of the subscriptions.
+// replica of the subscriptions' groups.
 func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
 	info := &pb.ConsumerGroupInfo{Group: c.opts.group, Mode: pb.ConsumeMode_CLUSTERING}
 	if c.cfg.Broadcasting {
@@ -352,57 +352,76 @@ func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
 		info.Subscriptions = append(info.Subscriptions, &pb.Subscription{Topic: topic, Expression: expr})
 	}
 	sort.Slice(info.Subscriptions, func(i, j int) bool { return info.Subscriptions[i].Topic < info.Subscriptions[j].Topic })
+	// All at once, so that a replica that does not answer delays no other.
+	var wg sync.WaitGroup
 	for _, addr := range c.replicas(ctx) {
 		b, err := c.pc.r.broker(addr)
 		if err != nil {
 			continue
 		}
-		hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		resp, err := b.Heartbeat(hctx, &pb.HeartbeatRequest{ClientId: c.cfg.ClientID, Groups: []*pb.ConsumerGroupInfo{info}, Unregister: unregister})
-		cancel()
-		if err != nil {
-			c.opts.logger.Debug("heartbeat failed", "broker", addr, "err", err)
-			continue
-		}
-		if len(resp.ChangedGroups) > 0 {
-			c.trigger()
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			resp, err := b.Heartbeat(hctx, &pb.HeartbeatRequest{ClientId: c.cfg.ClientID, Groups: []*pb.ConsumerGroupInfo{info}, Unregister: unregister})
+			cancel()
+			if err != nil {
+				c.opts.logger.Debug("heartbeat failed", "broker", addr, "err", err)
+				return
+			}
+			if len(resp.ChangedGroups) > 0 {
+				c.trigger()
+			}
+		}()
 	}
+	wg.Wait()
 }
 
-// members asks the masters hosting topic for the group's members and
-// takes the union: each broker knows the members from their heartbeats, and
-// a new master knows none until they heartbeat again, so one broker's list
-// alone could hand a member every queue.
+// members asks every replica of the groups hosting topic for the group's
+// members and takes the union: each replica knows the members from their
+// heartbeats, and one that has just restarted (and may be master already)
+// knows few until they heartbeat again, so one broker's list alone could
+// hand a member every queue.
 func (c *PushConsumer) members(ctx context.Context, topic string) ([]string, error) {
 	route, err := c.pc.r.route(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
-	set := map[string]bool{}
-	answered := false
+	var (
+		mu       sync.Mutex
+		set      = map[string]bool{}
+		answered bool
+		wg       sync.WaitGroup
+	)
+	// All at once: a replica that does not answer (frozen, cut off) costs
+	// the rebalance one timeout, not one per replica.
 	for _, g := range route.Groups {
-		addr := masterAddr(g.Replicas)
-		if addr == "" {
-			continue
-		}
-		b, err := c.pc.r.broker(addr)
-		if err != nil {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		resp, err := b.GetConsumerList(cctx, &pb.GetConsumerListRequest{ConsumerGroup: c.opts.group})
-		cancel()
-		if err != nil {
-			continue
-		}
-		answered = true
-		for _, id := range resp.ClientIds {
-			set[id] = true
+		for _, r := range g.Replicas {
+			b, err := c.pc.r.broker(r.GrpcAddress)
+			if err != nil {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				resp, err := b.GetConsumerList(cctx, &pb.GetConsumerListRequest{ConsumerGroup: c.opts.group})
+				cancel()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				answered = true
+				for _, id := range resp.ClientIds {
+					set[id] = true
+				}
+			}()
 		}
 	}
+	wg.Wait()
 	if !answered {
-		return nil, fmt.Errorf("client: no master of %s answered the member list", topic)
+		return nil, fmt.Errorf("client: no replica of %s answered the member list", topic)
 	}
 	out := make([]string, 0, len(set))
 	for id := range set {

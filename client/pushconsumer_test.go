@@ -3,11 +3,16 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/pb"
 )
 
 func fastPush(id string) PushConfig {
@@ -426,4 +431,29 @@ func TestPushBroadcastingWithLocalOffsets(t *testing.T) {
 	if again.distinct() != 5 {
 		t.Fatalf("restarted member re-read: %d messages", again.distinct())
 	}
+}
+
+// A member known to one replica only, say a slave that became master just
+// after a restart while the others had heard from it, still counts: the
+// member list is the union over every replica.
+func TestMembersAreTheUnionOverReplicas(t *testing.T) {
+	c := newCluster(t, 1, 3, nil)
+	c.createTopic("union", 2)
+	pc := c.pushConsumer(fastPush("c1"), "union", func(context.Context, []*MessageExt) ConsumeResult { return ConsumeSuccess })
+	defer pc.Shutdown()
+	m := c.master("broker-a")
+	slave := c.brokers["broker-a"][(m+1)%3]
+	conn, err := grpc.NewClient(slave.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := pb.NewBrokerClient(conn).Heartbeat(context.Background(), &pb.HeartbeatRequest{ClientId: "ghost",
+		Groups: []*pb.ConsumerGroupInfo{{Group: "pg", Mode: pb.ConsumeMode_CLUSTERING, Subscriptions: []*pb.Subscription{{Topic: "union", Expression: "*"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	clustertest.WaitFor(t, 5*time.Second, "c1 and ghost listed", func() bool {
+		members, err := pc.members(context.Background(), "union")
+		return err == nil && slices.Equal(members, []string{"c1", "ghost"})
+	})
 }

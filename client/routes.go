@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -41,6 +42,16 @@ func newRouter(o options) *router {
 
 var errClosed = errors.New("client: shut down")
 
+// reconnect is how soon a connection to a broker that went away is tried
+// again. gRPC's default backoff grows to 2 minutes: a replica restarted
+// after a few seconds' outage would go unheard for tens of seconds, missing
+// this client's heartbeats, so that as a new master it would list too few
+// consumers and hand one member every queue.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: 2 * time.Second,
+}
+
 // conn returns the connection to addr, dialing it lazily.
 func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 	r.mu.Lock()
@@ -52,7 +63,8 @@ func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 		return c, nil
 	}
 	target, dialOpts := addr, []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20))}
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+		grpc.WithConnectParams(reconnect)}
 	if r.opts.dialer != nil {
 		// passthrough hands the address to the dialer unresolved.
 		target, dialOpts = "passthrough:///"+addr, append(dialOpts, grpc.WithContextDialer(r.opts.dialer))
