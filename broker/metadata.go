@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"maps"
 	"sort"
 	"sync"
 
@@ -123,6 +124,13 @@ func (m *metadata) offset(group, topic string, queue int32) int64 {
 		return off
 	}
 	return -1
+}
+
+// committedOffsets copies every committed consumer offset.
+func (m *metadata) committedOffsets() map[offsetKey]int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return maps.Clone(m.offsets)
 }
 
 func (m *metadata) commitOffsets(c *pb.OffsetCommit) {

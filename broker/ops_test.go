@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,25 @@ func TestMetricsAndHealth(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Fatalf("metrics lack %q:\n%s", want, body)
 		}
+	}
+	// Consumer lag: 3 messages, offset 1 committed, so 2 behind.
+	for i := 0; i < 2; i++ {
+		if _, err := g.client(m).SendMessage(context.Background(), oneMessage("m", 0, "more")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.client(m).UpdateConsumerOffset(context.Background(), &pb.UpdateConsumerOffsetRequest{ConsumerGroup: "cg",
+		Offsets: []*pb.QueueOffset{{Topic: "m", QueueId: 0, Offset: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range g.brokers { // every replica: the offsets are replicated
+		replica := `replica="` + string(rune('1'+slices.Index(g.brokers, b))) + `"`
+		waitFor(t, 5*time.Second, func() bool {
+			_, body, err := get("http://" + b.OpsAddr() + "/metrics")
+			return err == nil &&
+				strings.Contains(body, `raftmq_consumer_lag_messages{consumer_group="cg",group="broker-a",queue="0",`+replica+`,topic="m"} 2`) &&
+				strings.Contains(body, `raftmq_consumer_offset{consumer_group="cg",group="broker-a",queue="0",`+replica+`,topic="m"} 1`)
+		})
 	}
 	addr := g.brokers[m].OpsAddr()
 	g.stop(m)
