@@ -406,7 +406,7 @@ func clusterCommand() *cobra.Command {
 			})
 		},
 	}
-	cmd.AddCommand(list)
+	cmd.AddCommand(list, clusterCheckCommand(&ns))
 	return cmd
 }
 

@@ -136,6 +136,14 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	raftmq(t, bin, "topic", "delete", "--namesrv", ns, "--name", "orders")
 	waitOutput(t, 2*time.Second, bin, "no route for topic orders", "topic", "route", "--namesrv", ns, "--name", "orders")
 
+	// The replicas agree (the topic operations went through Raft, and
+	// these writes too).
+	raftmq(t, bin, "produce", "--namesrv", ns, "--topic", "checked", "--count", "20", "--size", "64")
+	out = raftmq(t, bin, "cluster", "check", "--namesrv", ns)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || strings.Count(out, " ok") != 3 || strings.Contains(out, " 0  ") {
+		t.Fatalf("cluster check:\n%s", out)
+	}
+
 	// Errors are clear, and exit non-zero.
 	for _, args := range [][]string{
 		{"topic", "route", "--namesrv", ns, "--name", "missing"},
