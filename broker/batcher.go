@@ -126,12 +126,17 @@ func (bt *batcher) propose(batch []*sendReq, n int) {
 		}
 		return
 	}
+	applied := time.Now()
 	f := bt.b.node.Raft.Apply(data, bt.b.cfg.SendTimeout)
 	bt.wg.Add(1)
 	go func() {
 		defer bt.wg.Done()
 		err := f.Error()
 		<-bt.inflight
+		if err == nil {
+			bt.b.metrics.applySeconds.Observe(time.Since(applied).Seconds())
+			bt.b.metrics.applyMessages.Observe(float64(len(all)))
+		}
 		var res *applyResult
 		if err == nil {
 			res, _ = f.Response().(*applyResult)

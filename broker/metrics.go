@@ -19,6 +19,10 @@ type metrics struct {
 	sendSeconds  prometheus.Histogram
 	pulls        *prometheus.CounterVec // by status
 	pullSeconds  prometheus.Histogram
+	// applySeconds: a send batch's Raft entry from Apply to applied on
+	// the master, a quorum's fsync included (the commit latency).
+	applySeconds  prometheus.Histogram
+	applyMessages prometheus.Histogram // messages per Raft entry (group commit)
 }
 
 func newMetrics(b *Broker) *metrics {
@@ -33,6 +37,11 @@ func newMetrics(b *Broker) *metrics {
 			Help: "PullMessage answers by status.", ConstLabels: labels}, []string{"status"}),
 		pullSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "raftmq_pull_seconds",
 			Help: "PullMessage latency, holding included.", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}),
+		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "raftmq_raft_commit_seconds",
+			Help:        "A send batch's Raft entry from Apply to applied on the master: replication to a quorum, fsyncs included.",
+			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		applyMessages: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "raftmq_raft_entry_messages",
+			Help: "Messages per send Raft entry (group commit).", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
 	}
 	gauge := func(name, help string, f func() float64) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
@@ -72,8 +81,9 @@ func newMetrics(b *Broker) *metrics {
 	})
 	gauge("raftmq_commitlog_min_offset", "First commitlog offset kept.", func() float64 { min, _ := b.store.CommitlogOffsets(); return float64(min) })
 	gauge("raftmq_commitlog_max_offset", "Commitlog end offset.", func() float64 { _, max := b.store.CommitlogOffsets(); return float64(max) })
+	gauge("raftmq_commitlog_bytes", "Commitlog bytes kept (end offset less first offset).", func() float64 { min, max := b.store.CommitlogOffsets(); return float64(max - min) })
 	m.reg.MustRegister(lagCollector{b: b, labels: labels})
-	m.reg.MustRegister(m.sendMessages, m.sendSeconds, m.pulls, m.pullSeconds,
+	m.reg.MustRegister(m.sendMessages, m.sendSeconds, m.pulls, m.pullSeconds, m.applySeconds, m.applyMessages,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -53,6 +53,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		`raftmq_master{group="broker-a",replica="` + string(rune('1'+m)) + `"} 1`,
 		`raftmq_raft_state{group="broker-a",replica="` + string(rune('1'+m)) + `"} 2`,
 		"raftmq_held_pulls", "raftmq_commitlog_max_offset", "raftmq_send_seconds_bucket", "raftmq_raft_applied_index",
+		"raftmq_raft_commit_seconds_count{group=\"broker-a\",replica=\"" + string(rune('1'+m)) + "\"} 1", "raftmq_raft_entry_messages_bucket", "raftmq_commitlog_bytes",
 	} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("metrics lack %q:\n%s", want, body)

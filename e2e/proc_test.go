@@ -159,6 +159,12 @@ func (c *procCluster) caughtUp(i int) {
 	})
 }
 
+// Drill 1: no fault; the baseline the others are compared with.
+func TestDrillBaseline(t *testing.T) {
+	c := newProcCluster(t)
+	runDrill(t, "baseline", c, func() { time.Sleep(2 * time.Second) })
+}
+
 // Drill 2: kill -9 the master four times, each back after a 1 s outage.
 func TestDrillMasterKilledRepeatedly(t *testing.T) {
 	c := newProcCluster(t)
