@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/raftmq/raftmq/broker"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -440,5 +444,50 @@ func dialSilencing(t *testing.T, silent string) func(context.Context, string) (n
 		}
 		var d net.Dialer
 		return d.DialContext(ctx, "tcp", addr)
+	}
+}
+
+// unavailableNameServer answers every route query Unavailable, counting
+// them: a name server that is up but cannot answer yet.
+type unavailableNameServer struct {
+	pb.UnimplementedNameServerServer
+	calls atomic.Int32
+}
+
+func (n *unavailableNameServer) GetRoute(context.Context, *pb.GetRouteRequest) (*pb.RouteResponse, error) {
+	n.calls.Add(1)
+	return nil, status.Error(codes.Unavailable, "not ready")
+}
+
+// A client asks the name server that answered last first, so one that
+// does not answer costs one call, not one per route query.
+func TestRouteQueriesStickToTheNameServerThatAnswers(t *testing.T) {
+	c := newCluster(t, 1, 1, nil)
+	c.createTopic("sticky", 1)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := &unavailableNameServer{}
+	srv := grpc.NewServer()
+	pb.RegisterNameServerServer(srv, bad)
+	go srv.Serve(lis)
+	defer srv.Stop()
+	p, err := NewProducer(WithNameServers(lis.Addr().String(), c.ns.Addr()), WithLogger(quiet)) // the unavailable one first
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown()
+	for i := 0; i < 5; i++ {
+		p.r.invalidate("sticky")
+		if _, err := p.r.route(context.Background(), "sticky"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := bad.calls.Load(); n != 1 {
+		t.Fatalf("the unavailable name server was asked %d times, want once", n)
 	}
 }

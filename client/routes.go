@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -29,6 +30,8 @@ type router struct {
 	routes map[string]*cachedRoute
 	conns  map[string]*grpc.ClientConn
 	closed bool
+
+	lastNameServer atomic.Int32 // index of the name server that answered last
 }
 
 type cachedRoute struct {
@@ -89,15 +92,22 @@ func (r *router) broker(addr string) (pb.BrokerClient, error) {
 // (a TOPIC_NOT_FOUND is an answer).
 func (r *router) nameServer(ctx context.Context, fn func(context.Context, pb.NameServerClient) error) error {
 	var err error
-	for _, addr := range r.opts.nameServers {
+	// Start at the name server that answered last: a dead one (whose
+	// address may take seconds to time out) costs one call, not every one.
+	first := int(r.lastNameServer.Load())
+	for i := range r.opts.nameServers {
+		n := (first + i) % len(r.opts.nameServers)
 		var c *grpc.ClientConn
-		if c, err = r.conn(addr); err != nil {
+		if c, err = r.conn(r.opts.nameServers[n]); err != nil {
 			return err
 		}
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err = fn(cctx, pb.NewNameServerClient(c))
 		cancel()
 		if reason, _ := cluster.ReasonOf(err); err == nil || reason == pb.ErrorReason_TOPIC_NOT_FOUND || ctx.Err() != nil {
+			if ctx.Err() == nil {
+				r.lastNameServer.Store(int32(n))
+			}
 			return err
 		}
 	}
