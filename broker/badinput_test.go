@@ -209,3 +209,30 @@ func TestHeartbeatsAndLocks(t *testing.T) {
 		t.Fatal("queue 1 not lockable after unlock")
 	}
 }
+
+// An idle consumer's pulls carry the same offset again and again; only a
+// change costs a Raft entry.
+func TestUnchangedRidingOffsetsAreNotReplicatedAgain(t *testing.T) {
+	g := newGroup(t, 1, func(c *Config) { c.OffsetCommitInterval = time.Hour }) // only this test flushes
+	g.createTopic("idle", 1)
+	b := g.brokers[g.master()]
+	ctx := context.Background()
+	b.offsets.add("cg", "idle", 0, 3)
+	b.offsets.flush(ctx)
+	if got := b.meta.offset("cg", "idle", 0); got != 3 {
+		t.Fatalf("offset %d after the first commit, want 3", got)
+	}
+	before := b.Raft().AppliedIndex()
+	for i := 0; i < 3; i++ {
+		b.offsets.add("cg", "idle", 0, 3)
+		b.offsets.flush(ctx)
+	}
+	if after := b.Raft().AppliedIndex(); after != before {
+		t.Fatalf("unchanged offsets took Raft entries: applied index %d -> %d", before, after)
+	}
+	b.offsets.add("cg", "idle", 0, 4)
+	b.offsets.flush(ctx)
+	if after := b.Raft().AppliedIndex(); after != before+1 || b.meta.offset("cg", "idle", 0) != 4 {
+		t.Fatalf("a changed offset: applied index %d -> %d, offset %d", before, after, b.meta.offset("cg", "idle", 0))
+	}
+}

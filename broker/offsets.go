@@ -54,6 +54,11 @@ func (c *offsetCommitter) flush(ctx context.Context) {
 	}
 	byGroup := map[string]*pb.OffsetCommit{}
 	for k, off := range pending {
+		if c.b.meta.offset(k.group, k.topic, k.queue) == off {
+			// Unchanged (an idle consumer's pulls carry the same offset
+			// again and again): no Raft entry, no fsync on every replica.
+			continue
+		}
 		oc := byGroup[k.group]
 		if oc == nil {
 			oc = &pb.OffsetCommit{ConsumerGroup: k.group}

@@ -53,7 +53,7 @@ type dockerCluster struct {
 func newDockerCluster(t *testing.T) *dockerCluster {
 	if os.Getenv("RAFTMQ_E2E_DOCKER") != "1" {
 		t.Skip("the Docker drills run with RAFTMQ_E2E_DOCKER=1 (they build raftmq:dev with deploy/build.sh and replace any cluster " +
-			"deploy/docker-compose.yml runs): RAFTMQ_E2E_DOCKER=1 go test -v -run Docker ./e2e")
+			"deploy/docker-compose.yml runs; RAFTMQ_E2E_KEEP=1 leaves a failed drill's cluster up): RAFTMQ_E2E_DOCKER=1 go test -v -run Docker ./e2e")
 	}
 	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
 		t.Fatalf("RAFTMQ_E2E_DOCKER=1 but no Docker daemon answers: %v: %s", err, out)
@@ -73,6 +73,10 @@ func newDockerCluster(t *testing.T) *dockerCluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			c.logs()
+			if os.Getenv("RAFTMQ_E2E_KEEP") == "1" {
+				t.Log("RAFTMQ_E2E_KEEP=1: the failed drill's cluster is left running")
+				return
+			}
 		}
 		compose(t, "down", "-v", "--timeout", "1")
 	})

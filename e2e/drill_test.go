@@ -173,6 +173,13 @@ func recordGroup(t *testing.T, h *History, group string, replicas map[string]pb.
 	}
 	for deadline := time.Now().Add(30 * time.Second); !inStep(); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
+			for name, c := range replicas {
+				if d := describe(c); d != nil {
+					t.Logf("%s replica %s: master %v, term %d, commit index %d, applied index %d, commitlog end %d", group, name, d.Master, d.Term, d.CommitIndex, d.AppliedIndex, d.CommitlogMaxOffset)
+				} else {
+					t.Logf("%s replica %s: no answer", group, name)
+				}
+			}
 			t.Logf("%s: replicas not in step after 30 s", group)
 			end = 0
 			break
