@@ -5,31 +5,54 @@ package clustertest
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// FreeAddrs reserves n loopback TCP addresses: it listens on each, notes
-// it, and closes all. (Another process may take one in between; tests
-// accept that rare race.)
+// Ports are handed out from 10000-19999: below Linux's ephemeral range
+// (32768-60999), from which the kernel picks the local ports of outgoing
+// connections, and below the ranges cmd/raftmq's tests reserve (20000 and
+// up). A port taken with ":0" and closed could be reused by any test's
+// next dial before the node under test binds it. Each test process starts
+// at a random point, so packages testing in parallel rarely meet, and a
+// port is checked free (TCP and UDP, as memberlist binds both) before it
+// is given.
+const (
+	portLow   = 10000
+	portCount = 10000
+)
+
+var nextPort atomic.Int32
+
+func init() { nextPort.Store(int32(rand.IntN(portCount))) }
+
+// FreeAddrs returns n loopback addresses whose ports were free for TCP and
+// UDP a moment ago and that no other call in this process returned.
 func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	var out []string
-	var ls []net.Listener
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	for tries := 0; len(out) < n; tries++ {
+		if tries > portCount {
+			t.Fatal("clustertest: no free loopback port")
 		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
+		addr := fmt.Sprintf("127.0.0.1:%d", portLow+int(nextPort.Add(1))%portCount)
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		u, err := net.ListenPacket("udp", addr)
 		l.Close()
+		if err != nil {
+			continue
+		}
+		u.Close()
+		out = append(out, addr)
 	}
 	return out
 }
