@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -239,15 +240,24 @@ func (c *dockerCluster) caughtUp(name, group string) {
 	})
 }
 
-// logs prints the tail of every container's log, for a failed drill.
+// logs prints the tail of every container's log, for a failed drill, and
+// keeps the whole logs in RAFTMQ_E2E_LOGS (a directory) when it is set.
 func (c *dockerCluster) logs() {
 	names := append([]string{}, dockerNameServers...)
 	for _, group := range []string{"broker-a", "broker-b"} {
 		names = append(names, dockerGroups[group]...)
 	}
+	dir := os.Getenv("RAFTMQ_E2E_LOGS")
 	for _, name := range names {
 		out, _ := exec.Command("docker", "logs", "--tail", "20", name).CombinedOutput()
 		c.t.Logf("--- docker logs %s:\n%s", name, out)
+		if dir != "" {
+			all, _ := exec.Command("docker", "logs", "--timestamps", name).CombinedOutput()
+			path := filepath.Join(dir, c.t.Name()+"-"+name+".log")
+			if err := os.WriteFile(path, all, 0o644); err != nil {
+				c.t.Logf("keep %s's log: %v", name, err)
+			}
+		}
 	}
 }
 
