@@ -107,6 +107,10 @@ func (c RaftConfig) withDefaults() (RaftConfig, error) {
 	return c, nil
 }
 
+// logCacheEntries is how many of the newest Raft entries stay in memory
+// for replication (each at most the broker's entry size cap).
+const logCacheEntries = 64
+
 // RaftNode is a started member of a Raft group with its stores and
 // transport, and the channel that reports leadership changes.
 type RaftNode struct {
@@ -199,7 +203,17 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 			return nil, fmt.Errorf("cluster: bootstrap raft group: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, fsm, bolt, bolt, snaps, transport)
+	// The leader reads every entry back from the log store once per
+	// follower to replicate it; a cache of the newest entries spares those
+	// bolt reads and their decoding. Group commit keeps few entries in
+	// flight, so a small cache covers them.
+	logs, err := raft.NewLogCache(logCacheEntries, bolt)
+	if err != nil {
+		transport.Close()
+		bolt.Close()
+		return nil, fmt.Errorf("cluster: raft log cache: %w", err)
+	}
+	r, err := raft.NewRaft(rc, fsm, logs, bolt, snaps, transport)
 	if err != nil {
 		transport.Close()
 		bolt.Close()
