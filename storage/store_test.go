@@ -450,3 +450,40 @@ func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 		t.Fatal("queue 0 empty")
 	}
 }
+
+// The zeroer paces the next segment by the writer's position in the active
+// one (plus PreallocateAhead), so it is whole before the writer rolls into
+// it, not only its first PreallocateAhead bytes.
+func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize = 4 << 20
+	cfg.PreallocateAhead = 512 << 10
+	s := openStore(t, cfg)
+	defer s.Close()
+	batch := make([]Message, 64) // about 0.95 MiB encoded
+	for i := range batch {
+		batch[i] = Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)}
+	}
+	next := filepath.Join(cfg.Dir, commitlogDir, segmentName(cfg.SegmentSize)+".alloc")
+	if _, err := s.Append(1, batch); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		_, err := os.Stat(next)
+		return err == nil && allocated(t, next) >= 1<<20
+	})
+	// About 1 MiB into the active segment: the next is zeroed about as far,
+	// plus ahead (in 1 MiB steps), not all at once.
+	if got := allocated(t, next); got > 5<<19 {
+		t.Fatalf("next segment has %d bytes allocated with the writer 1 MiB into the active one", got)
+	}
+	for idx := uint64(2); idx <= 4; idx++ { // to about 3.8 MiB: no roll yet
+		if _, err := s.Append(idx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(segmentPath(cfg, cfg.SegmentSize)); err == nil {
+		t.Fatal("rolled already; the test writes too much")
+	}
+	waitFor(t, func() bool { return allocated(t, next) >= cfg.SegmentSize })
+}
