@@ -352,9 +352,24 @@ func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
 		info.Subscriptions = append(info.Subscriptions, &pb.Subscription{Topic: topic, Expression: expr})
 	}
 	sort.Slice(info.Subscriptions, func(i, j int) bool { return info.Subscriptions[i].Topic < info.Subscriptions[j].Topic })
-	// All at once, so that a replica that does not answer delays no other.
+	c.toEveryReplica(ctx, c.replicas(ctx), func(hctx context.Context, addr string, b pb.BrokerClient) {
+		resp, err := b.Heartbeat(hctx, &pb.HeartbeatRequest{ClientId: c.cfg.ClientID, Groups: []*pb.ConsumerGroupInfo{info}, Unregister: unregister})
+		if err != nil {
+			c.opts.logger.Debug("heartbeat failed", "broker", addr, "err", err)
+			return
+		}
+		if len(resp.ChangedGroups) > 0 {
+			c.trigger()
+		}
+	})
+}
+
+// toEveryReplica calls each address at once, each call bounded by 3 s, and
+// returns when all are done: a replica that does not answer (frozen, cut
+// off) delays no other and costs one timeout in all.
+func (c *PushConsumer) toEveryReplica(ctx context.Context, addrs []string, call func(context.Context, string, pb.BrokerClient)) {
 	var wg sync.WaitGroup
-	for _, addr := range c.replicas(ctx) {
+	for _, addr := range addrs {
 		b, err := c.pc.r.broker(addr)
 		if err != nil {
 			continue
@@ -362,16 +377,9 @@ func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			resp, err := b.Heartbeat(hctx, &pb.HeartbeatRequest{ClientId: c.cfg.ClientID, Groups: []*pb.ConsumerGroupInfo{info}, Unregister: unregister})
-			cancel()
-			if err != nil {
-				c.opts.logger.Debug("heartbeat failed", "broker", addr, "err", err)
-				return
-			}
-			if len(resp.ChangedGroups) > 0 {
-				c.trigger()
-			}
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			call(cctx, addr, b)
 		}()
 	}
 	wg.Wait()
@@ -387,39 +395,29 @@ func (c *PushConsumer) members(ctx context.Context, topic string) ([]string, err
 	if err != nil {
 		return nil, err
 	}
+	var addrs []string
+	for _, g := range route.Groups {
+		for _, r := range g.Replicas {
+			addrs = append(addrs, r.GrpcAddress)
+		}
+	}
 	var (
 		mu       sync.Mutex
 		set      = map[string]bool{}
 		answered bool
-		wg       sync.WaitGroup
 	)
-	// All at once: a replica that does not answer (frozen, cut off) costs
-	// the rebalance one timeout, not one per replica.
-	for _, g := range route.Groups {
-		for _, r := range g.Replicas {
-			b, err := c.pc.r.broker(r.GrpcAddress)
-			if err != nil {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				resp, err := b.GetConsumerList(cctx, &pb.GetConsumerListRequest{ConsumerGroup: c.opts.group})
-				cancel()
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				answered = true
-				for _, id := range resp.ClientIds {
-					set[id] = true
-				}
-			}()
+	c.toEveryReplica(ctx, addrs, func(cctx context.Context, _ string, b pb.BrokerClient) {
+		resp, err := b.GetConsumerList(cctx, &pb.GetConsumerListRequest{ConsumerGroup: c.opts.group})
+		if err != nil {
+			return
 		}
-	}
-	wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		answered = true
+		for _, id := range resp.ClientIds {
+			set[id] = true
+		}
+	})
 	if !answered {
 		return nil, fmt.Errorf("client: no replica of %s answered the member list", topic)
 	}
