@@ -21,7 +21,8 @@ import (
 )
 
 // procCluster is a name server and one broker group of 3 replicas, each a
-// raftmq process on 127.0.0.1.
+// raftmq process: on 127.0.0.1, or each broker in a network namespace of
+// its own (netns_test.go).
 type procCluster struct {
 	t        *testing.T
 	dir      string
@@ -33,11 +34,22 @@ type procCluster struct {
 	procs    []*exec.Cmd // brokers; nil while down
 	ns       *exec.Cmd
 	clients  []pb.BrokerClient
+	// wrap, when set, is the command that runs broker i in its place
+	// (ip netns exec NS).
+	wrap func(i int) []string
 }
 
 func startProc(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
+	return startWrapped(t, nil, args...)
+}
+
+// startWrapped starts the raftmq binary with args, under the command in
+// wrap when there is one, and waits for its first line (it serves).
+func startWrapped(t *testing.T, wrap []string, args ...string) *exec.Cmd {
+	t.Helper()
+	argv := append(append(append([]string{}, wrap...), binPath), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -53,8 +65,16 @@ func startProc(t *testing.T, args ...string) *exec.Cmd {
 
 func newProcCluster(t *testing.T) *procCluster {
 	ns := clustertest.FreeAddrs(t, 2)
-	c := &procCluster{t: t, dir: t.TempDir(), nsGRPC: ns[0], nsGossip: ns[1],
-		grpc: clustertest.FreeAddrs(t, 3), raft: clustertest.FreeAddrs(t, 3), gossip: clustertest.FreeAddrs(t, 3), procs: make([]*exec.Cmd, 3)}
+	c := &procCluster{t: t, nsGRPC: ns[0], nsGossip: ns[1],
+		grpc: clustertest.FreeAddrs(t, 3), raft: clustertest.FreeAddrs(t, 3), gossip: clustertest.FreeAddrs(t, 3)}
+	c.run()
+	return c
+}
+
+// run starts the name server and the brokers at the cluster's addresses.
+func (c *procCluster) run() {
+	t := c.t
+	c.dir, c.procs = t.TempDir(), make([]*exec.Cmd, 3)
 	c.ns = startProc(t, "namesrv", "--grpc", c.nsGRPC, "--gossip", c.nsGossip, "--log-level", "error")
 	for i := range c.procs {
 		conn, err := grpc.NewClient(c.grpc[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -72,7 +92,6 @@ func newProcCluster(t *testing.T) *procCluster {
 		c.ns.Process.Kill()
 		c.ns.Wait()
 	})
-	return c
 }
 
 func (c *procCluster) start(i int) {
@@ -80,7 +99,11 @@ func (c *procCluster) start(i int) {
 	for j, a := range c.raft {
 		peers = append(peers, fmt.Sprintf("%d=%s", j+1, a))
 	}
-	c.procs[i] = startProc(c.t, "broker", "--group", "broker-a", "--id", fmt.Sprint(i+1), "--dir", filepath.Join(c.dir, fmt.Sprint(i+1)),
+	var wrap []string
+	if c.wrap != nil {
+		wrap = c.wrap(i)
+	}
+	c.procs[i] = startWrapped(c.t, wrap, "broker", "--group", "broker-a", "--id", fmt.Sprint(i+1), "--dir", filepath.Join(c.dir, fmt.Sprint(i+1)),
 		"--grpc", c.grpc[i], "--raft", c.raft[i], "--peers", strings.Join(peers, ","), "--gossip", c.gossip[i],
 		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error")
 }
