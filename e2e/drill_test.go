@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/raftmq/raftmq/client"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -25,6 +27,13 @@ func TestMain(m *testing.M) {
 	binPath = bin
 	code := m.Run()
 	cleanup()
+	// The drills' producers, consumers and connections must all be gone.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
