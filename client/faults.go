@@ -3,6 +3,8 @@ package client
 import (
 	"sync"
 	"time"
+
+	"github.com/raftmq/raftmq/cluster/pb"
 )
 
 // brokerFaults remembers the masters that recently left a send without an
@@ -41,4 +43,19 @@ func (f *brokerFaults) isolated(addr string, now time.Time) bool {
 	defer f.mu.Unlock()
 	t, ok := f.until[addr]
 	return ok && now.Before(t)
+}
+
+// anyIsolated reports whether the route names an isolated master.
+func (f *brokerFaults) anyIsolated(route *pb.RouteResponse, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.until) == 0 {
+		return false
+	}
+	for _, g := range route.Groups {
+		if t, ok := f.until[masterAddr(g.Replicas)]; ok && now.Before(t) {
+			return true
+		}
+	}
+	return false
 }

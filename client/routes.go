@@ -35,8 +35,9 @@ type router struct {
 }
 
 type cachedRoute struct {
-	route   *pb.RouteResponse
-	fetched time.Time
+	route      *pb.RouteResponse
+	fetched    time.Time
+	refreshing bool // a caller is fetching a newer one; guarded by router.mu
 }
 
 func newRouter(o options) *router {
@@ -116,13 +117,30 @@ func (r *router) nameServer(ctx context.Context, fn func(context.Context, pb.Nam
 
 // route returns topic's route, from the cache while it is fresh.
 func (r *router) route(ctx context.Context, topic string) (*pb.RouteResponse, error) {
+	return r.routeWithin(ctx, topic, r.opts.routeRefresh)
+}
+
+// routeWithin returns the topic's route as fetched within maxAge. While
+// one caller refreshes a cached route, the others use the cached one, so
+// that many senders asking at once cost the name servers one query.
+func (r *router) routeWithin(ctx context.Context, topic string, maxAge time.Duration) (*pb.RouteResponse, error) {
 	r.mu.Lock()
 	c := r.routes[topic]
-	r.mu.Unlock()
-	if c != nil && time.Since(c.fetched) < r.opts.routeRefresh {
+	if c != nil && (time.Since(c.fetched) < maxAge || c.refreshing) {
+		r.mu.Unlock()
 		return c.route, nil
 	}
-	return r.refresh(ctx, topic)
+	if c != nil {
+		c.refreshing = true
+	}
+	r.mu.Unlock()
+	route, err := r.refresh(ctx, topic)
+	if err != nil && c != nil {
+		r.mu.Lock()
+		c.refreshing = false // let the next caller try again
+		r.mu.Unlock()
+	}
+	return route, err
 }
 
 // refresh fetches topic's route now.
