@@ -17,24 +17,10 @@ import (
 
 var binPath string
 
-// TestMain builds the raftmq binary the process drills run.
+// TestMain builds the raftmq binary the process drills run, and checks
+// afterwards that the drills' producers, consumers and connections are gone.
 func TestMain(m *testing.M) {
-	bin, cleanup, err := clustertest.BuildRaftmq("../cmd/raftmq")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binPath = bin
-	code := m.Run()
-	cleanup()
-	// The drills' producers, consumers and connections must all be gone.
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(clustertest.RunWithRaftmq(m, "../cmd/raftmq", &binPath, func() error { return goleak.Find() }))
 }
 
 // drillCluster is what a drill runs against: raftmq processes on

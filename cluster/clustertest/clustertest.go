@@ -70,18 +70,29 @@ func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// BuildRaftmq builds the raftmq binary from the package at dir (relative
-// to the calling test's package) into a temporary directory, for a
-// TestMain. It returns the binary's path and a function removing it.
-func BuildRaftmq(dir string) (string, func(), error) {
+// RunWithRaftmq is a TestMain's body for tests that run the raftmq binary:
+// it builds the binary from the package at dir (relative to the calling
+// test's package) into a temporary directory, sets *bin to its path, runs
+// the tests, then after (when they passed and it is set: a leak check, say),
+// and removes the binary. It returns the exit code.
+func RunWithRaftmq(m *testing.M, dir string, bin *string, after func() error) int {
 	tmp, err := os.MkdirTemp("", "raftmq-bin")
 	if err != nil {
-		return "", nil, err
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	bin := filepath.Join(tmp, "raftmq")
-	if out, err := exec.Command("go", "build", "-o", bin, dir).CombinedOutput(); err != nil {
-		os.RemoveAll(tmp)
-		return "", nil, fmt.Errorf("build raftmq: %v\n%s", err, out)
+	defer os.RemoveAll(tmp)
+	*bin = filepath.Join(tmp, "raftmq")
+	if out, err := exec.Command("go", "build", "-o", *bin, dir).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build raftmq: %v\n%s", err, out)
+		return 1
 	}
-	return bin, func() { os.RemoveAll(tmp) }, nil
+	code := m.Run()
+	if code == 0 && after != nil {
+		if err := after(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	return code
 }

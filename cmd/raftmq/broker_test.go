@@ -22,17 +22,7 @@ import (
 var binPath string
 
 // TestMain builds the raftmq binary once for the tests that run it.
-func TestMain(m *testing.M) {
-	bin, cleanup, err := clustertest.BuildRaftmq(".")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binPath = bin
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(clustertest.RunWithRaftmq(m, ".", &binPath, nil)) }
 
 func buildBinary(*testing.T) string { return binPath }
 
