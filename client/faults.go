@@ -2,6 +2,7 @@ package client
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -16,8 +17,11 @@ import (
 // their queue, do not consult it.
 type brokerFaults struct {
 	isolation time.Duration // 0: off
-	mu        sync.Mutex
-	until     map[string]time.Time // broker address -> isolated until
+	// last is when the latest isolation ends (unix ns): past it, nothing is
+	// isolated, and the send path checks that without taking mu.
+	last  atomic.Int64
+	mu    sync.Mutex
+	until map[string]time.Time // broker address -> isolated until
 }
 
 func newBrokerFaults(isolation time.Duration) *brokerFaults {
@@ -31,6 +35,7 @@ func (f *brokerFaults) mark(addr string, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.until[addr] = now.Add(f.isolation)
+	f.last.Store(max(f.last.Load(), now.Add(f.isolation).UnixNano()))
 	for a, t := range f.until { // forget the expired: the map stays as small as the faults
 		if now.After(t) {
 			delete(f.until, a)
@@ -39,6 +44,9 @@ func (f *brokerFaults) mark(addr string, now time.Time) {
 }
 
 func (f *brokerFaults) isolated(addr string, now time.Time) bool {
+	if now.UnixNano() >= f.last.Load() {
+		return false
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t, ok := f.until[addr]
@@ -47,11 +55,11 @@ func (f *brokerFaults) isolated(addr string, now time.Time) bool {
 
 // anyIsolated reports whether the route names an isolated master.
 func (f *brokerFaults) anyIsolated(route *pb.RouteResponse, now time.Time) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.until) == 0 {
+	if now.UnixNano() >= f.last.Load() {
 		return false
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, g := range route.Groups {
 		if t, ok := f.until[masterAddr(g.Replicas)]; ok && now.Before(t) {
 			return true
