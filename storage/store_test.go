@@ -404,8 +404,8 @@ func allocated(t *testing.T, path string) int64 {
 }
 
 // Segments are created sparse; the zeroer writes the next segment's blocks
-// ahead of the writer, never the active one's, and the writer then rolls
-// into the prepared file.
+// ahead of the writer, never the active one's, the writer then rolls into
+// the prepared file, and Close removes a prepared file it left.
 func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.SegmentSize = 4 << 20
@@ -417,10 +417,9 @@ func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 		_, err := os.Stat(next)
 		return err == nil && allocated(t, next) >= 2<<20
 	})
-	// No further than PreallocateAhead past the writer.
-	if got := allocated(t, next); got > 4<<20 {
-		t.Fatalf("next segment has %d bytes allocated", got)
-	}
+	// (How far ahead the zeroer goes is TestPreallocationCompletesTheNext
+	// SegmentBeforeTheRoll's: with PreallocateAhead over a segment, the
+	// whole next one is due at once.)
 	// Fill past the first segment: the writer takes the prepared one.
 	big := make([]Message, 0, 64)
 	for i := 0; i < 64; i++ {
