@@ -29,6 +29,16 @@ import (
 // first PreallocateAhead bytes of each segment after the first, the rest
 // was appended into holes, and sync appends took 1.4x as long.)
 //
+// Zeros go through the page cache with no sync per chunk: a sync per MiB
+// put a device cache flush between the writer's own (sync appends 1.15 ms
+// a batch against 0.93–1.09 ms without). The segment is fdatasynced once,
+// when it is whole, so its blocks are allocated and on the disk before the
+// writer rolls into it; a crash before that leaves only a <start>.alloc
+// file, which opening the store deletes.
+//
+// The zeroer also drops the page cache behind the writer (dropBehind), so
+// the pages it zeroes next are ones the kernel hands back, not fresh ones.
+//
 // The writer and the zeroer never write the same bytes at once: the writer
 // claims the range it writes (waiting if the zeroer is inside it) and so
 // moves the zeroer past it.
@@ -47,13 +57,16 @@ type zeroer struct {
 	nextStart int64
 	stopped   bool
 	done      chan struct{}
+
+	keep    int64 // page cache kept behind the writer; negative: all
+	dropped int64 // commitlog offset below which the page cache was dropped
 }
 
 const zeroChunk = 1 << 20
 
-func startZeroer(c *commitlog, ahead int64, log *slog.Logger) *zeroer {
+func startZeroer(c *commitlog, ahead, keep int64, log *slog.Logger) *zeroer {
 	pos := c.writePos.Load()
-	z := &zeroer{c: c, ahead: ahead, log: log, zeroedTo: pos, writeHigh: pos, done: make(chan struct{})}
+	z := &zeroer{c: c, ahead: ahead, log: log, zeroedTo: pos, writeHigh: pos, done: make(chan struct{}), keep: keep, dropped: pos}
 	z.cond = sync.NewCond(&z.mu)
 	go z.run()
 	return z
@@ -63,12 +76,18 @@ func (z *zeroer) run() {
 	defer close(z.done)
 	for {
 		z.mu.Lock()
-		for !z.stopped && !z.needed() {
+		for !z.stopped && !z.needed() && !z.dropDue() {
 			z.cond.Wait()
 		}
 		if z.stopped {
 			z.mu.Unlock()
 			return
+		}
+		dropFrom, dropTo := z.behind()
+		if !z.needed() {
+			z.mu.Unlock()
+			z.c.dropCache(dropFrom, dropTo)
+			continue
 		}
 		from := z.zeroedTo
 		segStart := from - from%z.c.segSize
@@ -82,11 +101,15 @@ func (z *zeroer) run() {
 			z.mu.Unlock()
 			return
 		}
+		// The next segment is synced once, when whole; the active one (only
+		// before the first roll) is synced by the writer's own flushes.
+		syncNow := f == z.next && to == segStart+z.c.segSize
 		z.busyFrom, z.busyTo = from, to
 		z.mu.Unlock()
 
+		z.c.dropCache(dropFrom, dropTo)
 		err = zeroRange(f, from-segStart, to-segStart)
-		if err == nil {
+		if err == nil && syncNow {
 			err = fdatasync(f)
 		}
 
@@ -239,4 +262,38 @@ func createSparse(path string, size int64) (*os.File, error) {
 		return nil, fmt.Errorf("storage: size segment %s: %w", filepath.Base(path), err)
 	}
 	return f, nil
+}
+
+// flushed is called by the commitlog after a flush: cache behind the
+// writer may now be dropped.
+func (z *zeroer) flushed() {
+	z.mu.Lock()
+	if z.dropDue() {
+		z.cond.Broadcast()
+	}
+	z.mu.Unlock()
+}
+
+// dropDue reports whether behind has a range to drop. Caller holds mu.
+func (z *zeroer) dropDue() bool {
+	return z.keep >= 0 && z.dropLimit() > z.dropped
+}
+
+// dropLimit is where dropping may reach: keep behind the durable end of
+// the writer's bytes, rounded down to a chunk. Caller holds mu.
+func (z *zeroer) dropLimit() int64 {
+	to := min(z.c.flushedPos.Load(), z.writeHigh) - z.keep
+	return to - to%zeroChunk
+}
+
+// behind returns the range of the commitlog whose page cache is to be
+// dropped now: durable bytes more than keep (Config.PageCacheBehind)
+// behind the writer, in whole chunks, not dropped before. Caller holds mu.
+func (z *zeroer) behind() (from, to int64) {
+	if !z.dropDue() {
+		return 0, 0
+	}
+	from, to = z.dropped, z.dropLimit()
+	z.dropped = to
+	return from, to
 }

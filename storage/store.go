@@ -100,7 +100,7 @@ func Open(cfg Config) (*Store, error) {
 			s.closeFiles()
 			return nil, err
 		}
-		s.cl.z = startZeroer(s.cl, cfg.PreallocateAhead, s.log)
+		s.cl.z = startZeroer(s.cl, cfg.PreallocateAhead, cfg.PageCacheBehind, s.log)
 	}
 	s.startLoops()
 	return s, nil
@@ -258,25 +258,17 @@ func (s *Store) Append(raftIndex uint64, msgs []Message) ([]AppendResult, error)
 		results[i].Size = int32(size)
 	}
 
-	// Place and encode every record before writing anything.
+	// Place every record: its commitlog offset (a record that does not fit
+	// in the rest of a segment starts the next one) and queue offset.
 	segSize := s.cfg.SegmentSize
-	pos := s.cl.writePos.Load()
-	buf, chunks := s.encBuf[:0], s.chunks[:0]
+	start := s.cl.writePos.Load()
+	pos := start
 	clear(s.batchNext)
-	cur := chunk{pos: pos}
 	for i := range msgs {
 		m := &msgs[i]
 		size := int64(results[i].Size)
 		if segEnd := pos - pos%segSize + segSize; pos+size > segEnd {
-			if left := segEnd - pos; left >= blankSize {
-				buf = appendBlank(buf, left)
-			}
-			cur.to = len(buf)
-			if cur.to > cur.from {
-				chunks = append(chunks, cur)
-			}
 			pos = segEnd
-			cur = chunk{pos: pos, from: len(buf)}
 		}
 		k := queueKey{m.Topic, m.QueueID}
 		qoff, ok := s.batchNext[k]
@@ -286,45 +278,20 @@ func (s *Store) Append(raftIndex uint64, msgs []Message) ([]AppendResult, error)
 			}
 		}
 		s.batchNext[k] = qoff + 1
-		var flag uint32
-		if i == len(msgs)-1 {
-			flag = sysFlagBatchEnd
-		}
-		buf = appendRecord(buf, m, int(size), raftIndex, pos, qoff, flag)
 		results[i].Offset, results[i].QueueOffset = pos, qoff
 		pos += size
 	}
-	cur.to = len(buf)
-	chunks = append(chunks, cur)
-	if cap(buf) <= 16<<20 { // keep the buffer unless one huge batch grew it
-		s.encBuf = buf
-	}
-	s.chunks = chunks
-
-	for _, c := range chunks {
-		if err := s.cl.write(c.pos, buf[c.from:c.to]); err != nil {
-			s.failed = err
-			return nil, err
-		}
-	}
-	s.cl.writePos.Store(pos)
-	if s.cfg.FlushMode == FlushSync {
-		if err := s.cl.flush(); err != nil {
-			s.failed = err
-			return nil, err
-		}
-	}
 	st := *s.dispatched.Load()
+	if err := s.writeBatch(raftIndex, msgs, results, start, &st.indexLast); err != nil {
+		s.failed = err
+		return nil, err
+	}
 	for i := range msgs {
 		m := &msgs[i]
 		r := results[i]
-		keyed, err := s.dispatch(queueKey{m.Topic, m.QueueID}, r, TagHash(m.Tags), m.Keys, m.Properties[PropertyUniqKey], m.StoreTime)
-		if err != nil {
+		if err := s.queue(queueKey{m.Topic, m.QueueID}, true).put(r.QueueOffset, cqEntry{offset: r.Offset, size: r.Size, tagHash: TagHash(m.Tags)}, s.rebuilding); err != nil {
 			s.failed = err
 			return nil, err
-		}
-		if keyed {
-			st.indexLast = r.Offset
 		}
 	}
 	s.lastRaftIndex = raftIndex
@@ -365,19 +332,95 @@ func appendBlank(buf []byte, size int64) []byte {
 	return buf
 }
 
-// dispatch adds a stored record to its consume queue and to the key index
-// (ReputMessageService in RocketMQ; here synchronous, so a record is
-// readable through its queue as soon as Append returns). It reports whether
-// the record went into the key index.
+// writeBatch encodes the placed records, writes them with one write per
+// segment touched (blank records fill the ends of segments left) and, in
+// FlushSync mode, makes them durable.
+func (s *Store) writeBatch(raftIndex uint64, msgs []Message, results []AppendResult, pos int64, indexLast *int64) error {
+	segSize := s.cfg.SegmentSize
+	buf, chunks := s.encBuf[:0], s.chunks[:0]
+	cur := chunk{pos: pos}
+	for i := range msgs {
+		r := &results[i]
+		if r.Offset != pos { // the rest of pos's segment is left blank
+			if left := pos - pos%segSize + segSize - pos; left >= blankSize {
+				buf = appendBlank(buf, left)
+			}
+			cur.to = len(buf)
+			if cur.to > cur.from {
+				chunks = append(chunks, cur)
+			}
+			pos = r.Offset
+			cur = chunk{pos: pos, from: len(buf)}
+		}
+		var flag uint32
+		if i == len(msgs)-1 {
+			flag = sysFlagBatchEnd
+		}
+		buf = appendRecord(buf, &msgs[i], int(r.Size), raftIndex, pos, r.QueueOffset, flag)
+		pos += int64(r.Size)
+	}
+	cur.to = len(buf)
+	chunks = append(chunks, cur)
+	if cap(buf) <= 16<<20 { // keep the buffer unless one huge batch grew it
+		s.encBuf = buf
+	}
+	s.chunks = chunks
+
+	for _, c := range chunks {
+		if err := s.cl.write(c.pos, buf[c.from:c.to]); err != nil {
+			return err
+		}
+	}
+	s.cl.writePos.Store(pos)
+	if s.cfg.FlushMode != FlushSync {
+		return s.indexBatch(msgs, results, indexLast)
+	}
+	// The disk writes the batch while the key index (random slots of a
+	// large table: as much CPU as the write-back takes) is updated; then
+	// the sync waits only for what is left and the cache flush.
+	if err := s.cl.startFlush(); err != nil {
+		return err
+	}
+	if err := s.indexBatch(msgs, results, indexLast); err != nil {
+		return err
+	}
+	return s.cl.flush()
+}
+
+// indexBatch adds the batch's records to the key index. indexLast becomes
+// the offset of the last record indexed, if any.
+func (s *Store) indexBatch(msgs []Message, results []AppendResult, indexLast *int64) error {
+	for i := range msgs {
+		m := &msgs[i]
+		keyed, err := s.indexKeys(m.Keys, m.Properties[PropertyUniqKey], results[i].Offset, m.StoreTime)
+		if err != nil {
+			return err
+		}
+		if keyed {
+			*indexLast = results[i].Offset
+		}
+	}
+	return nil
+}
+
+// indexKeys adds the record at commitlog offset off to the key index under
+// keys and uniqKey, and reports whether there was any key.
+func (s *Store) indexKeys(keys []string, uniqKey string, off, storeTime int64) (bool, error) {
+	keyed, err := s.index.put(keys, off, storeTime)
+	if err == nil && uniqKey != "" {
+		keyed, err = true, s.index.putKey(uniqKey, off, storeTime)
+	}
+	return keyed, err
+}
+
+// dispatch adds a record read back from the commitlog to its consume queue
+// and to the key index (RocketMQ's ReputMessageService; Append does the
+// same for new records, around its sync).
 func (s *Store) dispatch(k queueKey, r AppendResult, tagHash int64, keys []string, uniqKey string, storeTime int64) (bool, error) {
 	if err := s.queue(k, true).put(r.QueueOffset, cqEntry{offset: r.Offset, size: r.Size, tagHash: tagHash}, s.rebuilding); err != nil {
 		return false, err
 	}
-	keyed, err := s.index.put(keys, r.Offset, storeTime)
-	if err == nil && uniqKey != "" {
-		keyed, err = true, s.index.putKey(uniqKey, r.Offset, storeTime)
-	}
-	return keyed, err
+	return s.indexKeys(keys, uniqKey, r.Offset, storeTime)
 }
 
 // LastRaftIndex is the Raft index of the last batch the store holds. After

@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestAppendReadAcrossSegmentsAndReopen(t *testing.T) {
@@ -485,4 +488,64 @@ func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
 		t.Fatal("rolled already; the test writes too much")
 	}
 	waitFor(t, func() bool { return allocated(t, next) >= cfg.SegmentSize })
+}
+
+func TestPageCacheDroppedBehindTheWriter(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize = 16 << 20
+	cfg.PreallocateAhead = 1 << 20
+	cfg.PageCacheBehind = 2 << 20
+	cfg.FlushMode = FlushSync
+	s := openStore(t, cfg)
+	defer s.Close()
+	batch := make([]Message, 64) // about 0.95 MiB encoded
+	for i := range batch {
+		batch[i] = Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)}
+	}
+	for idx := uint64(1); idx <= 8; idx++ { // to about 7.6 MiB
+		if _, err := s.Append(idx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, end := s.CommitlogOffsets()
+	seg := segmentPath(cfg, 0)
+	// Everything more than PageCacheBehind (2 MiB) behind the durable end,
+	// in whole MiB, leaves the page cache: at least the first 4 MiB.
+	waitFor(t, func() bool { return residentPages(t, seg, 0, 4<<20) == 0 })
+	// The last MiB written, well inside the window, stays.
+	if n := residentPages(t, seg, end-(1<<20), end); n == 0 {
+		t.Fatalf("none of the last MiB written is in the page cache")
+	}
+	// The records dropped from the cache still read back from the disk.
+	res, err := s.GetMessages(GetRequest{Topic: "T", QueueID: 0, Offset: 0, MaxMessages: 4, MaxBytes: 1 << 20})
+	if err != nil || res.Status != Found || len(res.Records) != 4 {
+		t.Fatalf("read of dropped records: %v, %+v", err, res.Status)
+	}
+}
+
+// residentPages counts the pages of [from, to) of the file at path that
+// are in the page cache.
+func residentPages(t *testing.T, path string, from, to int64) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	page := int64(os.Getpagesize())
+	from -= from % page
+	m, err := unix.Mmap(int(f.Fd()), from, int(to-from), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (int64(len(m))+page-1)/page)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }
