@@ -36,8 +36,9 @@ import (
 // writer rolls into it; a crash before that leaves only a <start>.alloc
 // file, which opening the store deletes.
 //
-// The zeroer also drops the page cache behind the writer (dropBehind), so
-// the pages it zeroes next are ones the kernel hands back, not fresh ones.
+// The zeroer also drops the page cache behind the writer (behind and
+// commitlog.dropCache; every flush wakes it for that), so the pages it
+// zeroes next are ones the kernel hands back, not fresh ones.
 //
 // The writer and the zeroer never write the same bytes at once: the writer
 // claims the range it writes (waiting if the zeroer is inside it) and so
