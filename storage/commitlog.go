@@ -313,41 +313,42 @@ func (c *commitlog) preallocateFirst() error {
 	return nil
 }
 
-// dropCache asks the kernel to drop the page cache of [from, to). Dirty
-// pages are left alone, so only synced bytes go. It is advice: a failure
-// costs memory, not data.
-func (c *commitlog) dropCache(from, to int64) {
-	if from >= to {
-		return
-	}
+// inSegments calls fn for each segment holding part of [from, to), with
+// that part as file offsets, under the segment list's read lock.
+func (c *commitlog) inSegments(from, to int64, fn func(f *os.File, off, n int64) error) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for _, s := range c.segs {
 		lo, hi := max(from, s.start), min(to, s.start+c.segSize)
-		if lo < hi {
-			_ = unix.Fadvise(int(s.f.Fd()), lo-s.start, hi-lo, unix.FADV_DONTNEED)
+		if lo >= hi {
+			continue
+		}
+		if err := fn(s.f, lo-s.start, hi-lo); err != nil {
+			return err
 		}
 	}
+	return nil
+}
+
+// dropCache asks the kernel to drop the page cache of [from, to). Dirty
+// pages are left alone, so only synced bytes go. It is advice: a failure
+// costs memory, not data.
+func (c *commitlog) dropCache(from, to int64) {
+	_ = c.inSegments(from, to, func(f *os.File, off, n int64) error {
+		_ = unix.Fadvise(int(f.Fd()), off, n, unix.FADV_DONTNEED)
+		return nil // the next segment's cache may still go
+	})
 }
 
 // startFlush starts the write-back of what the writer wrote since the last
 // flush, without waiting for it (sync_file_range), so the disk writes while
 // the caller works; flush then waits for it and flushes the disk's cache.
 func (c *commitlog) startFlush() error {
-	pos, from := c.writePos.Load(), c.flushedPos.Load()
-	if pos <= from {
-		return nil
-	}
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for _, s := range c.segs {
-		lo, hi := max(from, s.start), min(pos, s.start+c.segSize)
-		if lo >= hi {
-			continue
-		}
-		if err := unix.SyncFileRange(int(s.f.Fd()), lo-s.start, hi-lo, unix.SYNC_FILE_RANGE_WRITE); err != nil {
-			return fmt.Errorf("storage: start commitlog write-back: %w", err)
-		}
+	err := c.inSegments(c.flushedPos.Load(), c.writePos.Load(), func(f *os.File, off, n int64) error {
+		return unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+	})
+	if err != nil {
+		return fmt.Errorf("storage: start commitlog write-back: %w", err)
 	}
 	return nil
 }
