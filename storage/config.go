@@ -56,8 +56,13 @@ type Config struct {
 	// one consume queue file. Default 300,000 (6 MB files, as RocketMQ).
 	QueueEntriesPerFile int64
 	// IndexSlots and IndexEntries size one key index file: 4 bytes a slot,
-	// 28 bytes an entry. Defaults 1,000,000 slots and 4,000,000 entries
-	// (116 MB files).
+	// 28 bytes an entry. Defaults 65,536 slots and 4,000,000 entries
+	// (112 MB files). Each message adds one or two entries, each into a
+	// random slot, while Append runs: a slot table that stays in the CPU's
+	// caches and TLB (256 KiB) made 1 KiB x 256 sync appends 1.38 -> 1.06
+	// ms a batch against 1,000,000 slots (4 MB). The price is longer
+	// chains for a key lookup to walk (about 60 entries, compared by hash,
+	// in a full file). A file keeps the geometry it was created with.
 	IndexSlots   int
 	IndexEntries int
 	// MaxScanEntries caps the consume queue entries one read looks at while
@@ -106,7 +111,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxQueuesPerTopic = 1024
 	}
 	if c.IndexSlots == 0 {
-		c.IndexSlots = 1_000_000
+		c.IndexSlots = 65_536
 	}
 	if c.IndexEntries == 0 {
 		c.IndexEntries = 4_000_000
@@ -142,8 +147,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("storage: SegmentSize %d must hold a record of MaxMessageSize %d", c.SegmentSize, c.MaxMessageSize)
 	case c.MaxQueuesPerTopic < 0, c.QueueEntriesPerFile < 1, c.IndexSlots < 1, c.IndexEntries < 1, c.MaxScanEntries < 1:
 		return c, errors.New("storage: queue, index and scan limits must be positive")
-	case c.IndexEntries >= 1<<31:
-		return c, errors.New("storage: IndexEntries must be below 2^31")
+	case c.IndexEntries > maxIndexEntries, c.IndexSlots > maxIndexSlots:
+		return c, fmt.Errorf("storage: IndexEntries must be at most %d and IndexSlots at most %d", maxIndexEntries, maxIndexSlots)
 	case c.FlushInterval < 0, c.CheckpointInterval < 0, c.RetentionInterval < 0:
 		return c, errors.New("storage: intervals must be positive")
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -296,10 +297,13 @@ func (q *consumeQueue) deleteBelow(clMin int64) error {
 	return nil
 }
 
+// sync writes the queue files' dirty pages without holding q.mu, so the
+// writer's puts do not wait for the msync (see keyIndex.sync).
 func (q *consumeQueue) sync() error {
 	q.mu.RLock()
-	defer q.mu.RUnlock()
-	for _, f := range q.files {
+	files := slices.Clone(q.files)
+	q.mu.RUnlock()
+	for _, f := range files {
 		if err := f.sync(); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -16,7 +17,8 @@ import (
 // to the previous entry of the same slot. Files are named by the commitlog
 // offset of their first entry; a full file is followed by a new one.
 //
-//	header  64 bytes: magic, begin and end store time, entry count
+//	header  64 bytes: magic 4, pad 4, begin store time 8, end store time 8,
+//	        pad 16, entry count 4, slots 4, entries 4 (the file's geometry)
 //	slots   4 bytes each: entry number (1-based), 0 for none
 //	entries 28 bytes each: key hash 8, commitlog offset 8, store time 8, previous entry 4
 //
@@ -24,12 +26,31 @@ import (
 // compare their keys.
 type keyIndex struct {
 	dir     string
-	slots   int
+	slots   int // geometry of new files (Config.IndexSlots, IndexEntries)
 	entries int
 
 	mu    sync.RWMutex
-	files []*mappedFile
+	files []*indexFile
 }
+
+// indexFile is one mapped index file with its geometry, read from its
+// header: a change of Config.IndexSlots or IndexEntries applies to new
+// files only.
+type indexFile struct {
+	*mappedFile
+	slots   int
+	entries int
+}
+
+// The geometry of index files written before it was kept in the header:
+// the defaults of that time, or the configuration.
+const (
+	legacyIndexSlots   = 1_000_000
+	legacyIndexEntries = 4_000_000
+
+	maxIndexSlots   = 1 << 28 // a 1 GiB slot table
+	maxIndexEntries = 1<<31 - 1
+)
 
 const (
 	indexMagic      uint32 = 0x52514958 // "RQIX"
@@ -39,8 +60,8 @@ const (
 
 func keyHash(key string) uint64 { return fnv64a(key) }
 
-func (x *keyIndex) fileSize() int64 {
-	return indexHeaderSize + int64(x.slots)*4 + int64(x.entries)*indexEntrySize
+func indexFileSize(slots, entries int) int64 {
+	return indexHeaderSize + int64(slots)*4 + int64(entries)*indexEntrySize
 }
 
 func openKeyIndex(dir string, slots, entries int) (*keyIndex, error) {
@@ -60,11 +81,7 @@ func openKeyIndex(dir string, slots, entries int) (*keyIndex, error) {
 	}
 	sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
 	for _, first := range firsts {
-		f, err := openMapped(filepath.Join(dir, segmentName(first)), first, x.fileSize(), false)
-		if err == nil && (binary.BigEndian.Uint32(f.data) != indexMagic || x.count(f) > entries) {
-			f.close()
-			err = fmt.Errorf("%w: index file %s has a bad header", ErrCorrupt, segmentName(first))
-		}
+		f, err := x.openFile(first)
 		if err != nil {
 			x.close()
 			return nil, err
@@ -72,6 +89,45 @@ func openKeyIndex(dir string, slots, entries int) (*keyIndex, error) {
 		x.files = append(x.files, f)
 	}
 	return x, nil
+}
+
+// openFile maps the existing index file named first, sized by the geometry
+// its header gives.
+func (x *keyIndex) openFile(first int64) (*indexFile, error) {
+	path := filepath.Join(x.dir, segmentName(first))
+	bad := fmt.Errorf("%w: index file %s has a bad header", ErrCorrupt, segmentName(first))
+	fd, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	var h [indexHeaderSize]byte
+	_, err = fd.ReadAt(h[:], 0)
+	fi, serr := fd.Stat()
+	fd.Close()
+	if err != nil || serr != nil || binary.BigEndian.Uint32(h[:]) != indexMagic {
+		return nil, bad
+	}
+	be := binary.BigEndian
+	slots, entries := int(be.Uint32(h[44:])), int(be.Uint32(h[48:]))
+	if slots == 0 && entries == 0 { // written before the header kept them
+		slots, entries = x.slots, x.entries
+		if fi.Size() != indexFileSize(slots, entries) {
+			slots, entries = legacyIndexSlots, legacyIndexEntries
+		}
+	}
+	if slots <= 0 || entries <= 0 || slots > maxIndexSlots || entries > maxIndexEntries {
+		return nil, bad
+	}
+	m, err := openMapped(path, first, indexFileSize(slots, entries), false)
+	if err != nil {
+		return nil, err
+	}
+	f := &indexFile{mappedFile: m, slots: slots, entries: entries}
+	if x.count(f) > entries {
+		m.close()
+		return nil, bad
+	}
+	return f, nil
 }
 
 func (x *keyIndex) close() {
@@ -84,15 +140,15 @@ func (x *keyIndex) close() {
 }
 
 // Header and entry accessors on a mapped index file.
-func (x *keyIndex) count(f *mappedFile) int { return int(binary.BigEndian.Uint32(f.data[40:])) }
-func (x *keyIndex) slotAt(f *mappedFile, s int) int {
+func (x *keyIndex) count(f *indexFile) int { return int(binary.BigEndian.Uint32(f.data[40:])) }
+func (x *keyIndex) slotAt(f *indexFile, s int) int {
 	return int(binary.BigEndian.Uint32(f.data[indexHeaderSize+4*s:]))
 }
-func (x *keyIndex) setSlot(f *mappedFile, s, n int) {
+func (x *keyIndex) setSlot(f *indexFile, s, n int) {
 	binary.BigEndian.PutUint32(f.data[indexHeaderSize+4*s:], uint32(n))
 }
-func (x *keyIndex) entry(f *mappedFile, n int) []byte {
-	off := indexHeaderSize + 4*x.slots + (n-1)*indexEntrySize
+func (x *keyIndex) entry(f *indexFile, n int) []byte {
+	off := indexHeaderSize + 4*f.slots + (n-1)*indexEntrySize
 	return f.data[off : off+indexEntrySize]
 }
 
@@ -124,24 +180,27 @@ func (x *keyIndex) putKey(k string, off, storeTime int64) error {
 
 func (x *keyIndex) putLocked(k string, off, storeTime int64) error {
 	be := binary.BigEndian
-	var f *mappedFile
-	if n := len(x.files); n > 0 && x.count(x.files[n-1]) < x.entries {
+	var f *indexFile
+	if n := len(x.files); n > 0 && x.count(x.files[n-1]) < x.files[n-1].entries {
 		f = x.files[n-1]
 	} else {
 		first := off
 		if n := len(x.files); n > 0 && first <= x.files[n-1].first {
 			first = x.files[n-1].first + 1 // names must stay unique and rising
 		}
-		var err error
-		if f, err = openMapped(filepath.Join(x.dir, segmentName(first)), first, x.fileSize(), true); err != nil {
+		m, err := openMapped(filepath.Join(x.dir, segmentName(first)), first, indexFileSize(x.slots, x.entries), true)
+		if err != nil {
 			return err
 		}
+		f = &indexFile{mappedFile: m, slots: x.slots, entries: x.entries}
 		be.PutUint32(f.data, indexMagic)
+		be.PutUint32(f.data[44:], uint32(f.slots))
+		be.PutUint32(f.data[48:], uint32(f.entries))
 		be.PutUint64(f.data[8:], uint64(storeTime))
 		x.files = append(x.files, f)
 	}
 	h := keyHash(k)
-	slot := int(h % uint64(x.slots))
+	slot := int(h % uint64(f.slots))
 	n := x.count(f) + 1
 	e := x.entry(f, n)
 	be.PutUint64(e, h)
@@ -184,7 +243,7 @@ func (x *keyIndex) lookup(key string, limit int, begin, end int64) []int64 {
 			continue
 		}
 		count := x.count(f)
-		for n := x.slotAt(f, int(h%uint64(x.slots))); n > 0 && n <= count && len(offs) < limit; {
+		for n := x.slotAt(f, int(h%uint64(f.slots))); n > 0 && n <= count && len(offs) < limit; {
 			e := x.entry(f, n)
 			if be.Uint64(e) == h {
 				if t := int64(be.Uint64(e[16:])); t >= begin && t <= end {
@@ -224,7 +283,7 @@ func (x *keyIndex) truncate(off int64) error {
 			x.files = x.files[:len(x.files)-1]
 			continue
 		}
-		for s := 0; s < x.slots; s++ {
+		for s := 0; s < f.slots; s++ {
 			n := x.slotAt(f, s)
 			for n > keep {
 				prev := int(be.Uint32(x.entry(f, n)[24:]))
@@ -235,7 +294,7 @@ func (x *keyIndex) truncate(off int64) error {
 			}
 			x.setSlot(f, s, n)
 		}
-		clear(f.data[indexHeaderSize+4*x.slots+keep*indexEntrySize:])
+		clear(f.data[indexHeaderSize+4*f.slots+keep*indexEntrySize:])
 		be.PutUint32(f.data[40:], uint32(keep))
 		f.dirty.Store(true)
 		return nil
@@ -274,10 +333,14 @@ func (x *keyIndex) reset() error {
 	return nil
 }
 
+// sync writes the index files' dirty pages without holding x.mu: puts go
+// on meanwhile (a checkpoint's msync took 45-50 ms, and every Append
+// waited for it).
 func (x *keyIndex) sync() error {
 	x.mu.RLock()
-	defer x.mu.RUnlock()
-	for _, f := range x.files {
+	files := slices.Clone(x.files)
+	x.mu.RUnlock()
+	for _, f := range files {
 		if err := f.sync(); err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +18,11 @@ type mappedFile struct {
 	f     *os.File
 	data  []byte
 	dirty atomic.Bool
+
+	// syncMu lets sync run without the owner's lock (an msync of a large
+	// index takes tens of ms, and the writer must not wait on it): close
+	// takes it too, so a file is never unmapped under a running msync.
+	syncMu sync.Mutex
 }
 
 // openMapped opens (creating when asked) path as a file of exactly size
@@ -50,9 +56,13 @@ func openMapped(path string, first, size int64, create bool) (*mappedFile, error
 	return &mappedFile{path: path, first: first, f: f, data: data}, nil
 }
 
-// sync writes the mapping's dirty pages to disk.
+// sync writes the mapping's dirty pages to disk. It may run while the
+// owner writes entries (they are past what the checkpoint will claim); a
+// file closed meanwhile has nothing left worth writing.
 func (m *mappedFile) sync() error {
-	if !m.dirty.Swap(false) {
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
+	if m.data == nil || !m.dirty.Swap(false) {
 		return nil
 	}
 	if err := unix.Msync(m.data, unix.MS_SYNC); err != nil {
@@ -63,6 +73,8 @@ func (m *mappedFile) sync() error {
 }
 
 func (m *mappedFile) close() error {
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
 	err := unix.Munmap(m.data)
 	m.data = nil
 	if cerr := m.f.Close(); err == nil {

@@ -286,14 +286,6 @@ func (s *Store) Append(raftIndex uint64, msgs []Message) ([]AppendResult, error)
 		s.failed = err
 		return nil, err
 	}
-	for i := range msgs {
-		m := &msgs[i]
-		r := results[i]
-		if err := s.queue(queueKey{m.Topic, m.QueueID}, true).put(r.QueueOffset, cqEntry{offset: r.Offset, size: r.Size, tagHash: TagHash(m.Tags)}, s.rebuilding); err != nil {
-			s.failed = err
-			return nil, err
-		}
-	}
 	s.lastRaftIndex = raftIndex
 	st.dispatched, st.raftIndex, st.last = pos, raftIndex, results[len(results)-1].Offset
 	st.queueEntries += int64(len(msgs))
@@ -333,8 +325,9 @@ func appendBlank(buf []byte, size int64) []byte {
 }
 
 // writeBatch encodes the placed records, writes them with one write per
-// segment touched (blank records fill the ends of segments left) and, in
-// FlushSync mode, makes them durable.
+// segment touched (blank records fill the ends of segments left), puts
+// their consume queue and key index entries and, in FlushSync mode, makes
+// them durable.
 func (s *Store) writeBatch(raftIndex uint64, msgs []Message, results []AppendResult, pos int64, indexLast *int64) error {
 	segSize := s.cfg.SegmentSize
 	buf, chunks := s.encBuf[:0], s.chunks[:0]
@@ -373,18 +366,32 @@ func (s *Store) writeBatch(raftIndex uint64, msgs []Message, results []AppendRes
 	}
 	s.cl.writePos.Store(pos)
 	if s.cfg.FlushMode != FlushSync {
-		return s.indexBatch(msgs, results, indexLast)
+		return s.dispatchBatch(msgs, results, indexLast)
 	}
-	// The disk writes the batch while the key index (random slots of a
-	// large table: as much CPU as the write-back takes) is updated; then
-	// the sync waits only for what is left and the cache flush.
+	// The disk writes the batch while its entries are put; then the sync
+	// waits only for what is left and the cache flush. A reader may see the
+	// records a little before they are durable, as in FlushAsync mode: in a
+	// broker they are committed in the Raft log already.
 	if err := s.cl.startFlush(); err != nil {
 		return err
 	}
-	if err := s.indexBatch(msgs, results, indexLast); err != nil {
+	if err := s.dispatchBatch(msgs, results, indexLast); err != nil {
 		return err
 	}
 	return s.cl.flush()
+}
+
+// dispatchBatch puts the batch's consume queue entries and key index
+// entries. indexLast becomes the offset of the last record indexed, if any.
+func (s *Store) dispatchBatch(msgs []Message, results []AppendResult, indexLast *int64) error {
+	for i := range msgs {
+		m := &msgs[i]
+		r := results[i]
+		if err := s.queue(queueKey{m.Topic, m.QueueID}, true).put(r.QueueOffset, cqEntry{offset: r.Offset, size: r.Size, tagHash: TagHash(m.Tags)}, s.rebuilding); err != nil {
+			return err
+		}
+	}
+	return s.indexBatch(msgs, results, indexLast)
 }
 
 // indexBatch adds the batch's records to the key index. indexLast becomes
