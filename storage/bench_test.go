@@ -151,12 +151,18 @@ func reportRates(b *testing.B, msgsPerOp int, logBytesPerOp int64) {
 // benchAppend appends batches of batch messages of bodySize bytes, one
 // Append call (one Raft entry) per op.
 func benchAppend(b *testing.B, bodySize, batch int, mode FlushMode) {
-	cfg := benchConfig(b.TempDir(), mode)
+	benchAppendTo(b, benchConfig(b.TempDir(), mode), bodySize, batch)
+}
+
+// benchAppendTo runs the append benchmark on the store in cfg.Dir, new or
+// not.
+func benchAppendTo(b *testing.B, cfg Config, bodySize, batch int) {
 	s := openBenchStore(b, cfg)
 	pool := benchMessages(benchPoolMsgs, bodySize)
 
 	// Warm-up: creates segment 0, the index and the queue files.
-	res, err := s.Append(1, pool[:batch])
+	idx := s.LastRaftIndex() + 1
+	res, err := s.Append(idx, pool[:batch])
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -165,7 +171,7 @@ func benchAppend(b *testing.B, bodySize, batch int, mode FlushMode) {
 		b.Fatal(err)
 	}
 	settle(b, cfg.Dir)
-	idx, next := uint64(1), batch
+	next := batch
 
 	b.SetBytes(int64(batch * bodySize))
 	b.ReportAllocs()
@@ -204,9 +210,75 @@ func BenchmarkAppend(b *testing.B) {
 }
 
 // BenchmarkStoreAppend1KiBBatch256 is the store half of the store/raw pair:
-// FlushSync, 256 messages of 1 KiB body per Append (one fdatasync each).
+// FlushSync, 256 messages of 1 KiB body per Append (one fdatasync each),
+// on a store in its steady state: retention has retired old segments,
+// which become the new ones (Config.RecycleSegments), as the raw loop
+// rewrites one file whose blocks are written already. The spares are out
+// of the page cache, as old segments are. The same append on a fresh
+// store, whose every new segment is zero-filled first, is
+// BenchmarkAppend/body=1KiB/batch=256/flush=sync.
 func BenchmarkStoreAppend1KiBBatch256(b *testing.B) {
-	benchAppend(b, 1024, 256, FlushSync)
+	cfg := benchConfig(b.TempDir(), FlushSync)
+	cfg.RetentionAge = time.Hour
+	cfg.RecycleSegments = benchSpares
+	fillAndRetire(b, cfg, benchSpares+1)
+	benchAppendTo(b, cfg, 1024, 256)
+}
+
+// benchSpares is how many retired segments BenchmarkStoreAppend1KiBBatch256
+// starts with: enough for the rolls of a few seconds of appends, as
+// retention keeps supplying them in a store that runs at its limit.
+const benchSpares = 4
+
+// fillAndRetire appends to the store in cfg.Dir (fast: FlushAsync, 4 MiB
+// batches) until it holds retire+1 segments, retires all but the active
+// one through retention, drops the spares from the page cache, and closes
+// the store.
+func fillAndRetire(b *testing.B, cfg Config, retire int) {
+	fill := cfg
+	fill.FlushMode = FlushAsync
+	s := openStore(b, fill)
+	pool := benchMessages(4096, 1024)
+	idx := uint64(0)
+	for {
+		_, end := s.CommitlogOffsets()
+		if end >= int64(retire)*cfg.SegmentSize+1<<20 {
+			break
+		}
+		idx++
+		if _, err := s.Append(idx, pool); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	old := time.Now().Add(-2 * cfg.RetentionAge)
+	dir := filepath.Join(cfg.Dir, commitlogDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range entries {
+		if len(e.Name()) == 20 {
+			os.Chtimes(filepath.Join(dir, e.Name()), old, old)
+		}
+	}
+	if n, err := s.DeleteExpired(time.Now()); err != nil || n != retire {
+		b.Fatalf("retention retired %d segments (%v), want %d", n, err, retire)
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	spares, _ := filepath.Glob(filepath.Join(dir, "*"+spareSuffix))
+	for _, p := range spares {
+		f, err := os.Open(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		f.Close()
+	}
 }
 
 // BenchmarkRawAppend1KiBBatch256 is the I/O floor for the store half: per

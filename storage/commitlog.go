@@ -30,10 +30,12 @@ import (
 type commitlog struct {
 	dir     string
 	segSize int64
+	recycle int // spares to keep (Config.RecycleSegments)
 	log     *slog.Logger
 
-	mu   sync.RWMutex
-	segs []*segment
+	mu     sync.RWMutex
+	segs   []*segment
+	spares []string // paths of retired segments to reuse (recycle.go)
 
 	writePos   atomic.Int64 // end of the last whole batch; nothing is read past it
 	flushMu    sync.Mutex
@@ -49,11 +51,11 @@ type segment struct {
 
 func segmentName(start int64) string { return fmt.Sprintf("%020d", start) }
 
-func openCommitlog(dir string, segSize int64, log *slog.Logger) (*commitlog, error) {
+func openCommitlog(dir string, segSize int64, recycle int, log *slog.Logger) (*commitlog, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("storage: create commitlog dir: %w", err)
 	}
-	c := &commitlog{dir: dir, segSize: segSize, log: log}
+	c := &commitlog{dir: dir, segSize: segSize, recycle: max(recycle, 0), log: log}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("storage: read commitlog dir: %w", err)
@@ -64,6 +66,12 @@ func openCommitlog(dir string, segSize int64, log *slog.Logger) (*commitlog, err
 			// A segment that was being prepared when the process stopped.
 			if err := os.Remove(filepath.Join(dir, name)); err != nil {
 				return nil, fmt.Errorf("storage: remove stale %s: %w", name, err)
+			}
+			continue
+		}
+		if strings.HasSuffix(name, spareSuffix) {
+			if err := c.keepSpare(filepath.Join(dir, name)); err != nil {
+				return nil, err
 			}
 			continue
 		}
@@ -137,6 +145,16 @@ func (c *commitlog) minOffset() int64 {
 		return c.writePos.Load()
 	}
 	return c.segs[0].start
+}
+
+// lastStart is the start of the last segment, -1 when there is none.
+func (c *commitlog) lastStart() int64 {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n := len(c.segs); n > 0 {
+		return c.segs[n-1].start
+	}
+	return -1
 }
 
 // segmentAt returns the segment holding off. Caller holds mu.
@@ -243,7 +261,10 @@ func (c *commitlog) ensureSegment(start int64) (*segment, error) {
 	}
 	if f == nil {
 		var err error
-		if f, err = createSparse(final+".alloc", c.segSize); err != nil {
+		if f, err = c.reuseSpare(start); f == nil && err == nil {
+			f, err = createSparse(final+".alloc", c.segSize)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -415,24 +436,21 @@ func (c *commitlog) cut(end int64) error {
 }
 
 // deleteOldest removes the oldest segment if it is not the active one and
-// keep says it may go. It returns whether it removed one.
-func (c *commitlog) deleteOldest(keep func(s *segment) (bool, error)) (bool, error) {
+// decide says it may go, and whether it may be kept as a spare. It returns
+// whether it removed one.
+func (c *commitlog) deleteOldest(decide func(s *segment) (drop, recycle bool, err error)) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.segs) < 2 {
 		return false, nil
 	}
 	s := c.segs[0]
-	if k, err := keep(s); err != nil || k {
+	drop, recycle, err := decide(s)
+	if err != nil || !drop {
 		return false, err
 	}
-	s.f.Close()
 	c.segs = c.segs[1:]
-	if err := os.Remove(filepath.Join(c.dir, segmentName(s.start))); err != nil {
-		return true, fmt.Errorf("storage: remove segment: %w", err)
-	}
-	c.log.Info("commitlog segment deleted by retention", "segment", segmentName(s.start))
-	return true, nil
+	return true, c.retire(s, recycle)
 }
 
 // scanResult is where a recovery scan stopped.

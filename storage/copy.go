@@ -94,6 +94,12 @@ func (s *Store) AppendRaw(from int64, data []byte) error {
 		}
 		pos += n
 	}
+	if n := s.cl.tailPad(end); n > 0 {
+		if err := s.cl.write(end, tailZeros[:n]); err != nil {
+			s.failed = err
+			return err
+		}
+	}
 	// Check everything before anything becomes visible.
 	res, err := s.cl.scan(st, end, nil)
 	if err == nil && (res.cause != nil || res.end != end) {

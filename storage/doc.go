@@ -6,6 +6,8 @@
 // # Layout
 //
 //	DIR/commitlog/<20-digit start offset>          segments of Config.SegmentSize bytes
+//	DIR/commitlog/<20-digit offset>.spare           retired segments kept for reuse
+//	DIR/commitlog/<20-digit offset>.alloc           the next segment, being prepared
 //	DIR/consumequeue/<topic>/<queue>/<first offset> 20-byte entries, QueueEntriesPerFile a file
 //	DIR/index/<20-digit offset>                     key hash index files
 //	DIR/checkpoint                                  how far the derived files are durable
@@ -14,16 +16,20 @@
 // # Commitlog
 //
 // Every record of every topic, in arrival order, in fixed-size segments
-// that are zero-filled before use (in the background, one segment ahead):
-// fdatasync into written blocks is about twice as cheap as into fallocated
-// or growing ones on our machines. A record (see record.go for the layout)
+// whose blocks are written before use: a spare that retention retired
+// (recycle.go), or else a new file zero-filled in the background, one
+// segment ahead (preallocate.go). fdatasync into written blocks is about
+// twice as cheap as into fallocated or growing ones on our machines. A
+// record (see record.go for the layout)
 // carries its length, a CRC32-C, the Raft index of its batch, its own
 // commitlog offset, its queue id and offset, times, topic, tags, keys,
 // properties and body. A record never spans segments: the tail of a segment
 // that cannot take the next record is marked with a blank record. Append
 // takes one Raft entry's messages as a batch, encodes them into one buffer
 // and writes it with one write per segment touched; the last record of a
-// batch carries a batch-end flag.
+// batch carries a batch-end flag, and zeros follow it to the end of its
+// page: an end-of-data marker that hides whatever a reused file held
+// there, and whole pages, which the kernel need not read first.
 //
 // Append assigns queue offsets and commitlog offsets deterministically from
 // the store's state, and the caller sets store times, so replicas applying
@@ -35,8 +41,10 @@
 //
 // Dispatch is synchronous: Append puts each record's consume queue entry
 // (commitlog offset, size, tag hash) and key index entries (its keys and
-// its UNIQ_KEY property) before it returns, through memory-mapped files, so
-// a message is readable through its queue as soon as it is stored. The key
+// its UNIQ_KEY property) before it returns, through memory-mapped files,
+// while the disk writes the batch, so a message is readable through its
+// queue as soon as it is stored (in FlushSync mode, a little before the
+// fdatasync returns). The key
 // index is a chain of hash-slot files in the manner of RocketMQ's
 // IndexFile. Reads return the raw stored records, CRC-checked, and check
 // that the record is the one the consume queue entry names; damaged data is
@@ -52,7 +60,8 @@
 // the checkpoint, cuts it at the end of the last whole, valid batch — a
 // torn write, a CRC failure, a stale record or a batch missing its last
 // record ends it, and the rest of that segment is zeroed and later segments
-// deleted — re-dispatches from the checkpoint, and rebuilds the derived
+// deleted; a segment rolled into before a crash, with no data, goes too —
+// re-dispatches from the checkpoint, and rebuilds the derived
 // files from the whole commitlog when they disagree with it or are missing.
 // DeleteTopic removes a topic's queues; a full rebuild would bring back
 // those of its records that retention has not deleted yet.
@@ -63,7 +72,9 @@
 // last written more than RetentionAge ago or while the disk is fuller than
 // RetentionDiskRatio; consume queue and index files that point only into
 // deleted segments follow. A read below a queue's new minimum answers
-// OffsetTooSmall with the minimum.
+// OffsetTooSmall with the minimum. Up to RecycleSegments segments deleted
+// for age are kept as spares for the next new segments; a disk over the
+// ratio gets the spares back first.
 //
 // # Figures
 //

@@ -133,15 +133,21 @@ func checkHolds(t testing.TB, s *Store, last uint64) {
 	checkQueues(t, s, last)
 }
 
-// checkQueues verifies queues 0..3 of topic T hold exactly batches 1..last.
-func checkQueues(t testing.TB, s *Store, last uint64) {
-	t.Helper()
+// wantByQueue is batches 1..last of batchFor, by queue id.
+func wantByQueue(last uint64) map[int32][]Message {
 	want := map[int32][]Message{}
 	for idx := uint64(1); idx <= last; idx++ {
 		for _, m := range batchFor(idx) {
 			want[m.QueueID] = append(want[m.QueueID], m)
 		}
 	}
+	return want
+}
+
+// checkQueues verifies queues 0..3 of topic T hold exactly batches 1..last.
+func checkQueues(t testing.TB, s *Store, last uint64) {
+	t.Helper()
+	want := wantByQueue(last)
 	for q := int32(0); q < 4; q++ {
 		got := readQueue(t, s, "T", q)
 		if len(got) != len(want[q]) {

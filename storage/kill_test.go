@@ -13,14 +13,23 @@ import (
 	"time"
 )
 
-const childDirEnv = "RAFTMQ_STORAGE_APPEND_CHILD_DIR"
+const (
+	childDirEnv     = "RAFTMQ_STORAGE_APPEND_CHILD_DIR"
+	childRecycleEnv = "RAFTMQ_STORAGE_APPEND_CHILD_RECYCLE"
+)
 
 // runAppendChild appends batchFor(n), n = the store's last index + 1 and
-// on, printing "acked N" after each, until it is killed.
+// on, printing "acked N" after each, until it is killed. With
+// childRecycleEnv set, retention retires every segment 20 ms after it was
+// last written, so new segments are mostly spares.
 func runAppendChild(dir string) {
 	cfg := testConfig(dir)
 	cfg.FlushInterval = 2 * time.Millisecond
 	cfg.CheckpointInterval = 3 * time.Millisecond
+	if os.Getenv(childRecycleEnv) != "" {
+		cfg.RetentionAge = 20 * time.Millisecond
+		cfg.RetentionInterval = 2 * time.Millisecond
+	}
 	s, err := Open(cfg)
 	if err != nil {
 		fmt.Println("open:", err)
@@ -39,12 +48,46 @@ func runAppendChild(dir string) {
 // each kill the store holds every batch it acknowledged, complete, with no
 // gap and no duplicate, and the next process appends on from there.
 func TestKill9DuringAppends(t *testing.T) {
+	killDuringAppends(t, nil, func(s *Store, last uint64) { checkHolds(t, s, last) })
+}
+
+// The same while retention retires segments as fast as they fill and new
+// segments are spares, old records and all: none of those is ever taken
+// for an acknowledged batch, none of those is lost.
+func TestKill9WhileSegmentsAreRecycled(t *testing.T) {
+	killDuringAppends(t, []string{childRecycleEnv + "=1"}, func(s *Store, last uint64) { checkFromMinimum(t, s, last) })
+}
+
+// checkFromMinimum verifies that queues 0..3 of topic T end with batch last
+// and hold batchFor's messages from their minimum on.
+func checkFromMinimum(t *testing.T, s *Store, last uint64) {
+	t.Helper()
+	want := wantByQueue(last)
+	for q := int32(0); q < 4; q++ {
+		min, max := s.QueueOffsets("T", q)
+		if max != int64(len(want[q])) {
+			t.Fatalf("queue %d ends at %d, want %d", q, max, len(want[q]))
+		}
+		for i, r := range readQueue(t, s, "T", q) {
+			w := want[q][min+int64(i)]
+			if r.QueueOffset != min+int64(i) || string(r.Body) != string(w.Body) || r.Keys[0] != w.Keys[0] {
+				t.Fatalf("queue %d offset %d: got %s, want %s", q, min+int64(i), r.Keys, w.Keys)
+			}
+		}
+	}
+}
+
+// killDuringAppends runs the append child (with env added) six times,
+// killing it with SIGKILL after a random number of acknowledgements, and
+// after each kill opens the store without retention and calls check with
+// the last batch it holds, which must be at or past the last acknowledged.
+func killDuringAppends(t *testing.T, env []string, check func(s *Store, last uint64)) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(7, 8))
 	var acked uint64
 	for round := 0; round < 6; round++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childDirEnv+"="+dir)
+		cmd.Env = append(append(os.Environ(), childDirEnv+"="+dir), env...)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -88,7 +131,7 @@ func TestKill9DuringAppends(t *testing.T) {
 			s.Close()
 			t.Fatalf("round %d: store holds up to %d, %d was acknowledged", round, last, acked)
 		}
-		checkHolds(t, s, last)
+		check(s, last)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}

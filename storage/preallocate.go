@@ -56,6 +56,7 @@ type zeroer struct {
 	busyTo    int64
 	next      *os.File // the following segment, as <start>.alloc
 	nextStart int64
+	nextReady bool // next is a reused spare: nothing to zero
 	stopped   bool
 	done      chan struct{}
 
@@ -94,6 +95,12 @@ func (z *zeroer) run() {
 		segStart := from - from%z.c.segSize
 		to := min(from+zeroChunk, segStart+z.c.segSize)
 		f, err := z.fileFor(segStart)
+		if err == nil && f == z.next && z.nextReady {
+			z.zeroedTo = segStart + z.c.segSize
+			z.cond.Broadcast()
+			z.mu.Unlock()
+			continue
+		}
 		if err != nil || f == nil {
 			if err != nil {
 				z.log.Warn("commitlog preallocation stopped", "err", err)
@@ -167,9 +174,15 @@ func (z *zeroer) fileFor(segStart int64) (*os.File, error) {
 		z.dropNext()
 	}
 	if z.next == nil {
-		f, err := createSparse(filepath.Join(z.c.dir, segmentName(segStart)+".alloc"), z.c.segSize)
+		f, err := z.c.reuseSpare(segStart)
 		if err != nil {
-			return nil, err
+			z.log.Warn("commitlog spare not reused", "err", err)
+		}
+		z.nextReady = f != nil
+		if f == nil {
+			if f, err = createSparse(filepath.Join(z.c.dir, segmentName(segStart)+".alloc"), z.c.segSize); err != nil {
+				return nil, err
+			}
 		}
 		z.next, z.nextStart = f, segStart
 	}
@@ -212,7 +225,7 @@ func (z *zeroer) takeNext(start int64) *os.File {
 		return nil
 	}
 	f := z.next
-	z.next = nil
+	z.next, z.nextReady = nil, false
 	return f
 }
 
@@ -236,7 +249,7 @@ func (z *zeroer) dropNext() {
 	if z.next != nil {
 		z.next.Close()
 		os.Remove(z.next.Name())
-		z.next = nil
+		z.next, z.nextReady = nil, false
 	}
 }
 

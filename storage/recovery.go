@@ -63,6 +63,14 @@ func (s *Store) recover() error {
 		if err := s.cl.truncate(res.end); err != nil {
 			return err
 		}
+	} else if last := s.cl.lastStart(); last > res.end {
+		// A crash after a roll, before the batch that rolled reached the
+		// new segment: the writer must go on in the segment the data ends
+		// in, so the empty segment after it goes.
+		s.log.Info("commitlog: removing the segment rolled into before a crash", "segment", segmentName(last), "end", res.end)
+		if err := s.cl.truncate(res.end); err != nil {
+			return err
+		}
 	}
 	s.cl.writePos.Store(res.end)
 

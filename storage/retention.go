@@ -13,32 +13,47 @@ import (
 // last written more than RetentionAge before now or the disk is fuller than
 // RetentionDiskRatio; then the consume queue and index files that only
 // point into deleted segments. It returns how many segments it deleted.
+// Segments deleted for age are kept as spares (Config.RecycleSegments);
+// on a disk too full, spares go first, then segments for good.
 // Reads of a queue below its new minimum answer OffsetTooSmall.
 func (s *Store) DeleteExpired(now time.Time) (int, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
+	overFull := func() (bool, error) {
+		if s.cfg.RetentionDiskRatio >= 1 {
+			return false, nil
+		}
+		used, err := s.cfg.diskUsage(s.cfg.Dir)
+		return used > s.cfg.RetentionDiskRatio, err
+	}
+	if full, err := overFull(); err != nil || full {
+		if err == nil {
+			err = s.cl.dropSpares() // the cheapest space to give back
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
 	deleted := 0
 	for {
-		ok, err := s.cl.deleteOldest(func(seg *segment) (bool, error) {
+		ok, err := s.cl.deleteOldest(func(seg *segment) (drop, recycle bool, err error) {
 			fi, err := seg.f.Stat()
 			if err != nil {
-				return true, fmt.Errorf("storage: stat segment: %w", err)
+				return false, false, fmt.Errorf("storage: stat segment: %w", err)
+			}
+			full, err := overFull()
+			if err != nil {
+				return false, false, err
+			}
+			if full {
+				s.log.Warn("disk usage over the retention ratio, deleting the oldest segment", "ratio", s.cfg.RetentionDiskRatio)
+				return true, false, nil
 			}
 			if s.cfg.RetentionAge > 0 && now.Sub(fi.ModTime()) > s.cfg.RetentionAge {
-				return false, nil
+				return true, true, nil
 			}
-			if s.cfg.RetentionDiskRatio < 1 {
-				used, err := s.cfg.diskUsage(s.cfg.Dir)
-				if err != nil {
-					return true, err
-				}
-				if used > s.cfg.RetentionDiskRatio {
-					s.log.Warn("disk usage over the retention ratio, deleting the oldest segment", "used", used, "ratio", s.cfg.RetentionDiskRatio)
-					return false, nil
-				}
-			}
-			return true, nil
+			return false, false, nil
 		})
 		if err != nil {
 			return deleted, err

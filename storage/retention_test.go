@@ -44,12 +44,7 @@ func segmentFiles(t *testing.T, cfg Config) []string {
 func checkAfterRetention(t *testing.T, s *Store, last uint64) {
 	t.Helper()
 	clMin, _ := s.CommitlogOffsets()
-	want := map[int32][]Message{}
-	for idx := uint64(1); idx <= last; idx++ {
-		for _, m := range batchFor(idx) {
-			want[m.QueueID] = append(want[m.QueueID], m)
-		}
-	}
+	want := wantByQueue(last)
 	for q := int32(0); q < 4; q++ {
 		min, max := s.QueueOffsets("T", q)
 		if min == 0 || max != int64(len(want[q])) {

@@ -34,6 +34,7 @@ type Store struct {
 	encBuf        []byte             // guarded by appendMu
 	batchNext     map[queueKey]int64 // guarded by appendMu
 	chunks        []chunk            // guarded by appendMu
+	keyBuf        []indexKey         // guarded by appendMu
 
 	dispatched atomic.Pointer[checkpoint] // what the next checkpoint may claim
 	cpMu       sync.Mutex
@@ -128,7 +129,7 @@ func (s *Store) openFiles() error {
 		}
 	}
 	var err error
-	if s.cl, err = openCommitlog(filepath.Join(s.cfg.Dir, commitlogDir), s.cfg.SegmentSize, s.log); err != nil {
+	if s.cl, err = openCommitlog(filepath.Join(s.cfg.Dir, commitlogDir), s.cfg.SegmentSize, s.cfg.RecycleSegments, s.log); err != nil {
 		return err
 	}
 	if s.index, err = openKeyIndex(filepath.Join(s.cfg.Dir, indexDir), s.cfg.IndexSlots, s.cfg.IndexEntries); err != nil {
@@ -352,6 +353,9 @@ func (s *Store) writeBatch(raftIndex uint64, msgs []Message, results []AppendRes
 		buf = appendRecord(buf, &msgs[i], int(r.Size), raftIndex, pos, r.QueueOffset, flag)
 		pos += int64(r.Size)
 	}
+	// The end marker and page padding are not part of the log: the next
+	// batch overwrites them.
+	buf = append(buf, tailZeros[:s.cl.tailPad(pos)]...)
 	cur.to = len(buf)
 	chunks = append(chunks, cur)
 	if cap(buf) <= 16<<20 { // keep the buffer unless one huge batch grew it
@@ -397,27 +401,33 @@ func (s *Store) dispatchBatch(msgs []Message, results []AppendResult, indexLast 
 // indexBatch adds the batch's records to the key index. indexLast becomes
 // the offset of the last record indexed, if any.
 func (s *Store) indexBatch(msgs []Message, results []AppendResult, indexLast *int64) error {
+	keys := s.keyBuf[:0]
 	for i := range msgs {
 		m := &msgs[i]
-		keyed, err := s.indexKeys(m.Keys, m.Properties[PropertyUniqKey], results[i].Offset, m.StoreTime)
-		if err != nil {
-			return err
-		}
-		if keyed {
+		n := len(keys)
+		keys = appendIndexKeys(keys, m.Keys, m.Properties[PropertyUniqKey], results[i].Offset, m.StoreTime)
+		if len(keys) > n {
 			*indexLast = results[i].Offset
 		}
 	}
-	return nil
+	if cap(keys) <= 1<<16 { // keep the buffer unless one huge batch grew it
+		s.keyBuf = keys
+	}
+	return s.index.put(keys)
 }
 
-// indexKeys adds the record at commitlog offset off to the key index under
-// keys and uniqKey, and reports whether there was any key.
-func (s *Store) indexKeys(keys []string, uniqKey string, off, storeTime int64) (bool, error) {
-	keyed, err := s.index.put(keys, off, storeTime)
-	if err == nil && uniqKey != "" {
-		keyed, err = true, s.index.putKey(uniqKey, off, storeTime)
+// appendIndexKeys appends the keys, then the unique key, of the record at
+// commitlog offset off.
+func appendIndexKeys(dst []indexKey, keys []string, uniqKey string, off, storeTime int64) []indexKey {
+	for _, k := range keys {
+		if k != "" {
+			dst = append(dst, indexKey{keyHash(k), off, storeTime})
+		}
 	}
-	return keyed, err
+	if uniqKey != "" {
+		dst = append(dst, indexKey{keyHash(uniqKey), off, storeTime})
+	}
+	return dst
 }
 
 // dispatch adds a record read back from the commitlog to its consume queue
@@ -427,7 +437,9 @@ func (s *Store) dispatch(k queueKey, r AppendResult, tagHash int64, keys []strin
 	if err := s.queue(k, true).put(r.QueueOffset, cqEntry{offset: r.Offset, size: r.Size, tagHash: tagHash}, s.rebuilding); err != nil {
 		return false, err
 	}
-	return s.indexKeys(keys, uniqKey, r.Offset, storeTime)
+	var buf [4]indexKey
+	ks := appendIndexKeys(buf[:0], keys, uniqKey, r.Offset, storeTime)
+	return len(ks) > 0, s.index.put(ks)
 }
 
 // LastRaftIndex is the Raft index of the last batch the store holds. After
