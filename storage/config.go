@@ -88,8 +88,8 @@ type Config struct {
 	// are kept, renamed <start>.spare, to become new segments later instead
 	// of zero-filled fresh files (PostgreSQL recycles its WAL segments the
 	// same way). A fresh segment costs the disk its size in zeros before
-	// any message goes in: measured here, writing into new blocks took as
-	// long as the messages themselves. A spare's blocks are written
+	// any message goes in: measured here, about 40% on top of the disk
+	// time of the appends themselves. A spare's blocks are written
 	// already; its old records are never read as new ones (every record
 	// holds its own offset, and every write ends with an end-of-data
 	// marker). Spares count towards disk usage: when the disk is fuller

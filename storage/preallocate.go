@@ -246,11 +246,16 @@ func (z *zeroer) reset(end int64, cut func() error) error {
 }
 
 func (z *zeroer) dropNext() {
-	if z.next != nil {
+	switch {
+	case z.next == nil:
+		return
+	case z.nextReady:
+		z.c.returnSpare(z.next)
+	default:
 		z.next.Close()
 		os.Remove(z.next.Name())
-		z.next, z.nextReady = nil, false
 	}
+	z.next, z.nextReady = nil, false
 }
 
 func (z *zeroer) stop() {

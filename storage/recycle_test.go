@@ -52,9 +52,24 @@ func inode(t *testing.T, path string) uint64 {
 	return st.Ino
 }
 
+// allocFiles lists the segments being prepared.
+func allocFiles(t *testing.T, cfg Config) []string {
+	t.Helper()
+	names, err := filepath.Glob(filepath.Join(cfg.Dir, commitlogDir, "*.alloc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
 // retireAllButTwo ages every segment but the last two and runs retention.
+// With a zeroer, it first waits for the next segment to be prepared, so
+// that the spares stay spares until the next roll.
 func retireAllButTwo(t *testing.T, s *Store, cfg Config) {
 	t.Helper()
+	if cfg.PreallocateAhead >= 0 {
+		waitFor(t, func() bool { return len(allocFiles(t, cfg)) == 1 })
+	}
 	names := segmentFiles(t, cfg)
 	if len(names) < 5 {
 		t.Fatalf("only %d segments", len(names))
@@ -227,6 +242,7 @@ func TestSparesGoFirstOnAFullDisk(t *testing.T) {
 func TestOpenKeepsOnlyUsableSpares(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.RecycleSegments = 1
+	cfg.PreallocateAhead = -1 // no zeroer to take the spare at once
 	dir := filepath.Join(cfg.Dir, commitlogDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -267,4 +283,31 @@ func TestTailPad(t *testing.T) {
 			t.Fatalf("pad %d at %d runs to the segment's end for no reason", n, pos)
 		}
 	}
+}
+
+// A spare the zeroer prepared as the next segment goes back to the spares
+// when the store closes, not to waste.
+func TestPreparedSpareReturnsOnClose(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.RetentionAge = time.Hour
+	s := openStore(t, cfg)
+	appendBatches(t, s, 1, 300)
+	retireAllButTwo(t, s, cfg)
+	// After the next roll the zeroer takes a spare as the next segment.
+	idx, segs := uint64(300), len(segmentFiles(t, cfg))
+	for len(segmentFiles(t, cfg)) == segs {
+		idx++
+		appendBatches(t, s, idx, idx)
+	}
+	waitFor(t, func() bool { return len(spareFiles(t, cfg)) == 1 && len(allocFiles(t, cfg)) == 1 })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(spareFiles(t, cfg)); n != 2 {
+		t.Fatalf("%d spares after close, want 2", n)
+	}
+	s = openStore(t, cfg)
+	defer s.Close()
+	appendBatches(t, s, idx+1, 500)
+	checkAfterRetention(t, s, 500)
 }
