@@ -20,11 +20,13 @@ func (s *Store) DeleteExpired(now time.Time) (int, error) {
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
+	used := 0.0
 	overFull := func() (bool, error) {
 		if s.cfg.RetentionDiskRatio >= 1 {
 			return false, nil
 		}
-		used, err := s.cfg.diskUsage(s.cfg.Dir)
+		var err error
+		used, err = s.cfg.diskUsage(s.cfg.Dir)
 		return used > s.cfg.RetentionDiskRatio, err
 	}
 	if full, err := overFull(); err != nil || full {
@@ -47,7 +49,7 @@ func (s *Store) DeleteExpired(now time.Time) (int, error) {
 				return false, false, err
 			}
 			if full {
-				s.log.Warn("disk usage over the retention ratio, deleting the oldest segment", "ratio", s.cfg.RetentionDiskRatio)
+				s.log.Warn("disk usage over the retention ratio, deleting the oldest segment", "used", used, "ratio", s.cfg.RetentionDiskRatio)
 				return true, false, nil
 			}
 			if s.cfg.RetentionAge > 0 && now.Sub(fi.ModTime()) > s.cfg.RetentionAge {
