@@ -58,6 +58,19 @@ type RaftConfig struct {
 	TransportTimeout time.Duration
 	// TransportPool is the number of pooled connections per peer. Default 3.
 	TransportPool int
+	// MaxRPCsInFlight is how many AppendEntries a leader has in flight to
+	// one follower (hashicorp/raft's NetworkTransportConfig). Default 1: no
+	// pipelining. hashicorp/raft v1.7.3's pipelined replication can wedge:
+	// when a follower answers Success=false or with a newer term, the
+	// pipeline's decoder stops reading, the sender blocks on a full
+	// in-flight channel, and neither that follower's replication nor the
+	// leader's Raft shutdown ever finishes (seen here as a 10-minute hang
+	// in a broker test's Close; the same hang is reported upstream, and
+	// Grafana Pyroscope turned pipelining off for it). Values of 2 and more
+	// turn pipelining on: the produce benchmark (3 replicas, 256 senders,
+	// 32 messages a send) gave 38.7k msgs/s at 2 against 33.2k at 1 (3
+	// runs each, spread ±10%).
+	MaxRPCsInFlight int
 
 	// Logger receives Raft's logs at LogLevel and above. Default
 	// slog.Default(), level "warn".
@@ -85,6 +98,9 @@ func (c RaftConfig) withDefaults() (RaftConfig, error) {
 	dur(&c.TransportTimeout, 10*time.Second)
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = 256
+	}
+	if c.MaxRPCsInFlight == 0 {
+		c.MaxRPCsInFlight = 1
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
@@ -159,7 +175,12 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		bolt.Close()
 		return nil, fmt.Errorf("cluster: advertise address %q: %w", cfg.AdvertiseAddr, err)
 	}
-	transport, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, cfg.TransportPool, cfg.TransportTimeout, hlog)
+	transport, err := raft.NewTCPTransportWithConfig(cfg.BindAddr, adv, &raft.NetworkTransportConfig{
+		MaxPool:         cfg.TransportPool,
+		Timeout:         cfg.TransportTimeout,
+		Logger:          hlog,
+		MaxRPCsInFlight: cfg.MaxRPCsInFlight,
+	})
 	if err != nil {
 		bolt.Close()
 		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.BindAddr, err)
