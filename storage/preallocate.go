@@ -95,10 +95,11 @@ func (z *zeroer) run() {
 		segStart := from - from%z.c.segSize
 		to := min(from+zeroChunk, segStart+z.c.segSize)
 		f, err := z.fileFor(segStart)
-		if err == nil && f == z.next && z.nextReady {
+		if err == nil && f == z.next && z.nextReady { // a spare: nothing to zero
 			z.zeroedTo = segStart + z.c.segSize
 			z.cond.Broadcast()
 			z.mu.Unlock()
+			z.c.dropCache(dropFrom, dropTo)
 			continue
 		}
 		if err != nil || f == nil {
