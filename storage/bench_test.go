@@ -253,24 +253,14 @@ func fillAndRetire(b *testing.B, cfg Config, retire int) {
 	if err := s.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	old := time.Now().Add(-2 * cfg.RetentionAge)
-	dir := filepath.Join(cfg.Dir, commitlogDir)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, e := range entries {
-		if len(e.Name()) == 20 {
-			os.Chtimes(filepath.Join(dir, e.Name()), old, old)
-		}
-	}
+	ageSegments(b, cfg, 1)
 	if n, err := s.DeleteExpired(time.Now()); err != nil || n != retire {
 		b.Fatalf("retention retired %d segments (%v), want %d", n, err, retire)
 	}
 	if err := s.Close(); err != nil {
 		b.Fatal(err)
 	}
-	spares, _ := filepath.Glob(filepath.Join(dir, "*"+spareSuffix))
+	spares, _ := filepath.Glob(filepath.Join(cfg.Dir, commitlogDir, "*"+spareSuffix))
 	for _, p := range spares {
 		f, err := os.Open(p)
 		if err != nil {

@@ -123,7 +123,7 @@ func (x *keyIndex) openFile(first int64) (*indexFile, error) {
 		return nil, err
 	}
 	f := &indexFile{mappedFile: m, slots: slots, entries: entries}
-	if x.count(f) > entries {
+	if f.count() > entries {
 		m.close()
 		return nil, bad
 	}
@@ -140,14 +140,14 @@ func (x *keyIndex) close() {
 }
 
 // Header and entry accessors on a mapped index file.
-func (x *keyIndex) count(f *indexFile) int { return int(binary.BigEndian.Uint32(f.data[40:])) }
-func (x *keyIndex) slotAt(f *indexFile, s int) int {
+func (f *indexFile) count() int { return int(binary.BigEndian.Uint32(f.data[40:])) }
+func (f *indexFile) slotAt(s int) int {
 	return int(binary.BigEndian.Uint32(f.data[indexHeaderSize+4*s:]))
 }
-func (x *keyIndex) setSlot(f *indexFile, s, n int) {
+func (f *indexFile) setSlot(s, n int) {
 	binary.BigEndian.PutUint32(f.data[indexHeaderSize+4*s:], uint32(n))
 }
-func (x *keyIndex) entry(f *indexFile, n int) []byte {
+func (f *indexFile) entry(n int) []byte {
 	off := indexHeaderSize + 4*f.slots + (n-1)*indexEntrySize
 	return f.data[off : off+indexEntrySize]
 }
@@ -170,18 +170,18 @@ func (x *keyIndex) put(keys []indexKey) error {
 		if err != nil {
 			return err
 		}
-		n := x.count(f)
+		n := f.count()
 		fits := keys[:min(len(keys), f.entries-n)]
 		newest := int64(be.Uint64(f.data[16:]))
 		for _, k := range fits {
 			n++
 			slot := int(k.hash % uint64(f.slots))
-			e := x.entry(f, n)
+			e := f.entry(n)
 			be.PutUint64(e, k.hash)
 			be.PutUint64(e[8:], uint64(k.off))
 			be.PutUint64(e[16:], uint64(k.storeTime))
-			be.PutUint32(e[24:], uint32(x.slotAt(f, slot)))
-			x.setSlot(f, slot, n)
+			be.PutUint32(e[24:], uint32(f.slotAt(slot)))
+			f.setSlot(slot, n)
 			newest = max(newest, k.storeTime)
 		}
 		be.PutUint64(f.data[16:], uint64(newest))
@@ -195,7 +195,7 @@ func (x *keyIndex) put(keys []indexKey) error {
 // fileWithRoom returns the newest index file, or a new one when it is full
 // or there is none; k is the first key to go in. Caller holds mu.
 func (x *keyIndex) fileWithRoom(k indexKey) (*indexFile, error) {
-	if n := len(x.files); n > 0 && x.count(x.files[n-1]) < x.files[n-1].entries {
+	if n := len(x.files); n > 0 && x.files[n-1].count() < x.files[n-1].entries {
 		return x.files[n-1], nil
 	}
 	first := k.off
@@ -224,11 +224,11 @@ func (x *keyIndex) newest() int64 {
 		return -1
 	}
 	f := x.files[len(x.files)-1]
-	n := x.count(f)
+	n := f.count()
 	if n == 0 {
 		return -1
 	}
-	return int64(binary.BigEndian.Uint64(x.entry(f, n)[8:]))
+	return int64(binary.BigEndian.Uint64(f.entry(n)[8:]))
 }
 
 // lookup returns up to limit commitlog offsets of entries whose key hash is
@@ -244,9 +244,9 @@ func (x *keyIndex) lookup(key string, limit int, begin, end int64) []int64 {
 		if int64(be.Uint64(f.data[8:])) > end || int64(be.Uint64(f.data[16:])) < begin {
 			continue
 		}
-		count := x.count(f)
-		for n := x.slotAt(f, int(h%uint64(f.slots))); n > 0 && n <= count && len(offs) < limit; {
-			e := x.entry(f, n)
+		count := f.count()
+		for n := f.slotAt(int(h % uint64(f.slots))); n > 0 && n <= count && len(offs) < limit; {
+			e := f.entry(n)
 			if be.Uint64(e) == h {
 				if t := int64(be.Uint64(e[16:])); t >= begin && t <= end {
 					offs = append(offs, int64(be.Uint64(e[8:])))
@@ -270,9 +270,9 @@ func (x *keyIndex) truncate(off int64) error {
 	be := binary.BigEndian
 	for len(x.files) > 0 {
 		f := x.files[len(x.files)-1]
-		count := x.count(f)
+		count := f.count()
 		keep := count
-		for keep > 0 && int64(be.Uint64(x.entry(f, keep)[8:])) >= off {
+		for keep > 0 && int64(be.Uint64(f.entry(keep)[8:])) >= off {
 			keep--
 		}
 		if keep == count {
@@ -286,15 +286,15 @@ func (x *keyIndex) truncate(off int64) error {
 			continue
 		}
 		for s := 0; s < f.slots; s++ {
-			n := x.slotAt(f, s)
+			n := f.slotAt(s)
 			for n > keep {
-				prev := int(be.Uint32(x.entry(f, n)[24:]))
+				prev := int(be.Uint32(f.entry(n)[24:]))
 				if prev >= n || n > count {
 					prev = 0 // damage: drop the chain
 				}
 				n = prev
 			}
-			x.setSlot(f, s, n)
+			f.setSlot(s, n)
 		}
 		clear(f.data[indexHeaderSize+4*f.slots+keep*indexEntrySize:])
 		be.PutUint32(f.data[40:], uint32(keep))
@@ -311,7 +311,7 @@ func (x *keyIndex) deleteBelow(clMin int64) error {
 	defer x.mu.Unlock()
 	for len(x.files) > 1 {
 		f := x.files[0]
-		if n := x.count(f); n > 0 && int64(binary.BigEndian.Uint64(x.entry(f, n)[8:])) >= clMin {
+		if n := f.count(); n > 0 && int64(binary.BigEndian.Uint64(f.entry(n)[8:])) >= clMin {
 			break
 		}
 		if err := f.remove(); err != nil {

@@ -19,9 +19,9 @@ import (
 // ever taken for a new one: every record holds its commitlog offset, which
 // recovery checks; every write of records ends with an end-of-data marker
 // (zeros, which recovery stops at, up to the end of the page: tailPad)
-// where the segment has room for it; and a spare gets that marker at its start, durably, before
-// it becomes a segment, so a crash right after a roll finds an empty
-// segment, not old records.
+// where the segment has room for it; and a spare gets that marker at its
+// start, durably, before it becomes a segment, so a crash right after a
+// roll finds an empty segment, not old records.
 
 const spareSuffix = ".spare"
 

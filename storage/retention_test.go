@@ -22,7 +22,7 @@ func countFiles(t *testing.T, dir string) int {
 }
 
 // segmentFiles lists the commitlog's segments (not one being prepared).
-func segmentFiles(t *testing.T, cfg Config) []string {
+func segmentFiles(t testing.TB, cfg Config) []string {
 	t.Helper()
 	entries, err := os.ReadDir(filepath.Join(cfg.Dir, commitlogDir))
 	if err != nil {
@@ -35,6 +35,24 @@ func segmentFiles(t *testing.T, cfg Config) []string {
 		}
 	}
 	return names
+}
+
+// ageSegments makes every segment but the last keep look last written two
+// hours ago (the tests' RetentionAge is an hour), and returns the names of
+// the aged ones.
+func ageSegments(t testing.TB, cfg Config, keep int) []string {
+	t.Helper()
+	names := segmentFiles(t, cfg)
+	if len(names) <= keep {
+		t.Fatalf("only %d segments", len(names))
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for _, n := range names[:len(names)-keep] {
+		if err := os.Chtimes(filepath.Join(cfg.Dir, commitlogDir, n), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return names[:len(names)-keep]
 }
 
 // checkAfterRetention verifies that the queues of topic T start at or past
@@ -73,12 +91,8 @@ func TestRetentionByAge(t *testing.T) {
 	if len(names) < 4 {
 		t.Fatalf("only %d segments", len(names))
 	}
-	// Age every segment but the last two by two hours.
-	old := time.Now().Add(-2 * time.Hour)
+	ageSegments(t, cfg, 2)
 	oldest := names[0]
-	for _, n := range names[:len(names)-2] {
-		os.Chtimes(filepath.Join(cfg.Dir, commitlogDir, n), old, old)
-	}
 	queueFiles := countFiles(t, filepath.Join(cfg.Dir, consumeQueueDir))
 	indexFiles := countFiles(t, filepath.Join(cfg.Dir, indexDir))
 	firstKey := batchFor(1)[0].Keys[0]

@@ -390,12 +390,16 @@ func (s *Store) writeBatch(raftIndex uint64, msgs []Message, results []AppendRes
 func (s *Store) dispatchBatch(msgs []Message, results []AppendResult, indexLast *int64) error {
 	for i := range msgs {
 		m := &msgs[i]
-		r := results[i]
-		if err := s.queue(queueKey{m.Topic, m.QueueID}, true).put(r.QueueOffset, cqEntry{offset: r.Offset, size: r.Size, tagHash: TagHash(m.Tags)}, s.rebuilding); err != nil {
+		if err := s.putQueueEntry(queueKey{m.Topic, m.QueueID}, results[i], TagHash(m.Tags)); err != nil {
 			return err
 		}
 	}
 	return s.indexBatch(msgs, results, indexLast)
+}
+
+// putQueueEntry puts the consume queue entry of the record r of queue k.
+func (s *Store) putQueueEntry(k queueKey, r AppendResult, tagHash int64) error {
+	return s.queue(k, true).put(r.QueueOffset, cqEntry{offset: r.Offset, size: r.Size, tagHash: tagHash}, s.rebuilding)
 }
 
 // indexBatch adds the batch's records to the key index. indexLast becomes
@@ -434,7 +438,7 @@ func appendIndexKeys(dst []indexKey, keys []string, uniqKey string, off, storeTi
 // and to the key index (RocketMQ's ReputMessageService; Append does the
 // same for new records, around its sync).
 func (s *Store) dispatch(k queueKey, r AppendResult, tagHash int64, keys []string, uniqKey string, storeTime int64) (bool, error) {
-	if err := s.queue(k, true).put(r.QueueOffset, cqEntry{offset: r.Offset, size: r.Size, tagHash: tagHash}, s.rebuilding); err != nil {
+	if err := s.putQueueEntry(k, r, tagHash); err != nil {
 		return false, err
 	}
 	var buf [4]indexKey
