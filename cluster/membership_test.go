@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(killChildEnv); spec != "" {
+		runApplyChild(spec) // never returns
+	}
+	goleak.VerifyTestMain(m)
+}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
 	"go.etcd.io/bbolt"
 )
 
@@ -23,7 +24,8 @@ import (
 type RaftConfig struct {
 	// ID is this member's id within the group (a broker's replica id).
 	ID string
-	// Dir holds raft.db (log and stable store, fsynced) and snapshots/.
+	// Dir holds the Raft log (wal/, hashicorp/raft-wal), the stable store
+	// (raft.db, raft-boltdb/v2: term and vote) and snapshots/, all fsynced.
 	Dir string
 	// BindAddr is the host:port of the Raft TCP transport.
 	BindAddr string
@@ -58,6 +60,9 @@ type RaftConfig struct {
 	TransportTimeout time.Duration
 	// TransportPool is the number of pooled connections per peer. Default 3.
 	TransportPool int
+	// LogSegmentSize is the size of one Raft log segment file. Default
+	// 64 MiB (raft-wal's).
+	LogSegmentSize int
 	// MaxRPCsInFlight is how many AppendEntries a leader has in flight to
 	// one follower (hashicorp/raft's NetworkTransportConfig). Default 1: no
 	// pipelining. hashicorp/raft v1.7.3's pipelined replication can wedge:
@@ -99,6 +104,9 @@ func (c RaftConfig) withDefaults() (RaftConfig, error) {
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = 256
 	}
+	if c.LogSegmentSize == 0 {
+		c.LogSegmentSize = wal.DefaultSegmentSize
+	}
 	if c.MaxRPCsInFlight == 0 {
 		c.MaxRPCsInFlight = 1
 	}
@@ -137,6 +145,7 @@ type RaftNode struct {
 	LeaderChanges <-chan bool
 
 	transport *raft.NetworkTransport
+	logStore  *wal.WAL
 	boltStore *raftboltdb.BoltStore
 }
 
@@ -157,22 +166,36 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	})
 
 	bolt, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.Dir, "raft.db"),
+		Path: filepath.Join(cfg.Dir, boltFileName),
 		// The map freelist is not written on every commit: bolt's commits
 		// stay small as the file grows.
 		BoltOptions: &bbolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cluster: open raft log: %w", err)
+		return nil, fmt.Errorf("cluster: open raft stable store: %w", err)
 	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, cfg.SnapshotsRetained, hlog)
+	// closeAll undoes what was opened so far when a later step fails.
+	var closers []io.Closer
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i].Close()
+		}
+		bolt.Close()
+	}
+	logStore, err := openLogStore(cfg.Dir, cfg.LogSegmentSize, bolt, hlog)
 	if err != nil {
 		bolt.Close()
+		return nil, err
+	}
+	closers = append(closers, logStore)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, cfg.SnapshotsRetained, hlog)
+	if err != nil {
+		closeAll()
 		return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
 	}
 	adv, err := net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr)
 	if err != nil {
-		bolt.Close()
+		closeAll()
 		return nil, fmt.Errorf("cluster: advertise address %q: %w", cfg.AdvertiseAddr, err)
 	}
 	transport, err := raft.NewTCPTransportWithConfig(cfg.BindAddr, adv, &raft.NetworkTransportConfig{
@@ -182,9 +205,10 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		MaxRPCsInFlight: cfg.MaxRPCsInFlight,
 	})
 	if err != nil {
-		bolt.Close()
+		closeAll()
 		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.BindAddr, err)
 	}
+	closers = append(closers, transport)
 
 	notify := make(chan bool, 16)
 	rc := raft.DefaultConfig()
@@ -201,46 +225,40 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	rc.NotifyCh = notify
 	rc.BatchApplyCh = true
 	if err := raft.ValidateConfig(rc); err != nil {
-		transport.Close()
-		bolt.Close()
+		closeAll()
 		return nil, fmt.Errorf("cluster: raft config: %w", err)
 	}
 
-	hasState, err := raft.HasExistingState(bolt, bolt, snaps)
+	hasState, err := raft.HasExistingState(logStore, bolt, snaps)
 	if err != nil {
-		transport.Close()
-		bolt.Close()
+		closeAll()
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
 	if !hasState {
 		if _, ok := cfg.Peers[cfg.ID]; !ok {
-			transport.Close()
-			bolt.Close()
+			closeAll()
 			return nil, fmt.Errorf("cluster: peers %v do not include this member %s", cfg.Peers, cfg.ID)
 		}
-		if err := raft.BootstrapCluster(rc, bolt, bolt, snaps, transport, Configuration(cfg.Peers)); err != nil {
-			transport.Close()
-			bolt.Close()
+		if err := raft.BootstrapCluster(rc, logStore, bolt, snaps, transport, Configuration(cfg.Peers)); err != nil {
+			closeAll()
 			return nil, fmt.Errorf("cluster: bootstrap raft group: %w", err)
 		}
 	}
 	// The leader reads every entry back from the log store once per
 	// follower to replicate it; a cache of the newest entries spares those
-	// bolt reads and their decoding. Group commit keeps few entries in
-	// flight, so a small cache covers them.
-	logs, err := raft.NewLogCache(logCacheEntries, bolt)
+	// reads and their decoding. Group commit keeps few entries in flight,
+	// so a small cache covers them.
+	logs, err := raft.NewLogCache(logCacheEntries, logStore)
 	if err != nil {
-		transport.Close()
-		bolt.Close()
+		closeAll()
 		return nil, fmt.Errorf("cluster: raft log cache: %w", err)
 	}
 	r, err := raft.NewRaft(rc, fsm, logs, bolt, snaps, transport)
 	if err != nil {
-		transport.Close()
-		bolt.Close()
+		closeAll()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
-	return &RaftNode{Raft: r, LeaderChanges: notify, transport: transport, boltStore: bolt}, nil
+	return &RaftNode{Raft: r, LeaderChanges: notify, transport: transport, logStore: logStore, boltStore: bolt}, nil
 }
 
 // Configuration is the Raft configuration of peers (id to address), every
@@ -265,6 +283,15 @@ func Configuration(peers map[string]string) raft.Configuration {
 	return c
 }
 
+// LogHolds says whether the Raft log can still give entry index, that is
+// whether a follower that needs it can be sent it rather than a snapshot.
+// raft-wal drops head-truncated entries a whole segment at a time: entries
+// below the log's first index stay readable until their segment goes.
+func (n *RaftNode) LogHolds(index uint64) bool {
+	var l raft.Log
+	return n.logStore.GetLog(index, &l) == nil
+}
+
 // Close shuts Raft down, then the transport, then the stores: in that
 // order, so Raft never writes to a closed store.
 func (n *RaftNode) Close() error {
@@ -274,6 +301,9 @@ func (n *RaftNode) Close() error {
 	n.transport.CloseStreams()
 	if terr := n.transport.Close(); err == nil {
 		err = terr
+	}
+	if lerr := n.logStore.Close(); err == nil {
+		err = lerr
 	}
 	if berr := n.boltStore.Close(); err == nil {
 		err = berr
