@@ -4,7 +4,8 @@
 // hashicorp/raft-wal, with raft-boltdb/v2 kept for Raft's stable state, the
 // one-time move of a bolt log into the WAL, and the completion of a segment
 // rotation that a crash interrupted), gossip membership (membership.go,
-// meta.go), the metrics and health endpoint (ops.go, status.go), and the
+// meta.go), the metrics and health endpoint (ops.go), gRPC error statuses
+// with typed reasons (status.go), and the
 // gRPC contract in cluster/pb. It knows no broker logic: the state machine
 // is passed in.
 package cluster
