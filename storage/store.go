@@ -132,6 +132,7 @@ func (s *Store) openFiles() error {
 	if s.cl, err = openCommitlog(filepath.Join(s.cfg.Dir, commitlogDir), s.cfg.SegmentSize, s.cfg.RecycleSegments, s.log); err != nil {
 		return err
 	}
+	s.cl.fault = s.cfg.DiskFault
 	if s.index, err = openKeyIndex(filepath.Join(s.cfg.Dir, indexDir), s.cfg.IndexSlots, s.cfg.IndexEntries); err != nil {
 		if !errors.Is(err, ErrCorrupt) {
 			return err
@@ -523,7 +524,17 @@ func (s *Store) DeleteTopic(topic string) error {
 	}
 	s.queuesMu.Unlock()
 	s.dispatched.Store(&st)
-	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, consumeQueueDir, topic)); err != nil {
+	dir := filepath.Join(s.cfg.Dir, consumeQueueDir, topic)
+	var err error
+	if s.cfg.DiskFault != nil {
+		if ferr := s.cfg.DiskFault("remove", dir); ferr != nil {
+			err = &os.PathError{Op: "remove", Path: dir, Err: ferr}
+		}
+	}
+	if err == nil {
+		err = os.RemoveAll(dir)
+	}
+	if err != nil {
 		return fmt.Errorf("storage: delete topic %s: %w", topic, err)
 	}
 	return nil
