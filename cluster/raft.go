@@ -265,9 +265,11 @@ func Configuration(peers map[string]string) raft.Configuration {
 	return c
 }
 
-// Close shuts Raft down, then the transport, then the stores: in that
-// order, so Raft never writes to a closed store.
-func (n *RaftNode) Close() error {
+// Stop shuts Raft down, then the transport: the member leaves its group
+// (which still counts it as a voter) as a stopped process would, and its
+// stores stay open until Close. Safe to call more than once, and before
+// Close.
+func (n *RaftNode) Stop() error {
 	err := n.Raft.Shutdown().Error()
 	// Closing our pooled connections ends the peers' handlers of them; the
 	// transport's Close alone leaves those goroutines blocked in reads.
@@ -275,6 +277,13 @@ func (n *RaftNode) Close() error {
 	if terr := n.transport.Close(); err == nil {
 		err = terr
 	}
+	return err
+}
+
+// Close stops the member (see Stop), then closes the stores: in that
+// order, so Raft never writes to a closed store.
+func (n *RaftNode) Close() error {
+	err := n.Stop()
 	if berr := n.boltStore.Close(); err == nil {
 		err = berr
 	}
