@@ -126,12 +126,21 @@ func (bt *batcher) propose(batch []*sendReq, n int) {
 		}
 		return
 	}
+	if !bt.b.calls.begin() { // Raft is shutting down
+		<-bt.inflight
+		err := bt.b.replicationError(raft.ErrRaftShutdown)
+		for _, r := range batch {
+			r.done <- sendOutcome{err: err}
+		}
+		return
+	}
 	applied := time.Now()
 	f := bt.b.node.Raft.Apply(data, bt.b.cfg.SendTimeout)
 	bt.wg.Add(1)
 	go func() {
 		defer bt.wg.Done()
 		err := f.Error()
+		bt.b.calls.end()
 		<-bt.inflight
 		if err == nil {
 			bt.b.metrics.applySeconds.Observe(time.Since(applied).Seconds())
