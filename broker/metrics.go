@@ -60,6 +60,9 @@ func newMetrics(b *Broker) *metrics {
 		return 0
 	})
 	gauge("raftmq_raft_state", "Raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.", func() float64 {
+		if b.node.Stopped() {
+			return 3
+		}
 		switch b.node.Raft.State() {
 		case raft.Candidate:
 			return 1
@@ -132,7 +135,7 @@ func (b *Broker) healthy() error {
 	if b.closed.Load() {
 		return errors.New("shutting down")
 	}
-	if b.node.Raft.State() == raft.Shutdown {
+	if b.node.Stopped() || b.node.Raft.State() == raft.Shutdown {
 		return errors.New("raft stopped")
 	}
 	if id, _ := b.leaderInfo(); id == 0 {

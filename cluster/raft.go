@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -138,6 +139,7 @@ type RaftNode struct {
 
 	transport *raft.NetworkTransport
 	boltStore *raftboltdb.BoltStore
+	stopped   atomic.Bool
 }
 
 // StartRaft opens the member's stores, starts its transport and Raft, and
@@ -270,6 +272,7 @@ func Configuration(peers map[string]string) raft.Configuration {
 // stores stay open until Close. Safe to call more than once, and before
 // Close.
 func (n *RaftNode) Stop() error {
+	n.stopped.Store(true)
 	err := n.Raft.Shutdown().Error()
 	// Closing our pooled connections ends the peers' handlers of them; the
 	// transport's Close alone leaves those goroutines blocked in reads.
@@ -279,6 +282,12 @@ func (n *RaftNode) Stop() error {
 	}
 	return err
 }
+
+// Stopped reports whether Stop (or Close) was called. Ask it rather than
+// Raft.State: hashicorp/raft v1.7.3 can say Follower after its Shutdown,
+// when an AppendEntries it was handling as it shut down sets the state
+// back (raft.go, appendEntries: "Ensure transition to follower").
+func (n *RaftNode) Stopped() bool { return n.stopped.Load() }
 
 // Close stops the member (see Stop), then closes the stores: in that
 // order, so Raft never writes to a closed store.
