@@ -181,6 +181,9 @@ func (bt *batcher) failQueued() {
 // replicationError maps a failed Raft apply to a status a client can act
 // on: not the leader (redirect), or an outcome it cannot know.
 func (b *Broker) replicationError(err error) error {
+	if b.fsm.failed() != nil {
+		return b.inFlightFailedError()
+	}
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return b.notLeader()

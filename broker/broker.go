@@ -89,8 +89,9 @@ func Start(cfg Config) (*Broker, error) {
 		delays:    delays,
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended}
+	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended, stopped: make(chan struct{})}
 	b.fsm.catchUp = b.catchUp
+	b.fsm.onFail = b.onStoreFailed
 	b.metrics = newMetrics(b)
 	b.batcher = newBatcher(b)
 	b.offsets = newOffsetCommitter(b)
@@ -105,6 +106,8 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(b.refuseUnaryWhenFailed),
+		grpc.ChainStreamInterceptor(b.refuseStreamWhenFailed),
 		grpc.MaxRecvMsgSize(cfg.EntryMaxBytes+1<<20),
 		grpc.MaxSendMsgSize(maxResponseSize(cfg)),
 		// A held pull is an idle RPC for up to its suspend timeout.
@@ -126,6 +129,7 @@ func Start(cfg Config) (*Broker, error) {
 		store.Close()
 		return nil, err
 	}
+	b.goLoop(b.watchStore)
 	b.goLoop(b.leaderLoop)
 	b.goLoop(b.batcher.run)
 	b.goLoop(b.holdCheckLoop)
@@ -252,8 +256,12 @@ func (b *Broker) leaderLoop(ctx context.Context) {
 				b.log.Warn("announce as new master failed", "err", err)
 				continue
 			}
-			if b.node.Raft.State() == raft.Leader {
+			if b.node.Raft.State() == raft.Leader && b.fsm.failed() == nil {
 				b.master.Store(true)
+				if b.fsm.failed() != nil { // onStoreFailed ran in between
+					b.master.Store(false)
+					continue
+				}
 				b.log.Info("serving as master", "term", b.term())
 			}
 		}
@@ -338,7 +346,7 @@ func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
 			return b.replicationError(err)
 		}
 		if r, ok := f.Response().(*applyResult); ok && r.err != nil {
-			return storeError(r.err)
+			return b.appliedError(r.err)
 		}
 		return nil
 	case <-ctx.Done():
@@ -346,8 +354,12 @@ func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
 	}
 }
 
-// requireMaster returns a NOT_LEADER status unless this replica is master.
+// requireMaster returns a NOT_LEADER status unless this replica is master
+// (a STORE_ERROR one when its store failed).
 func (b *Broker) requireMaster() error {
+	if err := b.failedError(); err != nil {
+		return err
+	}
 	if b.master.Load() {
 		return nil
 	}
