@@ -126,12 +126,21 @@ func (bt *batcher) propose(batch []*sendReq, n int) {
 		}
 		return
 	}
+	if !bt.b.calls.begin() { // Raft is shutting down
+		<-bt.inflight
+		err := bt.b.replicationError(raft.ErrRaftShutdown)
+		for _, r := range batch {
+			r.done <- sendOutcome{err: err}
+		}
+		return
+	}
 	applied := time.Now()
 	f := bt.b.node.Raft.Apply(data, bt.b.cfg.SendTimeout)
 	bt.wg.Add(1)
 	go func() {
 		defer bt.wg.Done()
 		err := f.Error()
+		bt.b.calls.end()
 		<-bt.inflight
 		if err == nil {
 			bt.b.metrics.applySeconds.Observe(time.Since(applied).Seconds())
@@ -172,6 +181,9 @@ func (bt *batcher) failQueued() {
 // replicationError maps a failed Raft apply to a status a client can act
 // on: not the leader (redirect), or an outcome it cannot know.
 func (b *Broker) replicationError(err error) error {
+	if b.fsm.failed() != nil {
+		return b.inFlightFailedError()
+	}
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return b.notLeader()

@@ -41,6 +41,7 @@ type Broker struct {
 	lis  net.Listener
 
 	batcher   *batcher
+	calls     raftCalls
 	holds     *holdService
 	offsets   *offsetCommitter
 	consumers *consumerTable
@@ -88,8 +89,9 @@ func Start(cfg Config) (*Broker, error) {
 		delays:    delays,
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended}
+	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended, stopped: make(chan struct{})}
 	b.fsm.catchUp = b.catchUp
+	b.fsm.onFail = b.onStoreFailed
 	b.metrics = newMetrics(b)
 	b.batcher = newBatcher(b)
 	b.offsets = newOffsetCommitter(b)
@@ -104,6 +106,8 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(b.refuseUnaryWhenFailed),
+		grpc.ChainStreamInterceptor(b.refuseStreamWhenFailed),
 		grpc.MaxRecvMsgSize(cfg.EntryMaxBytes+1<<20),
 		grpc.MaxSendMsgSize(maxResponseSize(cfg)),
 		// A held pull is an idle RPC for up to its suspend timeout.
@@ -125,6 +129,7 @@ func Start(cfg Config) (*Broker, error) {
 		store.Close()
 		return nil, err
 	}
+	b.goLoop(b.watchStore)
 	b.goLoop(b.leaderLoop)
 	b.goLoop(b.batcher.run)
 	b.goLoop(b.holdCheckLoop)
@@ -204,6 +209,7 @@ func (b *Broker) Close() error {
 			b.log.Warn("leaving gossip", "err", err)
 		}
 	}
+	b.calls.close()
 	err := b.node.Close()
 	b.wg.Wait()
 	if serr := b.store.Close(); err == nil {
@@ -215,9 +221,10 @@ func (b *Broker) Close() error {
 // TransferLeadership hands the master role to another replica (on SIGTERM,
 // before Close), so writers wait for no election.
 func (b *Broker) TransferLeadership() error {
-	if b.node.Raft.State() != raft.Leader {
+	if b.node.Raft.State() != raft.Leader || !b.calls.begin() {
 		return nil
 	}
+	defer b.calls.end()
 	return b.node.Raft.LeadershipTransfer().Error()
 }
 
@@ -239,7 +246,7 @@ func (b *Broker) leaderLoop(ctx context.Context) {
 				b.holds.wakeAll()
 				continue
 			}
-			if err := b.node.Raft.Barrier(b.cfg.SendTimeout).Error(); err != nil {
+			if err := b.barrier(); err != nil {
 				b.log.Warn("barrier as new leader failed", "err", err)
 				continue
 			}
@@ -249,8 +256,12 @@ func (b *Broker) leaderLoop(ctx context.Context) {
 				b.log.Warn("announce as new master failed", "err", err)
 				continue
 			}
-			if b.node.Raft.State() == raft.Leader {
+			if b.node.Raft.State() == raft.Leader && b.fsm.failed() == nil {
 				b.master.Store(true)
+				if b.fsm.failed() != nil { // onStoreFailed ran in between
+					b.master.Store(false)
+					continue
+				}
 				b.log.Info("serving as master", "term", b.term())
 			}
 		}
@@ -260,6 +271,54 @@ func (b *Broker) leaderLoop(ctx context.Context) {
 func (b *Broker) term() uint64 {
 	t, _ := strconv.ParseUint(b.node.Raft.Stats()["term"], 10, 64)
 	return t
+}
+
+// raftCalls counts the Raft applies, barriers and leadership transfers
+// waiting for their answers. hashicorp/raft v1.7.3 never answers a future
+// still in its queues when it shuts down (the buffered apply channel, with
+// BatchApplyCh; the channel to the state machine), so its waiter would
+// wait for ever (seen here: a test's Close hung for good on a send
+// proposed just before its master's Raft shut down). So Raft is shut down
+// only after close has refused new calls and every call in flight has its
+// answer, which a running Raft gives: committed and applied, leadership
+// lost (a leader without a quorum steps down within LeaderLeaseTimeout),
+// or not leader.
+type raftCalls struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// begin registers a call about to be made; false once closed (the call must
+// not be made). end, once the call's future has answered.
+func (c *raftCalls) begin() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+func (c *raftCalls) end() { c.wg.Done() }
+
+// close refuses new calls and waits for the calls in flight. Safe to call
+// more than once, and from several goroutines.
+func (c *raftCalls) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+// barrier waits for every earlier entry to be applied.
+func (b *Broker) barrier() error {
+	if !b.calls.begin() {
+		return raft.ErrRaftShutdown
+	}
+	defer b.calls.end()
+	return b.node.Raft.Barrier(b.cfg.SendTimeout).Error()
 }
 
 // apply proposes a metadata command and waits for it to be applied.
@@ -272,16 +331,22 @@ func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
+	if !b.calls.begin() {
+		return b.replicationError(raft.ErrRaftShutdown)
+	}
 	f := b.node.Raft.Apply(data, timeout)
 	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
+	go func() {
+		defer b.calls.end()
+		done <- f.Error()
+	}()
 	select {
 	case err := <-done:
 		if err != nil {
 			return b.replicationError(err)
 		}
 		if r, ok := f.Response().(*applyResult); ok && r.err != nil {
-			return storeError(r.err)
+			return b.appliedError(r.err)
 		}
 		return nil
 	case <-ctx.Done():
@@ -289,8 +354,12 @@ func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
 	}
 }
 
-// requireMaster returns a NOT_LEADER status unless this replica is master.
+// requireMaster returns a NOT_LEADER status unless this replica is master
+// (a STORE_ERROR one when its store failed).
 func (b *Broker) requireMaster() error {
+	if err := b.failedError(); err != nil {
+		return err
+	}
 	if b.master.Load() {
 		return nil
 	}

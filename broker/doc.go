@@ -4,9 +4,10 @@
 // (batcher.go), the send and pull services (sendservice.go,
 // pullservice.go), long polling (holdservice.go), replicated metadata —
 // topics, subscription groups, consumer offsets (metadata.go, offsets.go)
-// — the in-memory consumer and lock tables (consumers.go), and catch-up of
+// — the in-memory consumer and lock tables (consumers.go), catch-up of
 // a replica behind the Raft log by snapshot plus commitlog copy
-// (catchup.go).
+// (catchup.go), and the stop of a replica whose store failed
+// (storefail.go).
 //
 // Design choices, where ARCHITECTURE.md leaves room:
 //   - Raft restores its latest snapshot at start (metadata only); the
@@ -19,4 +20,22 @@
 //     every OffsetCommitInterval; UpdateConsumerOffset waits for its entry.
 //   - Consumer heartbeats and orderly-consumption locks live in memory on
 //     each replica, as in RocketMQ.
+//   - A replica whose store fails (a write or fdatasync error, a full disk)
+//     stops for good, until restarted: its state machine applies nothing
+//     after the entry it could not store (so its commitlog stays a prefix
+//     of the others'), it hands leadership over if it has it and stops its
+//     Raft member, which leaves the group's voting without changing its
+//     configuration (a group of 3 goes on with 2), and it says so once in
+//     an Error log line naming the file, on /healthz (503) and in
+//     raftmq_store_failed. It refuses sends and pulls alike, and every RPC
+//     but DescribeBroker, with Unavailable and STORE_ERROR (no new reason:
+//     the .proto is unchanged): RocketMQ users expect a broken broker to
+//     stop serving, and its clients go to another replica, as from a slave
+//     that is gone. A send whose entry the failed master could not apply
+//     is answered with outcome "unknown": the entry is committed, and the
+//     other replicas store it. The failure is not persisted: restarted, the
+//     store's recovery cuts the torn batch and the replica re-applies the
+//     Raft log from there; on a disk that still fails it stops again at its
+//     first write (having perhaps been elected master meanwhile: its Raft
+//     log is whole).
 package broker

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -18,6 +20,15 @@ import (
 // applying is idempotent: an entry at or below the store's last Raft index
 // changed the store already and only its metadata part is applied again
 // (metadata is rebuilt from the snapshot plus the log on every start).
+//
+// An entry the store cannot take (a write error, a full disk) stops the
+// state machine for good: it and every later entry are answered with the
+// failure and touch neither the store nor the metadata, and no snapshot is
+// taken (Raft would take the refused entries for applied), so the store
+// never holds a later entry without an earlier one. The failure is not
+// written down: after a restart the store's recovery cuts what the failed
+// write left, and the entries from the failed one on are applied again
+// from the Raft log.
 type fsm struct {
 	store *storage.Store
 	meta  *metadata
@@ -28,7 +39,56 @@ type fsm struct {
 	// catchUp copies the commitlog from a peer up to what a snapshot says
 	// (see catchup.go).
 	catchUp func(snap *pb.BrokerSnapshot) error
+
+	// failure stops the state machine (see fail); stopped is closed with
+	// it, and onFail called once, from the goroutine that recorded it. It
+	// must not block: in Apply, Raft waits for it.
+	failure atomic.Pointer[storeFailure]
+	stopped chan struct{}
+	onFail  func()
 }
+
+// storeFailure is why a replica's state machine stopped.
+type storeFailure struct {
+	err    error  // the store's first failure; it names the file
+	stored uint64 // the Raft index of the last entry the store holds
+}
+
+func (sf *storeFailure) Error() string {
+	return fmt.Sprintf("store failed after raft index %d: %v", sf.stored, sf.err)
+}
+
+func (sf *storeFailure) Unwrap() error { return sf.err }
+
+// fail stops the state machine for err, unless it stopped already, and
+// logs why, once: the store's first failure (err may be a later refusal
+// wrapping it) with the file it names. It returns the failure that stopped
+// it.
+func (f *fsm) fail(err error) *storeFailure {
+	if sf := f.failure.Load(); sf != nil {
+		return sf
+	}
+	if serr := f.store.Err(); serr != nil {
+		err = serr
+	}
+	sf := &storeFailure{err: err, stored: f.store.LastRaftIndex()}
+	if !f.failure.CompareAndSwap(nil, sf) {
+		return f.failure.Load()
+	}
+	attrs := []any{"err", err, "stored_raft_index", sf.stored}
+	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
+		attrs = append([]any{"file", pe.Path}, attrs...)
+	}
+	f.log.Error("store failed: this replica applies no more of the Raft log and leaves its group's voting until it is restarted", attrs...)
+	close(f.stopped)
+	if f.onFail != nil {
+		f.onFail()
+	}
+	return sf
+}
+
+// failed is the failure that stopped the state machine, nil while none.
+func (f *fsm) failed() *storeFailure { return f.failure.Load() }
 
 // applyResult is what Apply returns for a send entry; the leader hands it
 // back to the senders.
@@ -40,6 +100,12 @@ type applyResult struct {
 func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
+	}
+	if sf := f.failed(); sf != nil {
+		return &applyResult{err: sf}
+	}
+	if err := f.store.Err(); err != nil { // the store's flusher failed
+		return &applyResult{err: f.fail(err)}
 	}
 	var cmd pb.RaftCommand
 	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
@@ -63,12 +129,12 @@ func (f *fsm) Apply(l *raft.Log) any {
 	case *pb.RaftCommand_UpsertTopic:
 		f.meta.upsertTopic(c.UpsertTopic)
 	case *pb.RaftCommand_DeleteTopic:
-		f.meta.deleteTopic(c.DeleteTopic)
 		if fresh {
 			if err := f.store.DeleteTopic(c.DeleteTopic); err != nil {
-				f.log.Error("delete topic from store", "topic", c.DeleteTopic, "err", err)
+				return &applyResult{err: f.fail(err)}
 			}
 		}
+		f.meta.deleteTopic(c.DeleteTopic)
 	case *pb.RaftCommand_CommitOffsets:
 		f.meta.commitOffsets(c.CommitOffsets)
 	case *pb.RaftCommand_UpsertGroup:
@@ -101,11 +167,11 @@ func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {
 	}
 	res, err := f.store.Append(index, msgs)
 	if err != nil {
-		// Every replica refuses the same entry the same way (the master
-		// checked the messages before proposing, so this is a store
-		// failure, and the replica stops taking writes).
-		f.log.Error("append to store failed", "index", index, "err", err)
-		return &applyResult{err: err}
+		// The master checked every message before proposing, so this is
+		// a failure of this replica's store (or a configuration that
+		// differs from the master's): going on without the entry would
+		// make this commitlog differ from the others.
+		return &applyResult{err: f.fail(err)}
 	}
 	if f.appended != nil {
 		f.appended(b.Messages, res)
@@ -117,6 +183,9 @@ func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {
 // itself is not in the snapshot (a replica that needs it copies it from a
 // peer).
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	if sf := f.failed(); sf != nil {
+		return nil, sf
+	}
 	s := &pb.BrokerSnapshot{StoreRaftIndex: f.store.LastRaftIndex()}
 	_, s.CommitlogMaxOffset = f.store.CommitlogOffsets()
 	f.meta.snapshot(s)
@@ -128,6 +197,9 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 // peer.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
+	if sf := f.failed(); sf != nil {
+		return sf
+	}
 	data, err := io.ReadAll(rc)
 	if err != nil {
 		return fmt.Errorf("broker: read snapshot: %w", err)

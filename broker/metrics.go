@@ -59,7 +59,16 @@ func newMetrics(b *Broker) *metrics {
 		}
 		return 0
 	})
+	gauge("raftmq_store_failed", "1 once this replica's store has failed: it stopped serving and left its group's voting until restarted.", func() float64 {
+		if b.fsm.failed() != nil {
+			return 1
+		}
+		return 0
+	})
 	gauge("raftmq_raft_state", "Raft state: 0 follower, 1 candidate, 2 leader, 3 shutdown.", func() float64 {
+		if b.node.Stopped() {
+			return 3
+		}
 		switch b.node.Raft.State() {
 		case raft.Candidate:
 			return 1
@@ -126,13 +135,16 @@ func (c lagCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// healthy: the replica serves when its Raft member runs and knows a
-// leader (its group can take writes).
+// healthy: the replica serves when its store has not failed, and its Raft
+// member runs and knows a leader (its group can take writes).
 func (b *Broker) healthy() error {
+	if sf := b.fsm.failed(); sf != nil {
+		return sf
+	}
 	if b.closed.Load() {
 		return errors.New("shutting down")
 	}
-	if b.node.Raft.State() == raft.Shutdown {
+	if b.node.Stopped() || b.node.Raft.State() == raft.Shutdown {
 		return errors.New("raft stopped")
 	}
 	if id, _ := b.leaderInfo(); id == 0 {

@@ -103,6 +103,9 @@ func (s *service) hold(ctx context.Context, get storage.GetRequest, suspend time
 			return storage.GetResult{}, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+	if err := b.failedError(); err != nil { // woken because the store failed
+		return storage.GetResult{}, err
+	}
 	res, err := b.store.GetMessages(get)
 	if err != nil {
 		return res, storeError(err)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -147,6 +148,7 @@ type RaftNode struct {
 	transport *raft.NetworkTransport
 	logStore  *wal.WAL
 	boltStore *raftboltdb.BoltStore
+	stopped   atomic.Bool
 }
 
 // StartRaft opens the member's stores, starts its transport and Raft, and
@@ -292,9 +294,12 @@ func (n *RaftNode) LogHolds(index uint64) bool {
 	return n.logStore.GetLog(index, &l) == nil
 }
 
-// Close shuts Raft down, then the transport, then the stores: in that
-// order, so Raft never writes to a closed store.
-func (n *RaftNode) Close() error {
+// Stop shuts Raft down, then the transport: the member leaves its group
+// (which still counts it as a voter) as a stopped process would, and its
+// stores stay open until Close. Safe to call more than once, and before
+// Close.
+func (n *RaftNode) Stop() error {
+	n.stopped.Store(true)
 	err := n.Raft.Shutdown().Error()
 	// Closing our pooled connections ends the peers' handlers of them; the
 	// transport's Close alone leaves those goroutines blocked in reads.
@@ -302,6 +307,19 @@ func (n *RaftNode) Close() error {
 	if terr := n.transport.Close(); err == nil {
 		err = terr
 	}
+	return err
+}
+
+// Stopped reports whether Stop (or Close) was called. Ask it rather than
+// Raft.State: hashicorp/raft v1.7.3 can say Follower after its Shutdown,
+// when an AppendEntries it was handling as it shut down sets the state
+// back (raft.go, appendEntries: "Ensure transition to follower").
+func (n *RaftNode) Stopped() bool { return n.stopped.Load() }
+
+// Close stops the member (see Stop), then closes the stores: in that
+// order, so Raft never writes to a closed store.
+func (n *RaftNode) Close() error {
+	err := n.Stop()
 	if lerr := n.logStore.Close(); err == nil {
 		err = lerr
 	}

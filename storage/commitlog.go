@@ -42,6 +42,8 @@ type commitlog struct {
 	flushedPos atomic.Int64
 
 	z *zeroer // preallocation ahead of the writer; nil until started, or disabled
+
+	fault func(op, path string) error // Config.DiskFault; nil but in tests
 }
 
 type segment struct {
@@ -225,8 +227,47 @@ func (c *commitlog) write(pos int64, b []byte) error {
 	if c.z != nil {
 		c.z.claim(pos, pos+int64(len(b)))
 	}
-	if _, err := s.f.WriteAt(b, pos-s.start); err != nil {
-		return fmt.Errorf("storage: write segment %s: %w", segmentName(s.start), err)
+	err = c.injected("write", s)
+	if err == nil {
+		_, err = s.f.WriteAt(b, pos-s.start)
+	}
+	if err != nil {
+		return fmt.Errorf("storage: commitlog write: %w", c.pathError("write", s, err))
+	}
+	return nil
+}
+
+// path is where segment s is. (Its file's Name may be the name it was
+// prepared under.)
+func (c *commitlog) path(s *segment) string { return filepath.Join(c.dir, segmentName(s.start)) }
+
+// pathError is err of the system call op on segment s as an
+// *os.PathError naming the segment's path.
+func (c *commitlog) pathError(op string, s *segment, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return &os.PathError{Op: op, Path: c.path(s), Err: err}
+}
+
+// injected is the error Config.DiskFault makes the system call op on
+// segment s fail with; nil without a fault.
+func (c *commitlog) injected(op string, s *segment) error {
+	if c.fault == nil {
+		return nil
+	}
+	return c.fault(op, c.path(s))
+}
+
+// sync is the writer's and the flusher's fdatasync of a segment.
+func (c *commitlog) sync(s *segment) error {
+	err := c.injected("fdatasync", s)
+	if err == nil {
+		err = fdatasync(s.f)
+	}
+	if err != nil {
+		return c.pathError("fdatasync", s, err)
 	}
 	return nil
 }
@@ -248,8 +289,8 @@ func (c *commitlog) ensureSegment(start int64) (*segment, error) {
 		return nil, fmt.Errorf("storage: cannot write at segment %d after segment %d", start, last.start)
 	}
 	if last != nil {
-		if err := fdatasync(last.f); err != nil {
-			return nil, fmt.Errorf("storage: sync segment %s before roll: %w", segmentName(last.start), err)
+		if err := c.sync(last); err != nil {
+			return nil, fmt.Errorf("storage: sync commitlog before roll: %w", err)
 		}
 	}
 	final := filepath.Join(c.dir, segmentName(start))
@@ -336,7 +377,7 @@ func (c *commitlog) preallocateFirst() error {
 
 // inSegments calls fn for each segment holding part of [from, to), with
 // that part as file offsets, under the segment list's read lock.
-func (c *commitlog) inSegments(from, to int64, fn func(f *os.File, off, n int64) error) error {
+func (c *commitlog) inSegments(from, to int64, fn func(s *segment, off, n int64) error) error {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	for _, s := range c.segs {
@@ -344,7 +385,7 @@ func (c *commitlog) inSegments(from, to int64, fn func(f *os.File, off, n int64)
 		if lo >= hi {
 			continue
 		}
-		if err := fn(s.f, lo-s.start, hi-lo); err != nil {
+		if err := fn(s, lo-s.start, hi-lo); err != nil {
 			return err
 		}
 	}
@@ -355,8 +396,8 @@ func (c *commitlog) inSegments(from, to int64, fn func(f *os.File, off, n int64)
 // pages are left alone, so only synced bytes go. It is advice: a failure
 // costs memory, not data.
 func (c *commitlog) dropCache(from, to int64) {
-	_ = c.inSegments(from, to, func(f *os.File, off, n int64) error {
-		_ = unix.Fadvise(int(f.Fd()), off, n, unix.FADV_DONTNEED)
+	_ = c.inSegments(from, to, func(s *segment, off, n int64) error {
+		_ = unix.Fadvise(int(s.f.Fd()), off, n, unix.FADV_DONTNEED)
 		return nil // the next segment's cache may still go
 	})
 }
@@ -365,8 +406,15 @@ func (c *commitlog) dropCache(from, to int64) {
 // flush, without waiting for it (sync_file_range), so the disk writes while
 // the caller works; flush then waits for it and flushes the disk's cache.
 func (c *commitlog) startFlush() error {
-	err := c.inSegments(c.flushedPos.Load(), c.writePos.Load(), func(f *os.File, off, n int64) error {
-		return unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+	err := c.inSegments(c.flushedPos.Load(), c.writePos.Load(), func(s *segment, off, n int64) error {
+		err := c.injected("sync_file_range", s)
+		if err == nil {
+			err = unix.SyncFileRange(int(s.f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+		}
+		if err != nil {
+			return c.pathError("sync_file_range", s, err)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("storage: start commitlog write-back: %w", err)
@@ -386,7 +434,7 @@ func (c *commitlog) flush() error {
 	s := c.segmentAt(pos - 1)
 	var err error
 	if s != nil {
-		err = fdatasync(s.f)
+		err = c.sync(s)
 	}
 	c.mu.RUnlock()
 	if err != nil {

@@ -99,6 +99,14 @@ type Config struct {
 	// Logger receives structured logs. Default slog.Default().
 	Logger *slog.Logger
 
+	// DiskFault is for tests: it injects disk errors (EIO, ENOSPC) into
+	// a real store. When set, it is called before each of the writer's
+	// system calls on a commitlog segment ("write", "sync_file_range",
+	// "fdatasync") and before a topic's consume queues are removed
+	// ("remove"), with the file's path; an error it returns is taken as
+	// that call's error. Leave it nil in production.
+	DiskFault func(op, path string) error
+
 	// diskUsage replaces statfs in tests.
 	diskUsage func(dir string) (float64, error)
 }

@@ -75,8 +75,8 @@ func (s *Store) AppendRaw(from int64, data []byte) error {
 	switch {
 	case s.closed.Load():
 		return ErrClosed
-	case s.failed != nil:
-		return fmt.Errorf("%w: %w", ErrFailed, s.failed)
+	case s.Err() != nil:
+		return s.errFailed()
 	case len(data) == 0:
 		return nil
 	}
@@ -89,14 +89,14 @@ func (s *Store) AppendRaw(from int64, data []byte) error {
 	for pos := from; pos < end; {
 		n := min(end, pos-pos%segSize+segSize) - pos
 		if err := s.cl.write(pos, data[pos-from:pos-from+n]); err != nil {
-			s.failed = err
+			s.fail(err)
 			return err
 		}
 		pos += n
 	}
 	if n := s.cl.tailPad(end); n > 0 {
 		if err := s.cl.write(end, tailZeros[:n]); err != nil {
-			s.failed = err
+			s.fail(err)
 			return err
 		}
 	}
@@ -108,19 +108,19 @@ func (s *Store) AppendRaw(from int64, data []byte) error {
 	if err != nil {
 		// Nothing was published: wipe what was written past the end.
 		if terr := s.cl.truncate(from); terr != nil {
-			s.failed = terr
+			s.fail(terr)
 		}
 		return err
 	}
 	s.cl.writePos.Store(end)
 	_, err = s.cl.scan(st, end, func(rec []byte) error { return s.dispatchStored(rec, &st) })
 	if err != nil {
-		s.failed = err
+		s.fail(err)
 		return err
 	}
 	if s.cfg.FlushMode == FlushSync {
 		if err := s.cl.flush(); err != nil {
-			s.failed = err
+			s.fail(err)
 			return err
 		}
 	}

@@ -66,6 +66,18 @@
 // DeleteTopic removes a topic's queues; a full rebuild would bring back
 // those of its records that retention has not deleted yet.
 //
+// # Failure
+//
+// The first commitlog write or sync, consume queue or index update, or
+// topic removal that fails fails the store (Store.Err, Store.Failed): from
+// then on it refuses appends, flushes, checkpoints and topic deletions,
+// until it is reopened and recovery cuts what the failure left half
+// written. A flush is never retried: after a failed fdatasync nothing says
+// which pages reached the disk, and a second one may succeed without them
+// (PostgreSQL's "fsyncgate"). The error names the file (an *os.PathError).
+// The store does not log its failure; its owner does. Config.DiskFault
+// injects such errors into a real store, for tests.
+//
 // # Retention
 //
 // Whole segments are deleted, oldest first and never the active one, when

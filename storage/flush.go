@@ -30,11 +30,17 @@ func (s *Store) flushLoop() {
 		case <-s.stop:
 			return
 		case <-flushC:
+			if s.Err() != nil {
+				continue
+			}
 			if err := s.cl.flush(); err != nil {
-				s.log.Error("commitlog flush failed", "err", err)
+				s.fail(err) // reported by Err and Failed
 			}
 		case <-cpTick.C:
-			if err := s.checkpoint(); err != nil {
+			// A failed commitlog flush fails the store (reported by Err
+			// and Failed); the rest is derived data and the checkpoint,
+			// which the next checkpoint tries again.
+			if err := s.checkpoint(); err != nil && s.Err() == nil {
 				s.log.Error("checkpoint failed", "err", err)
 			}
 		}

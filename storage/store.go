@@ -30,11 +30,14 @@ type Store struct {
 
 	appendMu      sync.Mutex
 	lastRaftIndex uint64             // guarded by appendMu
-	failed        error              // guarded by appendMu
 	encBuf        []byte             // guarded by appendMu
 	batchNext     map[queueKey]int64 // guarded by appendMu
 	chunks        []chunk            // guarded by appendMu
 	keyBuf        []indexKey         // guarded by appendMu
+
+	failMu  sync.Mutex
+	failed  error         // guarded by failMu; see Err
+	failedC chan struct{} // closed when failed is set
 
 	dispatched atomic.Pointer[checkpoint] // what the next checkpoint may claim
 	cpMu       sync.Mutex
@@ -84,6 +87,7 @@ func Open(cfg Config) (*Store, error) {
 		queues:    make(map[queueKey]*consumeQueue),
 		batchNext: make(map[queueKey]int64),
 		stop:      make(chan struct{}),
+		failedC:   make(chan struct{}),
 	}
 	if s.lock, err = lockDir(cfg.Dir); err != nil {
 		return nil, err
@@ -132,6 +136,7 @@ func (s *Store) openFiles() error {
 	if s.cl, err = openCommitlog(filepath.Join(s.cfg.Dir, commitlogDir), s.cfg.SegmentSize, s.cfg.RecycleSegments, s.log); err != nil {
 		return err
 	}
+	s.cl.fault = s.cfg.DiskFault
 	if s.index, err = openKeyIndex(filepath.Join(s.cfg.Dir, indexDir), s.cfg.IndexSlots, s.cfg.IndexEntries); err != nil {
 		if !errors.Is(err, ErrCorrupt) {
 			return err
@@ -235,7 +240,7 @@ func (s *Store) queue(k queueKey, create bool) *consumeQueue {
 // message of the batch is stored or, on error, none is visible: an invalid
 // message rejects the whole batch before anything is written, and a failed
 // write fails the store until it is reopened (recovery cuts the partial
-// batch). raftIndex must rise above every index already appended:
+// batch; see Err). raftIndex must rise above every index already appended:
 // ErrStaleRaftIndex says the entry is already applied.
 func (s *Store) Append(raftIndex uint64, msgs []Message) ([]AppendResult, error) {
 	s.appendMu.Lock()
@@ -243,8 +248,8 @@ func (s *Store) Append(raftIndex uint64, msgs []Message) ([]AppendResult, error)
 	switch {
 	case s.closed.Load():
 		return nil, ErrClosed
-	case s.failed != nil:
-		return nil, fmt.Errorf("%w: %w", ErrFailed, s.failed)
+	case s.Err() != nil:
+		return nil, fmt.Errorf("%w: %w", ErrFailed, s.Err())
 	case raftIndex <= s.lastRaftIndex:
 		return nil, fmt.Errorf("%w: %d <= %d", ErrStaleRaftIndex, raftIndex, s.lastRaftIndex)
 	case len(msgs) == 0:
@@ -284,7 +289,7 @@ func (s *Store) Append(raftIndex uint64, msgs []Message) ([]AppendResult, error)
 	}
 	st := *s.dispatched.Load()
 	if err := s.writeBatch(raftIndex, msgs, results, start, &st.indexLast); err != nil {
-		s.failed = err
+		s.fail(err)
 		return nil, err
 	}
 	s.lastRaftIndex = raftIndex
@@ -446,6 +451,43 @@ func (s *Store) dispatch(k queueKey, r AppendResult, tagHash int64, keys []strin
 	return len(ks) > 0, s.index.put(ks)
 }
 
+// fail makes err the store's failure, unless it has one already.
+func (s *Store) fail(err error) {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	if s.failed == nil {
+		s.failed = err
+		close(s.failedC)
+	}
+}
+
+// Err is the store's failure, nil while it has none: the first commitlog
+// write or sync, key index or consume queue update, or topic removal that
+// failed. The error names the file (an *os.PathError is in its chain when
+// a system call failed). A failed store refuses appends, flushes,
+// checkpoints and topic deletions with ErrFailed wrapping this error, until
+// it is reopened and recovery has cut what the failure left half written:
+// after a failed fdatasync nothing tells which written pages reached the
+// disk (a second fdatasync may succeed without them), so no flush is
+// believed again. The store does not log its failure: its owner does, told
+// by Failed.
+func (s *Store) Err() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failed
+}
+
+// Failed is closed when the store fails (see Err): a failure of the
+// background flusher has no caller to return to.
+func (s *Store) Failed() <-chan struct{} { return s.failedC }
+
+func (s *Store) errFailed() error {
+	if err := s.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	return nil
+}
+
 // LastRaftIndex is the Raft index of the last batch the store holds. After
 // a restart the state machine skips entries at or below it.
 func (s *Store) LastRaftIndex() uint64 {
@@ -482,11 +524,15 @@ func (s *Store) Flush() error {
 func (s *Store) checkpoint() error {
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
+	if err := s.errFailed(); err != nil {
+		return err
+	}
 	st := s.dispatched.Load()
 	if st == nil || *st == s.lastCP {
 		return nil
 	}
 	if err := s.cl.flush(); err != nil {
+		s.fail(err)
 		return err
 	}
 	for _, q := range s.queueList() {
@@ -505,13 +551,17 @@ func (s *Store) checkpoint() error {
 }
 
 // DeleteTopic removes the consume queues of topic. Its records stay in the
-// commitlog until retention deletes their segments.
+// commitlog until retention deletes their segments. A failure to remove
+// the queues' files fails the store (see Err).
 func (s *Store) DeleteTopic(topic string) error {
 	if !ValidTopic(topic) {
 		return fmt.Errorf("%w: topic %q", ErrInvalidMessage, topic)
 	}
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
+	if err := s.errFailed(); err != nil {
+		return err
+	}
 	st := *s.dispatched.Load()
 	s.queuesMu.Lock()
 	for k, q := range s.queues {
@@ -523,8 +573,22 @@ func (s *Store) DeleteTopic(topic string) error {
 	}
 	s.queuesMu.Unlock()
 	s.dispatched.Store(&st)
-	if err := os.RemoveAll(filepath.Join(s.cfg.Dir, consumeQueueDir, topic)); err != nil {
-		return fmt.Errorf("storage: delete topic %s: %w", topic, err)
+	dir := filepath.Join(s.cfg.Dir, consumeQueueDir, topic)
+	var err error
+	if s.cfg.DiskFault != nil {
+		if ferr := s.cfg.DiskFault("remove", dir); ferr != nil {
+			err = &os.PathError{Op: "remove", Path: dir, Err: ferr}
+		}
+	}
+	if err == nil {
+		err = os.RemoveAll(dir)
+	}
+	if err != nil {
+		// A disk that cannot remove files is failing: the store stops
+		// taking writes, as after a failed write.
+		err = fmt.Errorf("storage: delete topic %s: %w", topic, err)
+		s.fail(err)
+		return err
 	}
 	return nil
 }
@@ -540,7 +604,7 @@ func (s *Store) Close() error {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
 	var err error
-	if s.failed == nil {
+	if s.Err() == nil {
 		err = s.checkpoint()
 	}
 	s.closeFiles()
