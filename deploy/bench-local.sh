@@ -14,6 +14,9 @@
 #           harness caps it at 300 s)
 #   long    with --long: bench produce as batch, for 120 s (sustained), after consume
 # then reads each broker's peak RSS (VmHWM) and stops the cluster. A fresh cluster for each run.
+# VmHWM counts the resident pages of the commitlog segments the broker maps (1 GiB each by
+# default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
+# while the benches run and reports its peak.
 #
 # Usage: deploy/bench-local.sh [--runs N] [--long] [--nats] [--profile] [--json] [--keep]
 #   --runs N   N runs (default 1); the figures reported are the medians
@@ -157,6 +160,7 @@ run() {
 			child=""
 			fail "$dead exited during: ${*##*/}"
 		fi
+		sample_anon
 		sleep 0.5
 	done
 	wait "$child" || rc=$?
@@ -172,6 +176,21 @@ alive() {
 			dead=$([ "$i" = 0 ] && echo namesrv || echo "broker $i")
 			return 1
 		fi
+	done
+}
+
+# sample_anon: raise anon[ID] to broker ID's RssAnon (kB) if higher (bash builtins only: no fork)
+declare -A anon
+sample_anon() {
+	local i k v _
+	for i in 1 2 3; do
+		if [ -z "${pids[$i]:-}" ] || [ ! -r "/proc/${pids[$i]}/status" ]; then continue; fi
+		while read -r k v _; do
+			if [ "$k" = RssAnon: ]; then
+				if [ "$v" -gt "${anon[$i]:-0}" ]; then anon[$i]=$v; fi
+				break
+			fi
+		done 2>/dev/null <"/proc/${pids[$i]}/status" || true
 	done
 }
 
@@ -273,6 +292,7 @@ bench() {
 run_raftmq() { # R
 	local r=$1 d="$work/run$1" master i h prof sent total
 	say "run $r/$runs: raftmq, 1 namesrv + 3 brokers on 127.0.0.1:$base-$((base + 43)), data in $d"
+	anon=()
 	start_cluster "$d"
 	master=$(wait_master)
 	create_topic
@@ -315,10 +335,11 @@ run_raftmq() { # R
 	add consume.count "$total"
 	for i in 1 2 3; do
 		add "rss.$i" "$(awk '/^VmHWM:/ {printf "%.1f", $2 / 1024}' "/proc/${pids[$i]}/status" 2>/dev/null || echo null)"
+		add "anon.$i" "$(awk -v kb="${anon[$i]:-}" 'BEGIN {if (kb == "") print "null"; else printf "%.1f", kb / 1024}')"
 	done
 	master=$("$bin" cluster list --namesrv "$ns_addr" 2>/dev/null | awk '$1 == "bench-a" && $3 == "master" {print $2}' || true)
 	add master "${master:-null}"
-	say "  peak RSS (MB): broker 1 ${V[rss.1]##* }, broker 2 ${V[rss.2]##* }, broker 3 ${V[rss.3]##* }; master now replica ${master:-?}"
+	say "  peak RSS (MB): broker 1 ${V[rss.1]##* }, broker 2 ${V[rss.2]##* }, broker 3 ${V[rss.3]##* }; anonymous ${V[anon.1]##* }, ${V[anon.2]##* }, ${V[anon.3]##* }; master now replica ${master:-?}"
 	stop_cluster
 	rm -rf "$d"/b[123] # the data; the logs stay for --keep
 }
@@ -385,9 +406,15 @@ echo "$line"
 line="consume, 4 clients, $(fmt "$(g consume.count)") messages from the first:  $(kfmt "$(g consume.mps)") msgs/s (bench consume records no latency)"
 [ "$nats" = 1 ] && line="$line | NATS 300000 messages $(kfmt "$(g nats.consume)") ($(xfmt "$(g ratio.consume)"))"
 echo "$line"
-echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
-if [ "$nats" = 1 ] && [ "$runs" -gt 1 ]; then
-	echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
+echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB; anonymous (heap, stacks): $(fmt "$(g anon.1)"), $(fmt "$(g anon.2)"), $(fmt "$(g anon.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
+if [ "$runs" -gt 1 ]; then
+	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
+	echo "each run:"
+	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+		if [ -n "${V[$k]:-}" ]; then
+			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
+		fi
+	done
 fi
 
 if [ "$json" = 1 ]; then
@@ -397,10 +424,14 @@ if [ "$json" = 1 ]; then
 	out="{\"commit\":\"$commit\",\"runs\":$runs,\"seconds\":$elapsed,\"raftmq\":{\"batch\":$(fig batch),\"sync16\":$(fig sync16),\"sync1\":$(fig sync1)"
 	out="$out,\"consume\":{\"msgs_per_sec\":$(g consume.mps),\"messages\":$(g consume.count),\"p99_ms\":null}"
 	[ "$long" = 1 ] && out="$out,\"batch_long\":$(fig long)"
-	out="$out,\"rss_mb\":{\"1\":$(g rss.1),\"2\":$(g rss.2),\"3\":$(g rss.3)},\"master\":[$(tr -s ' ' ',' <<<"${V[master]# }")]}"
+	out="$out,\"rss_mb\":{\"1\":$(g rss.1),\"2\":$(g rss.2),\"3\":$(g rss.3)},\"anon_rss_mb\":{\"1\":$(g anon.1),\"2\":$(g anon.2),\"3\":$(g anon.3)},\"master\":[$(tr -s ' ' ',' <<<"${V[master]# }")]}"
 	if [ "$nats" = 1 ]; then
 		out="$out,\"nats\":{\"batch_lazy_msgs_per_sec\":$(g nats.lazy),\"batch_always_msgs_per_sec\":$(g nats.always),\"sync16_msgs_per_sec\":$(g nats.sync16),\"sync1_p50_ms\":$(g nats.p50),\"consume_msgs_per_sec\":$(g nats.consume)}"
 		out="$out,\"ratios\":{\"batch_vs_lazy\":$(g ratio.batch_lazy),\"batch_vs_always\":$(g ratio.batch_always),\"sync16_vs_lazy\":$(g ratio.sync16),\"sync1_p50\":$(g ratio.p50),\"consume\":$(g ratio.consume)}"
 	fi
-	echo "$out}"
+	per=""
+	for k in $(printf '%s\n' "${!V[@]}" | sort); do
+		per="$per${per:+,}\"$k\":[$(tr -s ' ' ',' <<<"${V[$k]# }")]"
+	done
+	echo "$out,\"per_run\":{$per}}"
 fi
