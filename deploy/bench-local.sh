@@ -1,0 +1,437 @@
+#!/usr/bin/env bash
+# deploy/bench-local.sh — raftmq measured the way a new user runs it, next to NATS JetStream.
+#
+# Builds raftmq (go build -o into a temp dir), starts 1 `raftmq namesrv` and the 3 replicas of
+# one broker group as separate processes on 127.0.0.1 (ports 29900-29943), each replica with its
+# own data dir on disk and the default flags (the Raft log is fsynced before an entry commits),
+# waits for a master, creates topic `bench` with 8 queues and runs, each as its own
+# `raftmq bench ... --json`, 1 KiB bodies:
+#   batch   bench produce --clients 16 --mode batch --batch 64 --duration 15s
+#   sync16  bench produce --clients 16 --mode sync --duration 15s
+#   sync1   bench produce --clients 1 --mode sync --duration 10s            (its p50)
+#   consume bench consume --clients 4 --count N: a new group reads from the first offset the
+#           N messages the three runs above counted as sent (it stops on the count; the
+#           harness caps it at 300 s)
+#   long    with --long: bench produce as batch, for 120 s (sustained), after consume
+# then reads each broker's peak RSS (VmHWM) and stops the cluster. A fresh cluster for each run.
+# VmHWM counts the resident pages of the commitlog segments the broker maps (1 GiB each by
+# default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
+# while the benches run and reports its peak.
+#
+# Usage: deploy/bench-local.sh [--runs N] [--long] [--nats] [--profile] [--json] [--keep]
+#   --runs N   N runs (default 1); the figures reported are the medians
+#   --long     add the 120 s batched publish
+#   --nats     after each raftmq run, ../shared/tools/nats-r3-bench (3-server JetStream R3 on
+#              127.0.0.1) and the ratios raftmq/NATS; with N runs, the median of the N paired ratios
+#   --profile  a 10 s CPU profile of the master during the batched publish, saved as
+#              ./raftmq-master-cpu-runR.pprof, if the broker's --http endpoint serves
+#              /debug/pprof/ (skipped with a note otherwise)
+#   --json     also a final line: one JSON object with all figures
+#   --keep     keep the temp dir (binary, logs, data) and print its path
+# Environment: RAFTMQ_BENCH_PORT (default 29900) moves the port range.
+# Every process it starts is stopped when it exits, also on failure and Ctrl-C.
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
+
+runs=1 long=0 nats=0 profile=0 json=0 keep=0
+while [ $# -gt 0 ]; do
+	case $1 in
+	--runs) runs=${2:-}; shift 2 || shift ;;
+	--runs=*) runs=${1#*=}; shift ;;
+	--long) long=1; shift ;;
+	--nats) nats=1; shift ;;
+	--profile) profile=1; shift ;;
+	--json) json=1; shift ;;
+	--keep) keep=1; shift ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "bench-local: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+case $runs in '' | *[!0-9]* | 0) echo "bench-local: --runs wants a positive number" >&2; exit 2 ;; esac
+
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+natsbench="$root/../shared/tools/nats-r3-bench"
+if [ "$nats" = 1 ] && [ ! -x "$natsbench" ]; then
+	echo "bench-local: --nats: $natsbench is not there" >&2
+	exit 2
+fi
+commit=$(git -C "$root" rev-parse --short HEAD)
+git -C "$root" diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
+
+base=${RAFTMQ_BENCH_PORT:-29900}
+ns_addr=127.0.0.1:$base
+peers="1=127.0.0.1:$((base + 21)),2=127.0.0.1:$((base + 22)),3=127.0.0.1:$((base + 23))"
+
+say() { echo "bench-local: $*" >&2; }
+
+# ---- processes and cleanup -------------------------------------------------------------
+work=""
+pids=()      # namesrv and brokers of the current cluster
+dead=""      # set by alive
+child=""     # the foreground command being waited for (run in the background so traps fire)
+natspid=""   # nats-r3-bench, in its own session
+profpid=""   # the profile download
+
+# tree PID...: the PIDs and all their descendants
+tree() {
+	local p c
+	for p in "$@"; do
+		echo "$p"
+		# shellcheck disable=SC2013 # the file is one line of PIDs
+		for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do tree "$c"; done
+	done
+}
+
+# stop SECONDS PID...: SIGTERM, then SIGKILL what is left after SECONDS
+stop() {
+	local secs=$1 p left i
+	shift
+	[ $# -gt 0 ] || return 0
+	kill -TERM "$@" 2>/dev/null || true
+	for ((i = 0; i < secs * 5; i++)); do
+		left=0
+		for p in "$@"; do kill -0 "$p" 2>/dev/null && left=1; done
+		[ "$left" = 0 ] && break
+		sleep 0.2
+	done
+	for p in "$@"; do
+		if kill -0 "$p" 2>/dev/null; then
+			say "process $p did not stop in ${secs}s: SIGKILL"
+			kill -KILL "$p" 2>/dev/null || true
+		fi
+	done
+	wait "$@" 2>/dev/null || true
+}
+
+stop_cluster() {
+	[ ${#pids[@]} -gt 0 ] || return 0
+	stop 20 "${pids[@]}"
+	pids=()
+}
+
+# stop_nats: the script first (its EXIT trap stops its servers and removes its dir), then
+# whatever it left (the nats client under timeout runs in a process group of its own).
+stop_nats() {
+	[ -n "$natspid" ] || return 0
+	local all
+	mapfile -t all < <(tree "$natspid")
+	stop 15 "$natspid"
+	stop 10 "${all[@]:1}"
+	natspid=""
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	local all
+	if [ -n "$child" ]; then
+		mapfile -t all < <(tree "$child")
+		stop 10 "${all[@]}"
+	fi
+	if [ -n "$profpid" ]; then
+		mapfile -t all < <(tree "$profpid")
+		stop 5 "${all[@]}"
+	fi
+	stop_nats
+	stop_cluster
+	if [ -n "$work" ]; then
+		if [ "$keep" = 1 ]; then say "kept $work"; else rm -rf "$work"; fi
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'say interrupted; exit 130' INT
+trap 'say terminated; exit 143' TERM
+
+# run OUT ERR CMD...: runs CMD in the background, its stdout to the file OUT and its
+# stderr to ERR (- for both: this script's), and waits, so that Ctrl-C and SIGTERM are
+# handled at once, not when CMD ends; fails if a process of the cluster exits meanwhile (a
+# client would go on counting failed sends, or wait for messages, until its end).
+run() {
+	local out=$1 err=$2 rc=0 all
+	shift 2
+	if [ "$out" = - ]; then "$@" & else "$@" >"$out" 2>"$err" & fi
+	child=$!
+	while kill -0 "$child" 2>/dev/null; do
+		if ! alive; then
+			mapfile -t all < <(tree "$child")
+			stop 10 "${all[@]}"
+			child=""
+			fail "$dead exited during: ${*##*/}"
+		fi
+		sample_anon
+		sleep 0.5
+	done
+	wait "$child" || rc=$?
+	child=""
+	return "$rc"
+}
+
+# alive: whether every process of the cluster runs; if not, $dead names the first that does not
+alive() {
+	local i
+	for i in "${!pids[@]}"; do
+		if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+			dead=$([ "$i" = 0 ] && echo namesrv || echo "broker $i")
+			return 1
+		fi
+	done
+}
+
+# sample_anon: raise anon[ID] to broker ID's RssAnon (kB) if higher (bash builtins only: no fork)
+declare -A anon
+sample_anon() {
+	local i k v _
+	for i in 1 2 3; do
+		if [ -z "${pids[$i]:-}" ] || [ ! -r "/proc/${pids[$i]}/status" ]; then continue; fi
+		while read -r k v _; do
+			if [ "$k" = RssAnon: ]; then
+				if [ "$v" -gt "${anon[$i]:-0}" ]; then anon[$i]=$v; fi
+				break
+			fi
+		done 2>/dev/null <"/proc/${pids[$i]}/status" || true
+	done
+}
+
+fail() {
+	say "FAILED: $*"
+	local f
+	for f in "$work"/run*/*.log; do
+		[ -f "$f" ] || continue
+		echo "--- last lines of $f" >&2
+		tail -n 5 "$f" >&2
+	done
+	exit 1
+}
+
+# ---- small helpers ---------------------------------------------------------------------
+jget() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" "$1" | tail -n 1; }      # FILE KEY → value
+median() { printf '%s\n' "$@" | awk 'NF && $1 != "null" {print $1}' | sort -g |
+	awk '{a[NR] = $1} END {if (NR == 0) print "null"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "null" || b == "null" || a == "" || b == "" || b + 0 == 0) print "null"; else printf "%.3f\n", a / b}'; }
+fmt() { awk -v v="$1" -v d="${2:-0}" 'BEGIN {if (v == "null" || v == "") print "?"; else printf "%.*f\n", d, v}'; }
+kfmt() { awk -v v="$1" 'BEGIN {if (v == "null" || v == "") print "?"; else if (v >= 10000) printf "%.1fk\n", v / 1000; else printf "%.0f\n", v}'; }
+xfmt() { awk -v v="$1" 'BEGIN {if (v == "null" || v == "") print "?"; else printf "%.2fx\n", v}'; }
+# to_ms 310.22us → 0.31022 (nats prints us, µs, ms or s)
+to_ms() { awk -v s="$1" 'BEGIN {
+	if (s ~ /(us|µs)$/) {sub(/(us|µs)$/, "", s); print s / 1000} else if (s ~ /ms$/) {sub(/ms$/, "", s); print s + 0}
+	else if (s ~ /[0-9]s$/) {sub(/s$/, "", s); print s * 1000} else print "null"}'; }
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+declare -A V # figure name → space-separated values, one per run
+
+add() { V[$1]="${V[$1]:-} ${2:-null}"; }
+
+# ---- the cluster -----------------------------------------------------------------------
+start_cluster() { # DIR
+	local d=$1 i p
+	for p in $base $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)) $((base + 13)) \
+		$((base + 21)) $((base + 22)) $((base + 23)) $((base + 31)) $((base + 32)) $((base + 33)) \
+		$((base + 41)) $((base + 42)) $((base + 43)); do
+		port_busy "$p" && fail "port $p on 127.0.0.1 is taken (set RAFTMQ_BENCH_PORT to move the range)"
+	done
+	mkdir -p "$d"
+	"$bin" namesrv --grpc "$ns_addr" --gossip "127.0.0.1:$((base + 1))" --http "127.0.0.1:$((base + 2))" \
+		>"$d/namesrv.log" 2>&1 &
+	pids+=($!)
+	for i in 1 2 3; do
+		"$bin" broker --group bench-a --id "$i" --dir "$d/b$i" \
+			--grpc "127.0.0.1:$((base + 10 + i))" --raft "127.0.0.1:$((base + 20 + i))" --peers "$peers" \
+			--gossip "127.0.0.1:$((base + 30 + i))" --join "127.0.0.1:$((base + 1))" \
+			--http "127.0.0.1:$((base + 40 + i))" >"$d/broker$i.log" 2>&1 &
+		pids+=($!)
+	done
+}
+
+
+
+# wait_master → the master's replica id, within 60 s
+wait_master() {
+	local deadline=$((SECONDS + 60)) m
+	while [ $SECONDS -lt $deadline ]; do
+		alive || fail "$dead exited while the cluster started"
+		m=$("$bin" cluster list --namesrv "$ns_addr" 2>/dev/null | awk '$1 == "bench-a" && $3 == "master" {print $2}' || true)
+		if [ -n "$m" ]; then
+			echo "$m"
+			return 0
+		fi
+		sleep 0.5
+	done
+	fail "no master in 60 s"
+}
+
+create_topic() {
+	local deadline=$((SECONDS + 30))
+	until "$bin" topic create --namesrv "$ns_addr" --name bench --queues 8 >/dev/null 2>&1; do
+		[ $SECONDS -lt $deadline ] || fail "topic create bench failed for 30 s"
+		sleep 0.5
+	done
+	# the name server learns the topic by gossip: wait until its route has a master
+	until "$bin" topic route --namesrv "$ns_addr" --name bench 2>/dev/null | grep -q master; do
+		[ $SECONDS -lt $deadline ] || fail "topic bench has no route after 30 s"
+		sleep 0.5
+	done
+}
+
+# bench DIR NAME TIMEOUT ARGS...: one `raftmq bench ARGS --json`; its JSON line lands in DIR/NAME.json
+bench() {
+	local d=$1 name=$2 tmo=$3
+	shift 3
+	say "  $name: raftmq bench $*"
+	run "$d/$name.out" "$d/$name.log" timeout "$tmo" "$bin" bench "$@" --namesrv "$ns_addr" --topic bench --json ||
+		fail "$name: raftmq bench exited $?"
+	tail -n 1 "$d/$name.out" | grep '^{' >"$d/$name.json" || fail "$name: no JSON summary"
+	local failed
+	failed=$(jget "$d/$name.json" failed)
+	[ "${failed:-0}" = 0 ] || say "  $name: $failed sends failed"
+	say "  $name: $(head -n 2 "$d/$name.out" | tr '\n' ' ')"
+}
+
+# ---- one run ---------------------------------------------------------------------------
+run_raftmq() { # R
+	local r=$1 d="$work/run$1" master i h prof sent total
+	say "run $r/$runs: raftmq, 1 namesrv + 3 brokers on 127.0.0.1:$base-$((base + 43)), data in $d"
+	anon=()
+	start_cluster "$d"
+	master=$(wait_master)
+	create_topic
+	say "  master is replica $master; topic bench has 8 queues"
+
+	profpid=""
+	if [ "$profile" = 1 ]; then
+		h=127.0.0.1:$((base + 40 + master))
+		if command -v curl >/dev/null && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$h/debug/pprof/")" = 200 ]; then
+			prof="$PWD/raftmq-master-cpu-run$r.pprof"
+			(sleep 3 && curl -s -o "$prof" "http://$h/debug/pprof/profile?seconds=10") &
+			profpid=$!
+		else
+			say "  --profile: the broker's --http endpoint ($h) serves /metrics and /healthz only, no /debug/pprof/: no profile"
+		fi
+	fi
+	bench "$d" batch 120 produce --clients 16 --size 1024 --mode batch --batch 64 --duration 15s
+	if [ -n "$profpid" ]; then
+		wait "$profpid" && [ -s "$prof" ] && say "  CPU profile of the master: $prof (go tool pprof -top $prof)"
+		profpid=""
+	fi
+	bench "$d" sync16 120 produce --clients 16 --size 1024 --mode sync --duration 15s
+	bench "$d" sync1 120 produce --clients 1 --size 1024 --mode sync --duration 10s
+	total=0
+	for i in batch sync16 sync1; do
+		sent=$(jget "$d/$i.json" sent)
+		total=$((total + ${sent:-0}))
+	done
+	bench "$d" consume 300 consume --clients 4 --size 1024 --group bench-consume --count "$total"
+	if [ "$long" = 1 ]; then
+		bench "$d" long 300 produce --clients 16 --size 1024 --mode batch --batch 64 --duration 120s
+	fi
+
+	for i in batch sync16 sync1 consume long; do
+		[ -f "$d/$i.json" ] || continue
+		add "$i.mps" "$(jget "$d/$i.json" msgs_per_sec)"
+		add "$i.p50" "$(jget "$d/$i.json" p50_ms)"
+		add "$i.p99" "$(jget "$d/$i.json" p99_ms)"
+	done
+	add consume.count "$total"
+	for i in 1 2 3; do
+		add "rss.$i" "$(awk '/^VmHWM:/ {printf "%.1f", $2 / 1024}' "/proc/${pids[$i]}/status" 2>/dev/null || echo null)"
+		add "anon.$i" "$(awk -v kb="${anon[$i]:-}" 'BEGIN {if (kb == "") print "null"; else printf "%.1f", kb / 1024}')"
+	done
+	master=$("$bin" cluster list --namesrv "$ns_addr" 2>/dev/null | awk '$1 == "bench-a" && $3 == "master" {print $2}' || true)
+	add master "${master:-null}"
+	say "  peak RSS (MB): broker 1 ${V[rss.1]##* }, broker 2 ${V[rss.2]##* }, broker 3 ${V[rss.3]##* }; anonymous ${V[anon.1]##* }, ${V[anon.2]##* }, ${V[anon.3]##* }; master now replica ${master:-?}"
+	stop_cluster
+	rm -rf "$d"/b[123] # the data; the logs stay for --keep
+}
+
+run_nats() { # R
+	local r=$1 out="$work/nats$1.txt" l1 l2
+	say "run $r/$runs: NATS, $natsbench"
+	setsid "$natsbench" >"$out" 2>&1 &
+	natspid=$!
+	wait "$natspid" || say "  nats-r3-bench exited $?"
+	stop_nats
+	sed 's/^/  /' "$out" >&2
+	l1=$(grep 'batched async publish' "$out" || true)
+	l2=$(grep 'sync publish 16 clients' "$out" || true)
+	add nats.lazy "$(sed -n 's/.*lazy fsync \([0-9][0-9]*\) msgs\/s.*/\1/p' <<<"$l1")"
+	add nats.always "$(sed -n 's/.*fsync always \([0-9][0-9]*\) msgs\/s.*/\1/p' <<<"$l1")"
+	add nats.sync16 "$(sed -n 's/.*sync publish 16 clients \([0-9][0-9]*\) msgs\/s.*/\1/p' <<<"$l2")"
+	add nats.p50 "$(to_ms "$(sed -n 's/.*1 client p50 \([^;]*\);.*/\1/p' <<<"$l2")")"
+	add nats.consume "$(sed -n 's/.*consume 4 clients \([0-9][0-9]*\) msgs\/s.*/\1/p' <<<"$l2")"
+	# the paired ratios of this run
+	add ratio.batch_lazy "$(ratio "${V[batch.mps]##* }" "${V[nats.lazy]##* }")"
+	add ratio.batch_always "$(ratio "${V[batch.mps]##* }" "${V[nats.always]##* }")"
+	add ratio.sync16 "$(ratio "${V[sync16.mps]##* }" "${V[nats.sync16]##* }")"
+	add ratio.p50 "$(ratio "${V[sync1.p50]##* }" "${V[nats.p50]##* }")"
+	add ratio.consume "$(ratio "${V[consume.mps]##* }" "${V[nats.consume]##* }")"
+}
+
+# ---- main ------------------------------------------------------------------------------
+work=$(mktemp -d "${TMPDIR:-/tmp}/raftmq-bench-XXXXXX")
+case $(stat -f -c %T "$work") in tmpfs | ramfs) say "warning: $work is on $(stat -f -c %T "$work"): fsync costs nothing there (set TMPDIR to a disk)" ;; esac
+bin="$work/raftmq"
+say "building raftmq at $commit"
+run - - go build -C "$root" -o "$bin" ./cmd/raftmq || fail "go build"
+for ((r = 1; r <= runs; r++)); do
+	run_raftmq "$r"
+	if [ "$nats" = 1 ]; then run_nats "$r"; fi
+done
+elapsed=$SECONDS # the whole script, the build too
+
+m() {
+	local vals
+	read -ra vals <<<"${V[$1]:-}"
+	median "${vals[@]}"
+}
+declare -A M
+for k in "${!V[@]}"; do M[$k]=$(m "$k"); done
+g() { echo "${M[$1]:-null}"; }
+
+label="median of $runs runs"
+[ "$runs" = 1 ] && label="1 run"
+echo "raftmq $commit, 3-replica group on 127.0.0.1, 1 KiB messages, $label ($(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)); ${elapsed}s"
+line="batched publish, 16 clients x 64 per batch, 15s:  $(kfmt "$(g batch.mps)") msgs/s, p50 $(fmt "$(g batch.p50)" 1) ms, p99 $(fmt "$(g batch.p99)" 1) ms"
+[ "$nats" = 1 ] && line="$line | NATS lazy $(kfmt "$(g nats.lazy)") ($(xfmt "$(g ratio.batch_lazy)")), fsync-always $(kfmt "$(g nats.always)") ($(xfmt "$(g ratio.batch_always)"))"
+echo "$line"
+if [ "$long" = 1 ]; then
+	echo "batched publish, sustained 120s:                  $(kfmt "$(g long.mps)") msgs/s, p50 $(fmt "$(g long.p50)" 1) ms, p99 $(fmt "$(g long.p99)" 1) ms ($(xfmt "$(ratio "$(g long.mps)" "$(g batch.mps)")") the 15 s figure)"
+fi
+line="sync publish, 16 clients, 15s:                    $(kfmt "$(g sync16.mps)") msgs/s, p50 $(fmt "$(g sync16.p50)" 2) ms, p99 $(fmt "$(g sync16.p99)" 2) ms"
+[ "$nats" = 1 ] && line="$line | NATS lazy $(kfmt "$(g nats.sync16)") ($(xfmt "$(g ratio.sync16)"))"
+echo "$line"
+line="sync publish, 1 client, 10s:                      p50 $(fmt "$(g sync1.p50)" 2) ms, p99 $(fmt "$(g sync1.p99)" 2) ms, $(kfmt "$(g sync1.mps)") msgs/s"
+[ "$nats" = 1 ] && line="$line | NATS lazy p50 $(fmt "$(g nats.p50)" 2) ms (raftmq's is $(xfmt "$(g ratio.p50)"))"
+echo "$line"
+line="consume, 4 clients, $(fmt "$(g consume.count)") messages from the first:  $(kfmt "$(g consume.mps)") msgs/s (bench consume records no latency)"
+[ "$nats" = 1 ] && line="$line | NATS 300000 messages $(kfmt "$(g nats.consume)") ($(xfmt "$(g ratio.consume)"))"
+echo "$line"
+echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB; anonymous (heap, stacks): $(fmt "$(g anon.1)"), $(fmt "$(g anon.2)"), $(fmt "$(g anon.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
+if [ "$runs" -gt 1 ]; then
+	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
+	echo "each run:"
+	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+		if [ -n "${V[$k]:-}" ]; then
+			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
+		fi
+	done
+fi
+
+if [ "$json" = 1 ]; then
+	fig() { # NAME → {"msgs_per_sec":..,"p50_ms":..,"p99_ms":..}
+		printf '{"msgs_per_sec":%s,"p50_ms":%s,"p99_ms":%s}' "$(g "$1.mps")" "$(g "$1.p50")" "$(g "$1.p99")"
+	}
+	out="{\"commit\":\"$commit\",\"runs\":$runs,\"seconds\":$elapsed,\"raftmq\":{\"batch\":$(fig batch),\"sync16\":$(fig sync16),\"sync1\":$(fig sync1)"
+	out="$out,\"consume\":{\"msgs_per_sec\":$(g consume.mps),\"messages\":$(g consume.count),\"p99_ms\":null}"
+	[ "$long" = 1 ] && out="$out,\"batch_long\":$(fig long)"
+	out="$out,\"rss_mb\":{\"1\":$(g rss.1),\"2\":$(g rss.2),\"3\":$(g rss.3)},\"anon_rss_mb\":{\"1\":$(g anon.1),\"2\":$(g anon.2),\"3\":$(g anon.3)},\"master\":[$(tr -s ' ' ',' <<<"${V[master]# }")]}"
+	if [ "$nats" = 1 ]; then
+		out="$out,\"nats\":{\"batch_lazy_msgs_per_sec\":$(g nats.lazy),\"batch_always_msgs_per_sec\":$(g nats.always),\"sync16_msgs_per_sec\":$(g nats.sync16),\"sync1_p50_ms\":$(g nats.p50),\"consume_msgs_per_sec\":$(g nats.consume)}"
+		out="$out,\"ratios\":{\"batch_vs_lazy\":$(g ratio.batch_lazy),\"batch_vs_always\":$(g ratio.batch_always),\"sync16_vs_lazy\":$(g ratio.sync16),\"sync1_p50\":$(g ratio.p50),\"consume\":$(g ratio.consume)}"
+	fi
+	per=""
+	for k in $(printf '%s\n' "${!V[@]}" | sort); do
+		per="$per${per:+,}\"$k\":[$(tr -s ' ' ',' <<<"${V[$k]# }")]"
+	done
+	echo "$out,\"per_run\":{$per}}"
+fi
