@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -16,17 +17,31 @@ import (
 
 // batcher is group commit: it merges the sends waiting at a moment into
 // one Raft entry (one append, one fsync on each replica's Raft log, one
-// commitlog write), keeping up to MaxInflightEntries entries in flight.
-// A lone sender gets an entry of its own at once; under load, sends pile
-// up while entries are in flight and the next entry takes them all. Raft's
-// own batching of entries comes on top, but a Raft entry per message tops
-// out far lower (ARCHITECTURE §11).
+// commitlog write). A lone sender gets an entry of its own at once. While
+// eagerEntries entries are in flight, sends wait and pile up, and the next
+// entry takes them all; only a full entry (EntryMaxMessages or
+// EntryMaxBytes) goes out beyond that, up to MaxInflightEntries.
+//
+// Why two: the Raft leader appends and fsyncs each entry it is handed
+// before it replicates it, so a trickle of small entries costs one fsync
+// on every replica per entry. With an entry per free slot of 8, 16 sync
+// senders made entries of 1.6 messages, 2.8 entries per log append, and got
+// 2.2k msgs/s at 5 ms p50 (BenchmarkProduce3Replica/senders=16/batch=1).
+// Two in flight keep the leader's append of the next entry overlapped with
+// the replication of the last; full entries beyond that keep many batch
+// senders' throughput (256 senders x 32 messages need 8 entries of 1024).
 type batcher struct {
 	b        *Broker
 	reqs     chan *sendReq
-	inflight chan struct{}
+	inflight atomic.Int32
+	// released has a token when an entry finished since run last looked.
+	released chan struct{}
 	wg       sync.WaitGroup
 }
+
+// eagerEntries is how many entries may be in flight before the batcher
+// waits for a full entry or a finished one.
+const eagerEntries = 2
 
 type sendReq struct {
 	msgs  []*pb.StoredMessage
@@ -43,7 +58,7 @@ func newBatcher(b *Broker) *batcher {
 	return &batcher{
 		b:        b,
 		reqs:     make(chan *sendReq, b.cfg.MaxPendingSends),
-		inflight: make(chan struct{}, b.cfg.MaxInflightEntries),
+		released: make(chan struct{}, 1),
 	}
 }
 
@@ -67,45 +82,101 @@ func (bt *batcher) submit(ctx context.Context, msgs []*pb.StoredMessage, bytes i
 // run builds entries until ctx ends; then it fails what is still queued.
 func (bt *batcher) run(ctx context.Context) {
 	defer bt.wg.Wait()
-	var carry *sendReq
+	var next entryBuild
 	for {
-		first := carry
-		carry = nil
-		if first == nil {
+		if next.empty() {
 			select {
-			case first = <-bt.reqs:
+			case r := <-bt.reqs:
+				next.add(r)
 			case <-ctx.Done():
-				bt.failQueued()
+				bt.failQueued(nil)
 				return
 			}
 		}
-		select {
-		case bt.inflight <- struct{}{}:
-		case <-ctx.Done():
-			first.done <- sendOutcome{err: errShuttingDown}
-			bt.failQueued()
-			return
-		}
-		// Take what queued up while we waited for a slot, within the caps.
-		batch := []*sendReq{first}
-		n, size := len(first.msgs), first.bytes
-	fill:
-		for {
+		// Take what queued up, within the caps.
+		for !next.full(bt.b.cfg) {
 			select {
 			case r := <-bt.reqs:
-				if n+len(r.msgs) > bt.b.cfg.EntryMaxMessages || size+r.bytes > bt.b.cfg.EntryMaxBytes {
-					carry = r
-					break fill
+				if !next.fits(r, bt.b.cfg) {
+					next.carry = r
+					continue
 				}
-				batch = append(batch, r)
-				n += len(r.msgs)
-				size += r.bytes
+				next.add(r)
+				continue
 			default:
-				break fill
 			}
+			break
 		}
-		bt.propose(batch, n)
+		n := int(bt.inflight.Load())
+		if n < eagerEntries || (n < bt.b.cfg.MaxInflightEntries && next.full(bt.b.cfg)) {
+			bt.inflight.Add(1)
+			bt.propose(next.batch, next.n)
+			next = next.rest()
+			continue
+		}
+		// Wait for an entry to finish, or for more sends while the next
+		// entry has room.
+		var more <-chan *sendReq
+		if !next.full(bt.b.cfg) {
+			more = bt.reqs
+		}
+		select {
+		case <-bt.released:
+		case r := <-more:
+			if next.fits(r, bt.b.cfg) {
+				next.add(r)
+			} else {
+				next.carry = r
+			}
+		case <-ctx.Done():
+			bt.failQueued(next.all())
+			return
+		}
 	}
+}
+
+// entryBuild is the next entry's sends, and a send that did not fit it
+// (the first of the entry after).
+type entryBuild struct {
+	batch    []*sendReq
+	n, bytes int
+	carry    *sendReq
+}
+
+func (e *entryBuild) empty() bool { return len(e.batch) == 0 }
+
+func (e *entryBuild) add(r *sendReq) {
+	e.batch = append(e.batch, r)
+	e.n += len(r.msgs)
+	e.bytes += r.bytes
+}
+
+// fits says whether r joins this entry within the caps (an empty entry
+// takes any one send: sends are checked against the caps on arrival).
+func (e *entryBuild) fits(r *sendReq, cfg Config) bool {
+	return e.empty() || (e.n+len(r.msgs) <= cfg.EntryMaxMessages && e.bytes+r.bytes <= cfg.EntryMaxBytes)
+}
+
+// full: nothing more joins this entry, because a send already did not fit
+// or the caps are reached.
+func (e *entryBuild) full(cfg Config) bool {
+	return e.carry != nil || e.n >= cfg.EntryMaxMessages || e.bytes >= cfg.EntryMaxBytes
+}
+
+// rest is the build that follows this one: the carried send, if any.
+func (e *entryBuild) rest() entryBuild {
+	var next entryBuild
+	if e.carry != nil {
+		next.add(e.carry)
+	}
+	return next
+}
+
+func (e *entryBuild) all() []*sendReq {
+	if e.carry != nil {
+		return append(e.batch, e.carry)
+	}
+	return e.batch
 }
 
 // propose applies one entry and, in the background, hands each sender its
@@ -120,14 +191,14 @@ func (bt *batcher) propose(batch []*sendReq, n int) {
 		Messages:       all,
 	}}})
 	if err != nil {
-		<-bt.inflight
+		bt.release()
 		for _, r := range batch {
 			r.done <- sendOutcome{err: statusError(codes.Internal, pb.ErrorReason_STORE_ERROR, err.Error(), nil)}
 		}
 		return
 	}
 	if !bt.b.calls.begin() { // Raft is shutting down
-		<-bt.inflight
+		bt.release()
 		err := bt.b.replicationError(raft.ErrRaftShutdown)
 		for _, r := range batch {
 			r.done <- sendOutcome{err: err}
@@ -141,7 +212,7 @@ func (bt *batcher) propose(batch []*sendReq, n int) {
 		defer bt.wg.Done()
 		err := f.Error()
 		bt.b.calls.end()
-		<-bt.inflight
+		bt.release()
 		if err == nil {
 			bt.b.metrics.applySeconds.Observe(time.Since(applied).Seconds())
 			bt.b.metrics.applyMessages.Observe(float64(len(all)))
@@ -167,7 +238,21 @@ func (bt *batcher) propose(batch []*sendReq, n int) {
 	}()
 }
 
-func (bt *batcher) failQueued() {
+// release counts an entry finished and wakes run if it waits for one.
+func (bt *batcher) release() {
+	bt.inflight.Add(-1)
+	select {
+	case bt.released <- struct{}{}:
+	default:
+	}
+}
+
+// failQueued fails held, the sends run had taken, and every send still
+// queued.
+func (bt *batcher) failQueued(held []*sendReq) {
+	for _, r := range held {
+		r.done <- sendOutcome{err: errShuttingDown}
+	}
 	for {
 		select {
 		case r := <-bt.reqs:
