@@ -35,6 +35,9 @@ type Config struct {
 	Gossip GossipConfig
 	// HTTPAddr serves /metrics (Prometheus) and /healthz; "" leaves it off.
 	HTTPAddr string
+	// HTTPProfiling also serves Go's profiles on HTTPAddr (/debug/pprof/).
+	// Default off: unauthenticated, for a trusted network.
+	HTTPProfiling bool
 
 	// SendTimeout is a send's default time to be replicated and applied
 	// when the request names none. Default 3 s.

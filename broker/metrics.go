@@ -157,7 +157,7 @@ func (b *Broker) startOps() error {
 	if b.cfg.HTTPAddr == "" {
 		return nil
 	}
-	ops, err := cluster.ServeOps(b.cfg.HTTPAddr, b.metrics.reg, b.healthy)
+	ops, err := cluster.ServeOps(b.cfg.HTTPAddr, b.metrics.reg, b.healthy, b.cfg.HTTPProfiling)
 	if err != nil {
 		return err
 	}

@@ -85,6 +85,23 @@ func TestMetricsAndHealth(t *testing.T) {
 	}
 }
 
+// Go's profiles are served only when asked for.
+func TestProfilesOnlyWhenAskedFor(t *testing.T) {
+	g := newGroup(t, 2, func(c *Config) {
+		c.HTTPAddr = "127.0.0.1:0"
+		c.HTTPProfiling = c.ReplicaID == 1
+	})
+	for i, want := range []int{http.StatusOK, http.StatusNotFound} {
+		code, body, err := get("http://" + g.brokers[i].OpsAddr() + "/debug/pprof/goroutine?debug=1")
+		if err != nil || code != want {
+			t.Fatalf("replica %d: /debug/pprof/goroutine: %d %v, want %d", i+1, code, err, want)
+		}
+		if want == http.StatusOK && !strings.Contains(body, "goroutine profile") {
+			t.Fatalf("replica %d: not a goroutine profile: %.80q", i+1, body)
+		}
+	}
+}
+
 // A replica whose HTTP address is taken does not start, and says why.
 func TestStartFailsOnBusyHTTPAddress(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")

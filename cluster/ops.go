@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,16 +14,20 @@ import (
 )
 
 // OpsServer is a node's operations endpoint over HTTP: /metrics in the
-// Prometheus format, and /healthz, 200 while the node is serving and 503
-// with the reason otherwise.
+// Prometheus format, /healthz, 200 while the node is serving and 503 with
+// the reason otherwise, and, when asked for, Go's profiles under
+// /debug/pprof/ (net/http/pprof).
 type OpsServer struct {
 	srv *http.Server
 	lis net.Listener
 }
 
 // ServeOps starts the endpoint on addr for the metrics in reg; healthy says
-// whether the node is serving.
-func ServeOps(addr string, reg *prometheus.Registry, healthy func() error) (*OpsServer, error) {
+// whether the node is serving. With profiling, /debug/pprof/ serves CPU,
+// heap and goroutine profiles: off by default, as they show the process's
+// insides to anyone who reaches the port and a CPU profile costs the node
+// while it runs.
+func ServeOps(addr string, reg *prometheus.Registry, healthy func() error, profiling bool) (*OpsServer, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: ops endpoint on %s: %w", addr, err)
@@ -36,6 +41,13 @@ func ServeOps(addr string, reg *prometheus.Registry, healthy func() error) (*Ops
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	o := &OpsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, lis: lis}
 	go o.srv.Serve(lis)
 	return o, nil

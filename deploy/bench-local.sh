@@ -24,11 +24,11 @@
 #   --nats     after each raftmq run, ../shared/tools/nats-r3-bench (3-server JetStream R3 on
 #              127.0.0.1) and the ratios raftmq/NATS; with N runs, the median of the N paired ratios
 #   --profile  a 10 s CPU profile of the master during the batched publish, saved as
-#              ./raftmq-master-cpu-runR.pprof, if the broker's --http endpoint serves
-#              /debug/pprof/ (skipped with a note otherwise)
+#              ./raftmq-master-cpu-runR.pprof (the brokers run with --pprof)
 #   --json     also a final line: one JSON object with all figures
 #   --keep     keep the temp dir (binary, logs, data) and print its path
-# Environment: RAFTMQ_BENCH_PORT (default 29900) moves the port range.
+# Environment: RAFTMQ_BENCH_PORT (default 29900) moves the port range; RAFTMQ_BENCH_BROKER_FLAGS
+# adds flags to every broker (e.g. "--preallocate-ahead off" to compare the zeroer).
 # Every process it starts is stopped when it exits, also on failure and Ctrl-C.
 set -euo pipefail
 
@@ -60,6 +60,8 @@ commit=$(git -C "$root" rev-parse --short HEAD)
 git -C "$root" diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
 
 base=${RAFTMQ_BENCH_PORT:-29900}
+read -r -a broker_extra <<<"${RAFTMQ_BENCH_BROKER_FLAGS:-}"
+[ "$profile" = 1 ] && broker_extra+=(--pprof)
 ns_addr=127.0.0.1:$base
 peers="1=127.0.0.1:$((base + 21)),2=127.0.0.1:$((base + 22)),3=127.0.0.1:$((base + 23))"
 
@@ -239,7 +241,7 @@ start_cluster() { # DIR
 		"$bin" broker --group bench-a --id "$i" --dir "$d/b$i" \
 			--grpc "127.0.0.1:$((base + 10 + i))" --raft "127.0.0.1:$((base + 20 + i))" --peers "$peers" \
 			--gossip "127.0.0.1:$((base + 30 + i))" --join "127.0.0.1:$((base + 1))" \
-			--http "127.0.0.1:$((base + 40 + i))" >"$d/broker$i.log" 2>&1 &
+			--http "127.0.0.1:$((base + 40 + i))" "${broker_extra[@]}" >"$d/broker$i.log" 2>&1 &
 		pids+=($!)
 	done
 }

@@ -114,7 +114,7 @@ func Start(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer()
 	pb.RegisterNameServerServer(s.grpc, &service{s: s})
 	if cfg.HTTPAddr != "" {
-		if s.ops, err = cluster.ServeOps(cfg.HTTPAddr, s.metrics(), func() error { return s.ctx.Err() }); err != nil {
+		if s.ops, err = cluster.ServeOps(cfg.HTTPAddr, s.metrics(), func() error { return s.ctx.Err() }, false); err != nil {
 			s.ms.Close()
 			s.lis.Close()
 			return nil, err

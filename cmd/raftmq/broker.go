@@ -34,6 +34,8 @@ type brokerFlags struct {
 	FlushSync       bool   `yaml:"flush-sync"`
 	SegmentSize     string `yaml:"segment-size"`
 	HTTP            string `yaml:"http"`
+	Pprof           bool   `yaml:"pprof"`
+	Preallocate     string `yaml:"preallocate-ahead"`
 	RaftTimeout     string `yaml:"raft-timeout"`
 	LogLevel        string `yaml:"log-level"`
 }
@@ -77,6 +79,8 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.Cluster, "cluster", "raftmq", "cluster name")
 	fl.StringVar(&f.RaftTimeout, "raft-timeout", "1s", "Raft heartbeat and election timeout (the leader lease is half): lower fails over faster, and risks needless elections on a loaded machine")
 	fl.StringVar(&f.HTTP, "http", "", "HTTP address for /metrics (Prometheus) and /healthz (off when empty)")
+	fl.BoolVar(&f.Pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on --http (unauthenticated: for a trusted network)")
+	fl.StringVar(&f.Preallocate, "preallocate-ahead", "", "how far ahead of the writer the next commitlog segment is zero-filled, e.g. 32MiB, or off (default: the store's, 32MiB)")
 	fl.StringVar(&f.SegmentSize, "segment-size", "1GiB", "commitlog segment size (every replica of a group must use the same): e.g. 64MiB, 1GiB")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
 	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -115,12 +119,16 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("log-level", &f.LogLevel, fromFile.LogLevel)
 	set("segment-size", &f.SegmentSize, fromFile.SegmentSize)
 	set("http", &f.HTTP, fromFile.HTTP)
+	set("preallocate-ahead", &f.Preallocate, fromFile.Preallocate)
 	set("raft-timeout", &f.RaftTimeout, fromFile.RaftTimeout)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
 	if !cmd.Flags().Changed("flush-sync") && fromFile.FlushSync {
 		f.FlushSync = true
+	}
+	if !cmd.Flags().Changed("pprof") && fromFile.Pprof {
+		f.Pprof = true
 	}
 	return nil
 }
@@ -168,6 +176,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		GRPCAddr:      f.GRPC,
 		AdvertiseGRPC: f.AdvertiseGRPC,
 		HTTPAddr:      f.HTTP,
+		HTTPProfiling: f.Pprof,
 		Logger:        log,
 	}
 	cfg.Raft.BindAddr = f.Raft
@@ -184,6 +193,15 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	}
 	if cfg.Store.SegmentSize, err = parseSize(f.SegmentSize); err != nil {
 		return fmt.Errorf("--segment-size: %w", err)
+	}
+	switch f.Preallocate {
+	case "":
+	case "off":
+		cfg.Store.PreallocateAhead = -1
+	default:
+		if cfg.Store.PreallocateAhead, err = parseSize(f.Preallocate); err != nil {
+			return fmt.Errorf("--preallocate-ahead: %w", err)
+		}
 	}
 	b, err := broker.Start(cfg)
 	if err != nil {

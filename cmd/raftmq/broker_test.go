@@ -140,6 +140,7 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{"broker", "--group", "bad/name", "--id", "1", "--dir", t.TempDir()},
 		{"broker", "--config", "/nonexistent.yaml"},
 		{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--segment-size", "lots"},
+		{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--preallocate-ahead", "some"},
 	} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "raftmq:") {
