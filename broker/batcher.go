@@ -9,7 +9,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/storage"
@@ -43,10 +42,12 @@ type batcher struct {
 // waits for a full entry or a finished one.
 const eagerEntries = 2
 
+// sendReq is one send's messages, as records in the commitlog's layout
+// (storage.EncodeRecord): n records, bytes long.
 type sendReq struct {
-	msgs  []*pb.StoredMessage
-	bytes int
-	done  chan sendOutcome // buffered: the waiter may have left
+	records []byte
+	n       int
+	done    chan sendOutcome // buffered: the waiter may have left
 }
 
 type sendOutcome struct {
@@ -62,9 +63,10 @@ func newBatcher(b *Broker) *batcher {
 	}
 }
 
-// submit queues msgs for the next entry and waits for their outcome or ctx.
-func (bt *batcher) submit(ctx context.Context, msgs []*pb.StoredMessage, bytes int) ([]storage.AppendResult, error) {
-	r := &sendReq{msgs: msgs, bytes: bytes, done: make(chan sendOutcome, 1)}
+// submit queues n records for the next entry and waits for their outcome
+// or ctx.
+func (bt *batcher) submit(ctx context.Context, records []byte, n int) ([]storage.AppendResult, error) {
+	r := &sendReq{records: records, n: n, done: make(chan sendOutcome, 1)}
 	select {
 	case bt.reqs <- r:
 	default:
@@ -110,7 +112,7 @@ func (bt *batcher) run(ctx context.Context) {
 		n := int(bt.inflight.Load())
 		if n < eagerEntries || (n < bt.b.cfg.MaxInflightEntries && next.full(bt.b.cfg)) {
 			bt.inflight.Add(1)
-			bt.propose(next.batch, next.n)
+			bt.propose(next.batch, next.n, next.bytes)
 			next = next.rest()
 			continue
 		}
@@ -147,14 +149,14 @@ func (e *entryBuild) empty() bool { return len(e.batch) == 0 }
 
 func (e *entryBuild) add(r *sendReq) {
 	e.batch = append(e.batch, r)
-	e.n += len(r.msgs)
-	e.bytes += r.bytes
+	e.n += r.n
+	e.bytes += len(r.records)
 }
 
 // fits says whether r joins this entry within the caps (an empty entry
 // takes any one send: sends are checked against the caps on arrival).
 func (e *entryBuild) fits(r *sendReq, cfg Config) bool {
-	return e.empty() || (e.n+len(r.msgs) <= cfg.EntryMaxMessages && e.bytes+r.bytes <= cfg.EntryMaxBytes)
+	return e.empty() || (e.n+r.n <= cfg.EntryMaxMessages && e.bytes+len(r.records) <= cfg.EntryMaxBytes)
 }
 
 // full: nothing more joins this entry, because a send already did not fit
@@ -181,16 +183,13 @@ func (e *entryBuild) all() []*sendReq {
 
 // propose applies one entry and, in the background, hands each sender its
 // part of the result.
-func (bt *batcher) propose(batch []*sendReq, n int) {
-	all := make([]*pb.StoredMessage, 0, n)
+func (bt *batcher) propose(batch []*sendReq, n, bytes int) {
+	data := make([]byte, 1, 1+bytes)
+	data[0] = sendRecordsEntry
 	for _, r := range batch {
-		all = append(all, r.msgs...)
+		data = append(data, r.records...)
 	}
-	data, err := proto.Marshal(&pb.RaftCommand{Command: &pb.RaftCommand_Send{Send: &pb.SendBatch{
-		StoreTimestamp: time.Now().UnixMilli(),
-		Messages:       all,
-	}}})
-	if err != nil {
+	if err := storage.SetStoreTime(data[1:], time.Now().UnixMilli()); err != nil {
 		bt.release()
 		for _, r := range batch {
 			r.done <- sendOutcome{err: statusError(codes.Internal, pb.ErrorReason_STORE_ERROR, err.Error(), nil)}
@@ -215,7 +214,7 @@ func (bt *batcher) propose(batch []*sendReq, n int) {
 		bt.release()
 		if err == nil {
 			bt.b.metrics.applySeconds.Observe(time.Since(applied).Seconds())
-			bt.b.metrics.applyMessages.Observe(float64(len(all)))
+			bt.b.metrics.applyMessages.Observe(float64(n))
 		}
 		var res *applyResult
 		if err == nil {
@@ -232,8 +231,8 @@ func (bt *batcher) propose(batch []*sendReq, n int) {
 				r.done <- sendOutcome{err: bt.b.replicationError(err)}
 				continue
 			}
-			r.done <- sendOutcome{results: res.results[i : i+len(r.msgs)]}
-			i += len(r.msgs)
+			r.done <- sendOutcome{results: res.results[i : i+r.n]}
+			i += r.n
 		}
 	}()
 }

@@ -345,9 +345,9 @@ func BenchmarkHeldPullLatency3Replica(b *testing.B) {
 	// Raft's apply channel).
 	var applied atomic.Int64
 	prev := br.fsm.appended
-	br.fsm.appended = func(msgs []*pb.StoredMessage, res []storage.AppendResult) {
+	br.fsm.appended = func(res []storage.AppendResult) {
 		applied.Store(time.Now().UnixNano())
-		prev(msgs, res)
+		prev(res)
 	}
 	client := g.client(m)
 	body := benchBodyBytes()

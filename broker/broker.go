@@ -397,7 +397,7 @@ func (b *Broker) notLeaderUnknown() error {
 
 // onAppended runs in the state machine after a send batch is stored; only
 // the master wakes held pulls (slaves do not hold any).
-func (b *Broker) onAppended(msgs []*pb.StoredMessage, res []storage.AppendResult) {
+func (b *Broker) onAppended(res []storage.AppendResult) {
 	if !b.master.Load() {
 		return
 	}
@@ -406,15 +406,15 @@ func (b *Broker) onAppended(msgs []*pb.StoredMessage, res []storage.AppendResult
 		tags []int64
 	}
 	arrivals := map[queueKey]*arrival{}
-	for i, m := range msgs {
-		k := queueKey{m.Message.Topic, m.QueueId}
+	for _, r := range res {
+		k := queueKey{r.Topic, r.QueueID}
 		a := arrivals[k]
 		if a == nil {
 			a = &arrival{}
 			arrivals[k] = a
 		}
-		a.max = res[i].QueueOffset + 1
-		a.tags = append(a.tags, storage.TagHash(m.Message.Tags))
+		a.max = r.QueueOffset + 1
+		a.tags = append(a.tags, r.TagHash)
 	}
 	for k, a := range arrivals {
 		b.holds.arrived(k, a.max, a.tags)

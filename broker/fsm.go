@@ -35,7 +35,7 @@ type fsm struct {
 	log   *slog.Logger
 	// appended is told about every send batch stored (the broker wakes held
 	// pulls from it when it is the master).
-	appended func(msgs []*pb.StoredMessage, res []storage.AppendResult)
+	appended func(res []storage.AppendResult)
 	// catchUp copies the commitlog from a peer up to what a snapshot says
 	// (see catchup.go).
 	catchUp func(snap *pb.BrokerSnapshot) error
@@ -90,6 +90,17 @@ func (f *fsm) fail(err error) *storeFailure {
 // failed is the failure that stopped the state machine, nil while none.
 func (f *fsm) failed() *storeFailure { return f.failure.Load() }
 
+// sendRecordsEntry is the first byte of a send entry: the records of the
+// messages follow, as the master encoded them (storage.EncodeRecord, with
+// its store time stamped in), and every replica appends those bytes as
+// they are (storage.AppendRecords). Every other entry is a protobuf
+// RaftCommand, whose first byte is a field tag, and no tag is 0xFF (its
+// wire type, 7, does not exist). Sends were RaftCommand_Send entries
+// before: those still in a log are applied as they were (applySend), and
+// the schedule service still writes them, to carry its cursors with the
+// messages it moves.
+const sendRecordsEntry byte = 0xFF
+
 // applyResult is what Apply returns for a send entry; the leader hands it
 // back to the senders.
 type applyResult struct {
@@ -106,6 +117,12 @@ func (f *fsm) Apply(l *raft.Log) any {
 	}
 	if err := f.store.Err(); err != nil { // the store's flusher failed
 		return &applyResult{err: f.fail(err)}
+	}
+	if len(l.Data) > 0 && l.Data[0] == sendRecordsEntry {
+		if l.Index <= f.store.LastRaftIndex() {
+			return &applyResult{}
+		}
+		return f.applyRecords(l.Index, l.Data[1:])
 	}
 	var cmd pb.RaftCommand
 	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
@@ -165,7 +182,16 @@ func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {
 			StoreTime:  b.StoreTimestamp,
 		}
 	}
-	res, err := f.store.Append(index, msgs)
+	return f.stored(f.store.Append(index, msgs))
+}
+
+// applyRecords appends a send entry's records as the master encoded them.
+func (f *fsm) applyRecords(index uint64, records []byte) *applyResult {
+	return f.stored(f.store.AppendRecords(index, records))
+}
+
+// stored is the outcome of an append to the store.
+func (f *fsm) stored(res []storage.AppendResult, err error) *applyResult {
 	if err != nil {
 		// The master checked every message before proposing, so this is
 		// a failure of this replica's store (or a configuration that
@@ -174,7 +200,7 @@ func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {
 		return &applyResult{err: f.fail(err)}
 	}
 	if f.appended != nil {
-		f.appended(b.Messages, res)
+		f.appended(res)
 	}
 	return &applyResult{results: res}
 }

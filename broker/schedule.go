@@ -192,14 +192,15 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 		props[PropRealTopic], props[PropRealQueue], props[PropDelayLevel] = RetryTopic(req.ConsumerGroup), "0", strconv.Itoa(int(level))
 		msg.Topic, queue = ScheduleTopic, level-1
 	}
-	sm := storage.Message{Topic: msg.Topic, QueueID: queue, Tags: msg.Tags, Keys: msg.Keys, Properties: props, Body: msg.Body}
-	if err := b.store.CheckMessage(&sm); err != nil {
+	sm := storage.Message{Topic: msg.Topic, QueueID: queue, Flag: msg.Flag, Tags: msg.Tags, Keys: msg.Keys,
+		Properties: props, Body: msg.Body, BornTime: msg.BornTimestamp}
+	record, err := b.store.EncodeRecord(nil, &sm)
+	if err != nil {
 		return nil, storeError(err)
 	}
-	stored := &pb.StoredMessage{Message: msg, QueueId: queue}
 	sctx, cancel := context.WithTimeout(ctx, b.cfg.SendTimeout)
 	defer cancel()
-	if _, err := b.batcher.submit(sctx, []*pb.StoredMessage{stored}, protoSize(stored)); err != nil {
+	if _, err := b.batcher.submit(sctx, record, 1); err != nil {
 		return nil, err
 	}
 	return &pb.ConsumerSendBackResponse{}, nil

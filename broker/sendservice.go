@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/storage"
@@ -49,18 +48,17 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	if req.QueueId < 0 || req.QueueId >= topic.WriteQueues {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("queue id %d out of range [0, %d) of topic %s", req.QueueId, topic.WriteQueues, req.Topic))
 	}
-	msgs := make([]*pb.StoredMessage, len(req.Messages))
-	bytes := 0
+	// Each message is encoded here, once, in the commitlog's layout: the
+	// Raft entry and every replica's commitlog take these bytes.
+	var records []byte
 	for i, m := range req.Messages {
-		if err := s.checkMessage(req, m); err != nil {
+		var err error
+		if records, err = s.encodeMessage(records, req, m); err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
-		m.Topic = req.Topic
-		msgs[i] = &pb.StoredMessage{Message: m, QueueId: req.QueueId}
-		bytes += protoSize(msgs[i])
 	}
-	if bytes > b.cfg.EntryMaxBytes {
-		return nil, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("batch of %d bytes, limit %d", bytes, b.cfg.EntryMaxBytes))
+	if len(records) > b.cfg.EntryMaxBytes {
+		return nil, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("batch of %d bytes, limit %d", len(records), b.cfg.EntryMaxBytes))
 	}
 	timeout := b.cfg.SendTimeout
 	if req.TimeoutMs > 0 {
@@ -69,7 +67,7 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := b.batcher.submit(ctx, msgs, bytes)
+	res, err := b.batcher.submit(ctx, records, len(req.Messages))
 	if err != nil {
 		return nil, err
 	}
@@ -86,23 +84,27 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	return out, nil
 }
 
-func (s *service) checkMessage(req *pb.SendMessageRequest, m *pb.Message) error {
+// encodeMessage appends m's record to records, after the checks of the
+// send path and the store's.
+func (s *service) encodeMessage(records []byte, req *pb.SendMessageRequest, m *pb.Message) ([]byte, error) {
 	b := s.b
 	switch {
 	case m == nil:
-		return invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "empty message")
+		return records, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "empty message")
 	case m.Topic != "" && m.Topic != req.Topic:
-		return invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("message topic %q differs from the send's %q", m.Topic, req.Topic))
+		return records, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("message topic %q differs from the send's %q", m.Topic, req.Topic))
 	case len(m.Body) == 0:
-		return invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "message body is empty")
+		return records, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "message body is empty")
 	case len(m.Body) > b.cfg.MaxMessageSize:
-		return invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("body of %d bytes, limit %d", len(m.Body), b.cfg.MaxMessageSize))
+		return records, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("body of %d bytes, limit %d", len(m.Body), b.cfg.MaxMessageSize))
 	}
-	sm := storage.Message{Topic: req.Topic, QueueID: req.QueueId, Tags: m.Tags, Keys: m.Keys, Properties: m.Properties, Body: m.Body}
-	if err := b.store.CheckMessage(&sm); err != nil {
-		return storeError(err)
+	sm := storage.Message{Topic: req.Topic, QueueID: req.QueueId, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
+		Properties: m.Properties, Body: m.Body, BornTime: m.BornTimestamp}
+	records, err := b.store.EncodeRecord(records, &sm)
+	if err != nil {
+		return records, storeError(err)
 	}
-	return nil
+	return records, nil
 }
 
 // topicForSend returns the topic's config, creating it in dev mode.
@@ -124,5 +126,3 @@ func (s *service) topicForSend(ctx context.Context, name string) (*pb.TopicConfi
 	}
 	return t, nil
 }
-
-func protoSize(m proto.Message) int { return proto.Size(m) }

@@ -58,7 +58,7 @@ const (
 	indexEntrySize         = 28
 )
 
-func keyHash(key string) uint64 { return fnv64a(key) }
+func keyHash[T string | []byte](key T) uint64 { return fnv64a(key) }
 
 func indexFileSize(slots, entries int) int64 {
 	return indexHeaderSize + int64(slots)*4 + int64(entries)*indexEntrySize

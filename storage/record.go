@@ -98,7 +98,7 @@ func TagHash(tag string) int64 {
 }
 
 // fnv64a is FNV-1a over a string, without the allocations of hash/fnv.
-func fnv64a(s string) uint64 {
+func fnv64a[T string | []byte](s T) uint64 {
 	h := uint64(14695981039346656037)
 	for i := 0; i < len(s); i++ {
 		h ^= uint64(s[i])
@@ -240,24 +240,8 @@ func checkRecord(b []byte) (int, error) {
 	// A CRC only says the bytes are the ones written; check that they are a
 	// record too, without allocating, so reads and recovery never accept
 	// what DecodeRecord would refuse.
-	d := decoder{b: b[:size], p: fixedHeader}
-	topic := d.bytes(int(d.u8()))
-	d.bytes(int(d.u16()))
-	for n := int(d.u16()); n > 0 && d.err == nil; n-- {
-		d.bytes(int(d.u16()))
-	}
-	for n := int(d.u16()); n > 0 && d.err == nil; n-- {
-		d.bytes(int(d.u16()))
-		d.bytes(int(d.u16()))
-	}
-	d.bytes(int(d.u32()))
-	switch {
-	case d.err != nil:
-		return 0, d.err
-	case d.p != size:
-		return 0, fmt.Errorf("%w: %d trailing bytes in record", ErrCorrupt, size-d.p)
-	case !validTopic(topic):
-		return 0, fmt.Errorf("%w: stored topic %q is not a legal name", ErrCorrupt, topic)
+	if _, err := parseRecord(b[:size], false); err != nil {
+		return 0, err
 	}
 	return size, nil
 }

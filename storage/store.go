@@ -34,6 +34,7 @@ type Store struct {
 	batchNext     map[queueKey]int64 // guarded by appendMu
 	chunks        []chunk            // guarded by appendMu
 	keyBuf        []indexKey         // guarded by appendMu
+	views         []recordView       // guarded by appendMu
 
 	failMu  sync.Mutex
 	failed  error         // guarded by failMu; see Err
@@ -56,6 +57,10 @@ type AppendResult struct {
 	Offset      int64 // commitlog offset of the record
 	Size        int32 // record size in bytes
 	QueueOffset int64
+	// The record's queue and tag hash, as read from it.
+	Topic   string
+	QueueID int32
+	TagHash int64
 }
 
 type chunk struct {
@@ -243,60 +248,14 @@ func (s *Store) queue(k queueKey, create bool) *consumeQueue {
 // batch; see Err). raftIndex must rise above every index already appended:
 // ErrStaleRaftIndex says the entry is already applied.
 func (s *Store) Append(raftIndex uint64, msgs []Message) ([]AppendResult, error) {
-	s.appendMu.Lock()
-	defer s.appendMu.Unlock()
-	switch {
-	case s.closed.Load():
-		return nil, ErrClosed
-	case s.Err() != nil:
-		return nil, fmt.Errorf("%w: %w", ErrFailed, s.Err())
-	case raftIndex <= s.lastRaftIndex:
-		return nil, fmt.Errorf("%w: %d <= %d", ErrStaleRaftIndex, raftIndex, s.lastRaftIndex)
-	case len(msgs) == 0:
-		return nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
-	}
-	results := make([]AppendResult, len(msgs))
+	var records []byte
 	for i := range msgs {
-		size, err := s.check(&msgs[i])
-		if err != nil {
+		var err error
+		if records, err = s.EncodeRecord(records, &msgs[i]); err != nil {
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
-		results[i].Size = int32(size)
 	}
-
-	// Place every record: its commitlog offset (a record that does not fit
-	// in the rest of a segment starts the next one) and queue offset.
-	segSize := s.cfg.SegmentSize
-	start := s.cl.writePos.Load()
-	pos := start
-	clear(s.batchNext)
-	for i := range msgs {
-		m := &msgs[i]
-		size := int64(results[i].Size)
-		if segEnd := pos - pos%segSize + segSize; pos+size > segEnd {
-			pos = segEnd
-		}
-		k := queueKey{m.Topic, m.QueueID}
-		qoff, ok := s.batchNext[k]
-		if !ok {
-			if q := s.queue(k, false); q != nil {
-				qoff = q.max.Load()
-			}
-		}
-		s.batchNext[k] = qoff + 1
-		results[i].Offset, results[i].QueueOffset = pos, qoff
-		pos += size
-	}
-	st := *s.dispatched.Load()
-	if err := s.writeBatch(raftIndex, msgs, results, start, &st.indexLast); err != nil {
-		s.fail(err)
-		return nil, err
-	}
-	s.lastRaftIndex = raftIndex
-	st.dispatched, st.raftIndex, st.last = pos, raftIndex, results[len(results)-1].Offset
-	st.queueEntries += int64(len(msgs))
-	s.dispatched.Store(&st)
-	return results, nil
+	return s.AppendRecords(raftIndex, records)
 }
 
 // CheckMessage tells whether Append would take m: a legal topic, a queue id
@@ -334,11 +293,12 @@ func appendBlank(buf []byte, size int64) []byte {
 // segment touched (blank records fill the ends of segments left), puts
 // their consume queue and key index entries and, in FlushSync mode, makes
 // them durable.
-func (s *Store) writeBatch(raftIndex uint64, msgs []Message, results []AppendResult, pos int64, indexLast *int64) error {
+func (s *Store) writeBatch(raftIndex uint64, records []byte, views []recordView, results []AppendResult, pos int64, indexLast *int64) error {
 	segSize := s.cfg.SegmentSize
 	buf, chunks := s.encBuf[:0], s.chunks[:0]
 	cur := chunk{pos: pos}
-	for i := range msgs {
+	src := 0
+	for i := range results {
 		r := &results[i]
 		if r.Offset != pos { // the rest of pos's segment is left blank
 			if left := pos - pos%segSize + segSize - pos; left >= blankSize {
@@ -352,10 +312,13 @@ func (s *Store) writeBatch(raftIndex uint64, msgs []Message, results []AppendRes
 			cur = chunk{pos: pos, from: len(buf)}
 		}
 		var flag uint32
-		if i == len(msgs)-1 {
+		if i == len(results)-1 {
 			flag = sysFlagBatchEnd
 		}
-		buf = appendRecord(buf, &msgs[i], int(r.Size), raftIndex, pos, r.QueueOffset, flag)
+		at := len(buf)
+		buf = append(buf, records[src:src+int(r.Size)]...)
+		fillRecord(buf[at:], raftIndex, pos, r.QueueOffset, flag)
+		src += int(r.Size)
 		pos += int64(r.Size)
 	}
 	// The end marker and page padding are not part of the log: the next
@@ -375,7 +338,7 @@ func (s *Store) writeBatch(raftIndex uint64, msgs []Message, results []AppendRes
 	}
 	s.cl.writePos.Store(pos)
 	if s.cfg.FlushMode != FlushSync {
-		return s.dispatchBatch(msgs, results, indexLast)
+		return s.dispatchBatch(views, results, indexLast)
 	}
 	// The disk writes the batch while its entries are put; then the sync
 	// waits only for what is left and the cache flush. A reader may see the
@@ -384,7 +347,7 @@ func (s *Store) writeBatch(raftIndex uint64, msgs []Message, results []AppendRes
 	if err := s.cl.startFlush(); err != nil {
 		return err
 	}
-	if err := s.dispatchBatch(msgs, results, indexLast); err != nil {
+	if err := s.dispatchBatch(views, results, indexLast); err != nil {
 		return err
 	}
 	return s.cl.flush()
@@ -392,14 +355,13 @@ func (s *Store) writeBatch(raftIndex uint64, msgs []Message, results []AppendRes
 
 // dispatchBatch puts the batch's consume queue entries and key index
 // entries. indexLast becomes the offset of the last record indexed, if any.
-func (s *Store) dispatchBatch(msgs []Message, results []AppendResult, indexLast *int64) error {
-	for i := range msgs {
-		m := &msgs[i]
-		if err := s.putQueueEntry(queueKey{m.Topic, m.QueueID}, results[i], TagHash(m.Tags)); err != nil {
+func (s *Store) dispatchBatch(views []recordView, results []AppendResult, indexLast *int64) error {
+	for _, r := range results {
+		if err := s.putQueueEntry(queueKey{r.Topic, r.QueueID}, r, r.TagHash); err != nil {
 			return err
 		}
 	}
-	return s.indexBatch(msgs, results, indexLast)
+	return s.indexBatch(views, results, indexLast)
 }
 
 // putQueueEntry puts the consume queue entry of the record r of queue k.
@@ -409,12 +371,12 @@ func (s *Store) putQueueEntry(k queueKey, r AppendResult, tagHash int64) error {
 
 // indexBatch adds the batch's records to the key index. indexLast becomes
 // the offset of the last record indexed, if any.
-func (s *Store) indexBatch(msgs []Message, results []AppendResult, indexLast *int64) error {
+func (s *Store) indexBatch(views []recordView, results []AppendResult, indexLast *int64) error {
 	keys := s.keyBuf[:0]
-	for i := range msgs {
-		m := &msgs[i]
+	for i := range views {
+		v := &views[i]
 		n := len(keys)
-		keys = appendIndexKeys(keys, m.Keys, m.Properties[PropertyUniqKey], results[i].Offset, m.StoreTime)
+		keys = appendIndexKeys(keys, v.keys, v.uniqKey, results[i].Offset, v.storeTime)
 		if len(keys) > n {
 			*indexLast = results[i].Offset
 		}
@@ -427,13 +389,13 @@ func (s *Store) indexBatch(msgs []Message, results []AppendResult, indexLast *in
 
 // appendIndexKeys appends the keys, then the unique key, of the record at
 // commitlog offset off.
-func appendIndexKeys(dst []indexKey, keys []string, uniqKey string, off, storeTime int64) []indexKey {
+func appendIndexKeys[T string | []byte](dst []indexKey, keys []T, uniqKey T, off, storeTime int64) []indexKey {
 	for _, k := range keys {
-		if k != "" {
+		if len(k) > 0 {
 			dst = append(dst, indexKey{keyHash(k), off, storeTime})
 		}
 	}
-	if uniqKey != "" {
+	if len(uniqKey) > 0 {
 		dst = append(dst, indexKey{keyHash(uniqKey), off, storeTime})
 	}
 	return dst
