@@ -26,7 +26,10 @@
 // properties and body. A record never spans segments: the tail of a segment
 // that cannot take the next record is marked with a blank record. Append
 // takes one Raft entry's messages as a batch, encodes them into one buffer
-// and writes it with one write per segment touched; the last record of a
+// and writes it with one write per segment touched; AppendRecords takes a
+// batch already encoded (EncodeRecord, by a broker's master, once for all
+// replicas) and fills in only what the store assigns (encoded.go), the path
+// Append takes too; the last record of a
 // batch carries a batch-end flag, and zeros follow it to the end of its
 // page: an end-of-data marker that hides whatever a reused file held
 // there, and whole pages, which the kernel need not read first.
