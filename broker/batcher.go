@@ -24,8 +24,10 @@ import (
 // Why two: the Raft leader appends and fsyncs each entry it is handed
 // before it replicates it, so a trickle of small entries costs one fsync
 // on every replica per entry. With an entry per free slot of 8, 16 sync
-// senders made entries of 1.6 messages, 2.8 entries per log append, and got
-// 2.2k msgs/s at 5 ms p50 (BenchmarkProduce3Replica/senders=16/batch=1).
+// senders made entries of 1.6 messages and 2.8 entries per log append; with
+// two, 4.6 messages and 1.1 (BenchmarkProduce3Replica/senders=16/batch=1,
+// counting the log's appends; the machine was loaded, so its throughput,
+// 2.2-2.3k msgs/s either way, said nothing).
 // Two in flight keep the leader's append of the next entry overlapped with
 // the replication of the last; full entries beyond that keep many batch
 // senders' throughput (256 senders x 32 messages need 8 entries of 1024).

@@ -43,20 +43,24 @@ func SetStoreTime(records []byte, t int64) error {
 
 // recordFraming checks that b starts with a record's framing (size, magic,
 // and fields that add up to the size) and returns its size; the CRC is not
-// checked.
-func recordFraming(b []byte) (int, error) {
-	if len(b) < minRecordSize {
-		return 0, fmt.Errorf("%w: %d bytes, shorter than a record", ErrInvalidMessage, len(b))
+// checked. Its errors wrap ErrInvalidMessage: these are records on their
+// way in.
+func recordFraming(b []byte) (int, error) { return frameRecord(b, ErrInvalidMessage) }
+
+// frameRecord is recordFraming with errors wrapping bad.
+func frameRecord(b []byte, bad error) (int, error) {
+	if len(b) < blankSize {
+		return 0, fmt.Errorf("%w: %d bytes, shorter than a record header", bad, len(b))
 	}
 	size := int(binary.BigEndian.Uint32(b))
 	if magic := binary.BigEndian.Uint32(b[4:]); magic != recordMagic {
-		return 0, fmt.Errorf("%w: bad record magic %#x", ErrInvalidMessage, magic)
+		return 0, fmt.Errorf("%w: bad magic %#x", bad, magic)
 	}
 	if size < minRecordSize || size > len(b) {
-		return 0, fmt.Errorf("%w: record size %d out of range (have %d bytes)", ErrInvalidMessage, size, len(b))
+		return 0, fmt.Errorf("%w: record size %d out of range (have %d bytes)", bad, size, len(b))
 	}
 	if _, err := parseRecord(b[:size], false); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+		return 0, fmt.Errorf("%w: %w", bad, err)
 	}
 	return size, nil
 }

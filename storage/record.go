@@ -224,24 +224,16 @@ func grow(b []byte, n int) []byte {
 // checkRecord verifies the framing and CRC of the record at the start of b,
 // and returns its size.
 func checkRecord(b []byte) (int, error) {
-	if len(b) < blankSize {
-		return 0, fmt.Errorf("%w: %d bytes, shorter than a record header", ErrCorrupt, len(b))
-	}
-	size := int(binary.BigEndian.Uint32(b))
-	if magic := binary.BigEndian.Uint32(b[4:]); magic != recordMagic {
-		return 0, fmt.Errorf("%w: bad magic %#x", ErrCorrupt, magic)
-	}
-	if size < minRecordSize || size > len(b) {
-		return 0, fmt.Errorf("%w: record size %d out of range (have %d bytes)", ErrCorrupt, size, len(b))
+	// The framing first, so the CRC is taken over the record's bytes only;
+	// a CRC only says the bytes are the ones written, the framing that they
+	// are a record too, so reads and recovery never accept what
+	// DecodeRecord would refuse.
+	size, err := frameRecord(b, ErrCorrupt)
+	if err != nil {
+		return 0, err
 	}
 	if want, got := binary.BigEndian.Uint32(b[8:]), crc32.Checksum(b[12:size], castagnoli); want != got {
 		return 0, fmt.Errorf("%w: CRC mismatch (stored %#x, computed %#x)", ErrCorrupt, want, got)
-	}
-	// A CRC only says the bytes are the ones written; check that they are a
-	// record too, without allocating, so reads and recovery never accept
-	// what DecodeRecord would refuse.
-	if _, err := parseRecord(b[:size], false); err != nil {
-		return 0, err
 	}
 	return size, nil
 }
