@@ -63,13 +63,13 @@ func openLogStore(dir string, segmentSize int, bolt *raftboltdb.BoltStore, hlog 
 }
 
 // openWAL opens the WAL in walDir, first completing a segment rotation
-// that a crash interrupted (sealedTailFiler).
+// that a crash interrupted (walFiler).
 func openWAL(walDir string, segmentSize int, hlog hclog.Logger) (*wal.WAL, error) {
 	if err := os.MkdirAll(walDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cluster: create raft log dir: %w", err)
 	}
 	for attempt := 0; ; attempt++ {
-		filer := &sealedTailFiler{SegmentFiler: segment.NewFiler(walDir, walfs.New())}
+		filer := &walFiler{SegmentFiler: segment.NewFiler(walDir, walfs.New())}
 		w, err := wal.Open(walDir, wal.WithSegmentSize(segmentSize), wal.WithLogger(hlog.Named("wal")), wal.WithSegmentFiler(filer))
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open raft log %s: %w", walDir, err)
@@ -90,42 +90,6 @@ func openWAL(walDir string, segmentSize int, hlog hclog.Logger) (*wal.WAL, error
 		}
 		sealedTailRepairs.Add(1)
 	}
-}
-
-// sealedTailFiler finds the tail segment that raft-wal v0.4.2 cannot write
-// to after a crash. A rotation seals the full tail segment (its index
-// frame and a commit, in the same fsync as the last entries) and only then
-// records the seal and the next segment in wal-meta.db. A crash between
-// the two leaves a tail that the metadata calls open and the file calls
-// sealed; Open recovers it as the tail, and every append after fails with
-// "segment is sealed", so the member can never store an entry again (found
-// by TestKill9DuringSegmentRotation). The filer notes such a tail so that
-// openWAL can record the rotation as the crash kept it from doing.
-type sealedTailFiler struct {
-	types.SegmentFiler
-	sealed *sealedTail
-}
-
-type sealedTail struct {
-	info       types.SegmentInfo
-	indexStart uint64
-	last       uint64
-}
-
-func (f *sealedTailFiler) RecoverTail(info types.SegmentInfo) (types.SegmentWriter, error) {
-	sw, err := f.SegmentFiler.RecoverTail(info)
-	if err != nil {
-		return nil, err
-	}
-	sealed, indexStart, err := sw.Sealed()
-	if err != nil {
-		sw.Close()
-		return nil, err
-	}
-	if sealed {
-		f.sealed = &sealedTail{info: info, indexStart: indexStart, last: max(sw.LastIndex(), info.BaseIndex-1)}
-	}
-	return sw, nil
 }
 
 // completeRotation commits to wal-meta.db what the interrupted rotation
