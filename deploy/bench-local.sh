@@ -227,7 +227,12 @@ add() { V[$1]="${V[$1]:-} ${2:-null}"; }
 
 # ---- the cluster -----------------------------------------------------------------------
 start_cluster() { # DIR
-	local d=$1 i p
+	local d=$1 i p used
+	# Brokers delete their oldest segments while the disk is over 75% full
+	# (storage's RetentionDiskRatio), counted over the whole filesystem, as
+	# statfs has it: a run that crosses that loses the backlog consume reads.
+	used=$(df -P "${d%/*}" | awk 'NR==2 {printf "%d", 100 - 100 * $4 / $2}')
+	[ "${used:-0}" -lt 65 ] || say "  warning: the disk is ${used}% full; past 75% the brokers delete their oldest segments, and consume may then wait for messages that are gone"
 	for p in $base $((base + 1)) $((base + 2)) $((base + 11)) $((base + 12)) $((base + 13)) \
 		$((base + 21)) $((base + 22)) $((base + 23)) $((base + 31)) $((base + 32)) $((base + 33)) \
 		$((base + 41)) $((base + 42)) $((base + 43)); do
