@@ -28,41 +28,45 @@ func (s *Store) EncodeRecord(dst []byte, m *Message) ([]byte, error) {
 
 // SetStoreTime writes t as the store time of every record in records (a
 // sequence of EncodeRecord's output); the CRCs are left stale, since
-// AppendRecords writes them anew. It fails on bytes that are not records.
+// AppendRecords writes them anew. It reads only each record's size (the
+// bytes are this process's own encoding), and fails on a size that does
+// not fit.
 func SetStoreTime(records []byte, t int64) error {
 	for p := 0; p < len(records); {
-		size, err := recordFraming(records[p:])
-		if err != nil {
-			return err
+		b := records[p:]
+		if len(b) < minRecordSize {
+			return fmt.Errorf("%w: %d bytes, shorter than a record", ErrInvalidMessage, len(b))
 		}
-		binary.BigEndian.PutUint64(records[p+56:], uint64(t))
+		size := int(binary.BigEndian.Uint32(b))
+		if size < minRecordSize || size > len(b) {
+			return fmt.Errorf("%w: record size %d out of range (have %d bytes)", ErrInvalidMessage, size, len(b))
+		}
+		binary.BigEndian.PutUint64(b[56:], uint64(t))
 		p += size
 	}
 	return nil
 }
 
-// recordFraming checks that b starts with a record's framing (size, magic,
-// and fields that add up to the size) and returns its size; the CRC is not
-// checked. Its errors wrap ErrInvalidMessage: these are records on their
-// way in.
-func recordFraming(b []byte) (int, error) { return frameRecord(b, ErrInvalidMessage) }
-
-// frameRecord is recordFraming with errors wrapping bad.
-func frameRecord(b []byte, bad error) (int, error) {
+// frameRecord checks that b starts with a record's framing (size, magic,
+// and fields that add up to the size) and returns its size and, read in
+// place, its fields (the keys only withKeys); the CRC is not checked.
+// Errors wrap bad.
+func frameRecord(b []byte, bad error, withKeys bool) (int, recordView, error) {
 	if len(b) < blankSize {
-		return 0, fmt.Errorf("%w: %d bytes, shorter than a record header", bad, len(b))
+		return 0, recordView{}, fmt.Errorf("%w: %d bytes, shorter than a record header", bad, len(b))
 	}
 	size := int(binary.BigEndian.Uint32(b))
 	if magic := binary.BigEndian.Uint32(b[4:]); magic != recordMagic {
-		return 0, fmt.Errorf("%w: bad magic %#x", bad, magic)
+		return 0, recordView{}, fmt.Errorf("%w: bad magic %#x", bad, magic)
 	}
 	if size < minRecordSize || size > len(b) {
-		return 0, fmt.Errorf("%w: record size %d out of range (have %d bytes)", bad, size, len(b))
+		return 0, recordView{}, fmt.Errorf("%w: record size %d out of range (have %d bytes)", bad, size, len(b))
 	}
-	if _, err := parseRecord(b[:size], false); err != nil {
-		return 0, fmt.Errorf("%w: %w", bad, err)
+	v, err := parseRecord(b[:size], withKeys)
+	if err != nil {
+		return 0, recordView{}, fmt.Errorf("%w: %w", bad, err)
 	}
-	return size, nil
+	return size, v, nil
 }
 
 // recordView is what dispatch needs of a record, read in place: views of
@@ -128,16 +132,13 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte) ([]AppendResult,
 	}
 	views, results := s.views[:0], make([]AppendResult, 0, 16)
 	for p, i := 0, 0; p < len(records); i++ {
-		size, err := recordFraming(records[p:])
-		if err == nil && size > s.cfg.MaxMessageSize {
+		size, v, err := frameRecord(records[p:], ErrInvalidMessage, true)
+		switch {
+		case err != nil:
+		case size > s.cfg.MaxMessageSize:
 			err = fmt.Errorf("%w: %w: record of %d bytes, limit %d", ErrInvalidMessage, ErrMessageTooLarge, size, s.cfg.MaxMessageSize)
-		}
-		var v recordView
-		if err == nil {
-			v, _ = parseRecord(records[p:p+size], true)
-			if v.queueID < 0 || v.queueID >= s.cfg.MaxQueuesPerTopic {
-				err = fmt.Errorf("%w: queue id %d out of range [0, %d)", ErrInvalidMessage, v.queueID, s.cfg.MaxQueuesPerTopic)
-			}
+		case v.queueID < 0 || v.queueID >= s.cfg.MaxQueuesPerTopic:
+			err = fmt.Errorf("%w: queue id %d out of range [0, %d)", ErrInvalidMessage, v.queueID, s.cfg.MaxQueuesPerTopic)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("record %d: %w", i, err)

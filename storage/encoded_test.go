@@ -116,3 +116,28 @@ func TestAppendRecordsRefusesWhatIsNotARecord(t *testing.T) {
 	}
 	checkQueues(t, s, 4)
 }
+
+// SetStoreTime stamps every record and refuses sizes that do not fit.
+func TestSetStoreTime(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	defer s.Close()
+	records := encodeRecords(t, s, batchFor(5), 1234)
+	for p := 0; p < len(records); p += int(binary.BigEndian.Uint32(records[p:])) {
+		if got := recordStoreTime(records[p:]); got != 1234 {
+			t.Fatalf("record at %d: store time %d", p, got)
+		}
+	}
+	for name, bad := range map[string][]byte{
+		"truncated": records[:len(records)-1],
+		"short":     records[:minRecordSize-1],
+		"size too small": func() []byte {
+			b := bytes.Clone(records)
+			binary.BigEndian.PutUint32(b, 3)
+			return b
+		}(),
+	} {
+		if err := SetStoreTime(bad, 1); !errors.Is(err, ErrInvalidMessage) {
+			t.Fatalf("%s: %v, want ErrInvalidMessage", name, err)
+		}
+	}
+}

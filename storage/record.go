@@ -228,7 +228,7 @@ func checkRecord(b []byte) (int, error) {
 	// a CRC only says the bytes are the ones written, the framing that they
 	// are a record too, so reads and recovery never accept what
 	// DecodeRecord would refuse.
-	size, err := frameRecord(b, ErrCorrupt)
+	size, _, err := frameRecord(b, ErrCorrupt, false)
 	if err != nil {
 		return 0, err
 	}
