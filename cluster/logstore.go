@@ -24,8 +24,9 @@ import (
 // Consul's), Raft's stable state (term, vote) in raft.db (raft-boltdb/v2).
 // A bolt log appends through a copy-on-write B+tree with two fsyncs per
 // commit; under batched publish its StoreLogs took 27% of the master's CPU
-// and 34% of a follower's (issue #12's profiles), and the same code on the
-// WAL gave 52-62k msgs/s against 20-32k on bolt.
+// and 34% of a follower's (issue #12's profiles). On the WAL, batched
+// publish to a group of 3 broker processes went from 32.1k to 59-61k msgs/s
+// (deploy/bench-local.sh, 2026-12-01; broker/README.md).
 const (
 	walDirName       = "wal"
 	walMigratingName = "wal.migrating"
