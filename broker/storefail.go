@@ -89,19 +89,15 @@ func (b *Broker) appliedError(err error) error {
 var servedWhenFailed = map[string]bool{pb.Broker_DescribeBroker_FullMethodName: true}
 
 func (b *Broker) refuseUnaryWhenFailed(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !servedWhenFailed[info.FullMethod] {
-		if err := b.failedError(); err != nil {
-			return nil, err
-		}
+	if err := b.failedError(); err != nil && !servedWhenFailed[info.FullMethod] {
+		return nil, err
 	}
 	return handler(ctx, req)
 }
 
 func (b *Broker) refuseStreamWhenFailed(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if !servedWhenFailed[info.FullMethod] {
-		if err := b.failedError(); err != nil {
-			return err
-		}
+	if err := b.failedError(); err != nil && !servedWhenFailed[info.FullMethod] {
+		return err
 	}
 	return handler(srv, ss)
 }

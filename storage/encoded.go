@@ -124,7 +124,7 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte) ([]AppendResult,
 	case s.closed.Load():
 		return nil, ErrClosed
 	case s.Err() != nil:
-		return nil, fmt.Errorf("%w: %w", ErrFailed, s.Err())
+		return nil, s.errFailed()
 	case raftIndex <= s.lastRaftIndex:
 		return nil, fmt.Errorf("%w: %d <= %d", ErrStaleRaftIndex, raftIndex, s.lastRaftIndex)
 	case len(records) == 0:
