@@ -98,18 +98,14 @@ func (bt *batcher) run(ctx context.Context) {
 			}
 		}
 		// Take what queued up, within the caps.
+	drain:
 		for !next.full(bt.b.cfg) {
 			select {
 			case r := <-bt.reqs:
-				if !next.fits(r, bt.b.cfg) {
-					next.carry = r
-					continue
-				}
-				next.add(r)
-				continue
+				next.take(r, bt.b.cfg)
 			default:
+				break drain
 			}
-			break
 		}
 		n := int(bt.inflight.Load())
 		if n < eagerEntries || (n < bt.b.cfg.MaxInflightEntries && next.full(bt.b.cfg)) {
@@ -127,11 +123,7 @@ func (bt *batcher) run(ctx context.Context) {
 		select {
 		case <-bt.released:
 		case r := <-more:
-			if next.fits(r, bt.b.cfg) {
-				next.add(r)
-			} else {
-				next.carry = r
-			}
+			next.take(r, bt.b.cfg)
 		case <-ctx.Done():
 			bt.failQueued(next.all())
 			return
@@ -153,6 +145,16 @@ func (e *entryBuild) add(r *sendReq) {
 	e.batch = append(e.batch, r)
 	e.n += r.n
 	e.bytes += len(r.records)
+}
+
+// take adds r to this entry, or carries it to the next when it does not
+// fit.
+func (e *entryBuild) take(r *sendReq, cfg Config) {
+	if e.fits(r, cfg) {
+		e.add(r)
+	} else {
+		e.carry = r
+	}
 }
 
 // fits says whether r joins this entry within the caps (an empty entry
