@@ -345,8 +345,11 @@ func runApplyChild(spec string) {
 		os.Exit(2)
 	}
 	drainLeaderChanges(n)
-	for n.Raft.State() != raft.Leader {
-		time.Sleep(5 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); n.Raft.State() != raft.Leader; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			fmt.Println("no leadership within 10 s")
+			os.Exit(2)
+		}
 	}
 	// Entries committed before the kill and replayed now.
 	if err := n.Raft.Barrier(5 * time.Second).Error(); err != nil {
