@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/raftmq/raftmq/cluster/pb"
-	"github.com/raftmq/raftmq/storage"
+	"github.com/raftmq/raftmq/message"
 )
 
 // Metadata changes go through Raft on the master; reads are served by any
@@ -149,7 +149,7 @@ func (s *service) SearchOffsetByTime(_ context.Context, req *pb.SearchOffsetByTi
 }
 
 func (s *service) QueryMessageById(_ context.Context, req *pb.QueryMessageByIdRequest) (*pb.QueryMessageResponse, error) {
-	group, off, err := storage.ParseMessageID(req.MsgId)
+	group, off, err := message.ParseID(req.MsgId)
 	if err != nil {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, err.Error())
 	}
@@ -181,7 +181,7 @@ func (s *service) QueryMessageByKey(_ context.Context, req *pb.QueryMessageByKey
 	}
 	out := &pb.QueryMessageResponse{}
 	for _, raw := range recs {
-		if r, err := storage.DecodeRecord(raw); err == nil && r.Topic == req.Topic {
+		if r, err := message.Decode(raw); err == nil && r.Topic == req.Topic {
 			out.Records = append(out.Records, raw)
 		}
 	}

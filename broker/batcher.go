@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
 )
 
@@ -45,7 +46,7 @@ type batcher struct {
 const eagerEntries = 2
 
 // sendReq is one send's messages, as records in the commitlog's layout
-// (storage.EncodeRecord): n records, bytes long.
+// (package message), checked: n records.
 type sendReq struct {
 	records []byte
 	n       int
@@ -193,7 +194,7 @@ func (bt *batcher) propose(batch []*sendReq, n, bytes int) {
 	for _, r := range batch {
 		data = append(data, r.records...)
 	}
-	if err := storage.SetStoreTime(data[1:], time.Now().UnixMilli()); err != nil {
+	if err := message.SetStoreTime(data[1:], time.Now().UnixMilli()); err != nil {
 		bt.release()
 		for _, r := range batch {
 			r.done <- sendOutcome{err: statusError(codes.Internal, pb.ErrorReason_STORE_ERROR, err.Error(), nil)}

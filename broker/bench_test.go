@@ -22,6 +22,7 @@ import (
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
 )
 
@@ -229,21 +230,26 @@ func claim(left *atomic.Int64, k int) int {
 // goroutines share one client connection to the master; sender i sends to
 // queue i%8, one message (batch=1) or 32 messages (batch=32) per
 // SendMessage, each waiting for its answer before the next. b.N messages in
-// all. rpc_p50/p99 is the SendMessage latency the senders saw.
+// all. rpc_p50/p99 is the SendMessage latency the senders saw. enc=records
+// sends the messages encoded as records (what the SDK's producer sends),
+// enc=fields as protobuf fields (what older producers send).
 func BenchmarkProduce1Replica(b *testing.B) { benchProduceMatrix(b, 1) }
 func BenchmarkProduce3Replica(b *testing.B) { benchProduceMatrix(b, 3) }
 
 func benchProduceMatrix(b *testing.B, replicas int) {
 	for _, batch := range []int{1, 32} {
 		for _, senders := range []int{16, 256} {
-			b.Run(fmt.Sprintf("senders=%d/batch=%d", senders, batch), func(b *testing.B) {
-				benchProduce(b, replicas, senders, batch)
-			})
+			for _, records := range []bool{true, false} {
+				enc := map[bool]string{true: "records", false: "fields"}[records]
+				b.Run(fmt.Sprintf("senders=%d/batch=%d/enc=%s", senders, batch, enc), func(b *testing.B) {
+					benchProduce(b, replicas, senders, batch, records)
+				})
+			}
 		}
 	}
 }
 
-func benchProduce(b *testing.B, replicas, senders, batch int) {
+func benchProduce(b *testing.B, replicas, senders, batch int, records bool) {
 	resetPeakRSS()
 	g, m := benchGroup(b, replicas)
 	client := g.client(m)
@@ -251,6 +257,18 @@ func benchProduce(b *testing.B, replicas, senders, batch int) {
 	msgs := make([]*pb.Message, batch)
 	for i := range msgs {
 		msgs[i] = &pb.Message{Tags: "t", Body: body}
+	}
+	// encoded[q][:k] is the first k messages as records for queue q.
+	encoded := make([][][]byte, benchQueues)
+	for q := range encoded {
+		var buf []byte
+		for range batch {
+			var err error
+			if buf, err = message.Append(buf, &message.Message{Topic: benchTopic, QueueID: int32(q), Tags: "t", Body: body}); err != nil {
+				b.Fatal(err)
+			}
+			encoded[q] = append(encoded[q], buf)
+		}
 	}
 	term0 := g.benchTerm(m)
 
@@ -271,7 +289,11 @@ func benchProduce(b *testing.B, replicas, senders, batch int) {
 				if n == 0 {
 					return
 				}
-				req := &pb.SendMessageRequest{Topic: benchTopic, QueueId: int32(s % benchQueues), Messages: msgs[:n]}
+				q := s % benchQueues
+				req := &pb.SendMessageRequest{Topic: benchTopic, QueueId: int32(q), Messages: msgs[:n]}
+				if records {
+					req.Messages, req.Records = nil, encoded[q][n-1]
+				}
 				t0 := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				_, err := client.SendMessage(ctx, req)

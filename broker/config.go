@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
 )
 
@@ -204,4 +205,4 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // validName is the rule for group and topic names, as RocketMQ's.
-func validName(s string) bool { return storage.ValidTopic(s) }
+func validName(s string) bool { return message.ValidTopic(s) }

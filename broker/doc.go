@@ -20,12 +20,14 @@
 //     every OffsetCommitInterval; UpdateConsumerOffset waits for its entry.
 //   - Consumer heartbeats and orderly-consumption locks live in memory on
 //     each replica, as in RocketMQ.
-//   - A message is encoded once: the send service encodes each message of
-//     a request into the commitlog's record layout as it checks it (in
-//     the request's goroutine), the batcher concatenates the records of
-//     the sends it merges into one entry and stamps the store time, and
-//     every replica's state machine appends those bytes (sendRecordsEntry
-//     in fsm.go). The gRPC request itself is still decoded by protobuf.
+//   - A message is encoded once, by its producer: the SDK sends records
+//     in the layout of package message (SendMessageRequest.records), the
+//     send service checks them in place (framing, CRC, topic, queue,
+//     limits) without decoding a message, the batcher concatenates the
+//     records of the sends it merges into one entry and stamps the store
+//     time, and every replica's state machine appends those bytes
+//     (sendRecordsEntry in fsm.go). Sends of protobuf messages (older
+//     producers, raftmq's own tools) are encoded by the send service, once.
 //   - Group commit keeps two entries in flight, and more only when they
 //     are full (batcher.go says why).
 //   - A replica whose store fails (a write or fdatasync error, a full disk)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
 )
 
@@ -167,10 +168,10 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {
-	msgs := make([]storage.Message, len(b.Messages))
+	msgs := make([]message.Message, len(b.Messages))
 	for i, sm := range b.Messages {
 		m := sm.Message
-		msgs[i] = storage.Message{
+		msgs[i] = message.Message{
 			Topic:      m.Topic,
 			QueueID:    sm.QueueId,
 			Flag:       m.Flag,

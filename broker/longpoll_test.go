@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/cluster/pb"
-	"github.com/raftmq/raftmq/storage"
+	"github.com/raftmq/raftmq/message"
 )
 
 type pullOutcome struct {
@@ -30,11 +30,11 @@ func (g *group) pullAsync(ctx context.Context, i int, req *pb.PullMessageRequest
 	return out
 }
 
-func decodeAll(t *testing.T, recs [][]byte) []storage.Record {
+func decodeAll(t *testing.T, recs [][]byte) []message.Record {
 	t.Helper()
-	var out []storage.Record
+	var out []message.Record
 	for _, raw := range recs {
-		r, err := storage.DecodeRecord(raw)
+		r, err := message.Decode(raw)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
 )
 
@@ -182,7 +183,7 @@ func parseSubscription(expr string) ([]int64, error) {
 		if tag == "" || tag == "*" {
 			return nil, fmt.Errorf("subscription %q: want \"*\" or tags joined by \"||\"", expr)
 		}
-		hashes = append(hashes, storage.TagHash(tag))
+		hashes = append(hashes, message.TagHash(tag))
 	}
 	return hashes, nil
 }

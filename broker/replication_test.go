@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/cluster/pb"
-	"github.com/raftmq/raftmq/storage"
+	"github.com/raftmq/raftmq/message"
 )
 
 // acked is what a sender was told about one message.
@@ -94,7 +94,7 @@ func (g *group) checkIdentical(acks []acked) {
 			if err != nil {
 				g.t.Fatalf("replica %d lacks acked message %s: %v", i+1, a.res.MsgId, err)
 			}
-			r, _ := storage.DecodeRecord(resp.Records[0])
+			r, _ := message.Decode(resp.Records[0])
 			if string(r.Body) != a.body || r.QueueID != a.queue || r.QueueOffset != a.res.QueueOffset {
 				g.t.Fatalf("replica %d: message %s is %q at %d@%d, acked as %q at %d@%d", i+1, a.res.MsgId, r.Body, r.QueueID, r.QueueOffset, a.body, a.queue, a.res.QueueOffset)
 			}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
 )
 
@@ -93,7 +94,7 @@ func (b *Broker) moveDue(ctx context.Context, level int32) error {
 	var moved []*pb.StoredMessage
 	now := time.Now()
 	for _, raw := range res.Records {
-		r, err := storage.DecodeRecord(raw)
+		r, err := message.Decode(raw)
 		if err != nil {
 			return err
 		}
@@ -109,7 +110,7 @@ func (b *Broker) moveDue(ctx context.Context, level int32) error {
 		delete(props, PropRealQueue)
 		delete(props, PropDelayLevel)
 		qid, err := strconv.Atoi(queue)
-		if err != nil || !storage.ValidTopic(topic) {
+		if err != nil || !message.ValidTopic(topic) {
 			b.log.Warn("schedule service: dropping a delayed message without a destination", "offset", r.QueueOffset)
 		} else {
 			moved = append(moved, &pb.StoredMessage{QueueId: int32(qid), Message: &pb.Message{Topic: topic, Tags: r.Tags,
@@ -139,7 +140,7 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 	if err := b.requireMaster(); err != nil {
 		return nil, err
 	}
-	group, off, err := storage.ParseMessageID(req.MsgId)
+	group, off, err := message.ParseID(req.MsgId)
 	if err != nil {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, err.Error())
 	}
@@ -150,7 +151,7 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 	if err != nil {
 		return nil, storeError(err)
 	}
-	r, err := storage.DecodeRecord(raw)
+	r, err := message.Decode(raw)
 	if err != nil {
 		return nil, storeError(err)
 	}
@@ -192,7 +193,7 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 		props[PropRealTopic], props[PropRealQueue], props[PropDelayLevel] = RetryTopic(req.ConsumerGroup), "0", strconv.Itoa(int(level))
 		msg.Topic, queue = ScheduleTopic, level-1
 	}
-	sm := storage.Message{Topic: msg.Topic, QueueID: queue, Flag: msg.Flag, Tags: msg.Tags, Keys: msg.Keys,
+	sm := message.Message{Topic: msg.Topic, QueueID: queue, Flag: msg.Flag, Tags: msg.Tags, Keys: msg.Keys,
 		Properties: props, Body: msg.Body, BornTime: msg.BornTimestamp}
 	record, err := b.store.EncodeRecord(nil, &sm)
 	if err != nil {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/cluster/pb"
-	"github.com/raftmq/raftmq/storage"
+	"github.com/raftmq/raftmq/message"
 )
 
 // Sent-back messages wait in the schedule topic, then move to the group's
@@ -51,9 +51,9 @@ func TestScheduledRetriesMoveExactlyOnceAcrossFailover(t *testing.T) {
 				break
 			}
 			for _, raw := range res.Records {
-				r, _ := storage.DecodeRecord(raw)
+				r, _ := message.Decode(raw)
 				origins[r.Properties[PropOriginMsgID]]++
-				retryCopy = storage.FormatMessageID("broker-a", r.Offset)
+				retryCopy = message.FormatID("broker-a", r.Offset)
 				if r.Properties[PropReconsumeTimes] != "1" || r.Properties[PropRetryTopic] != "work" || r.Properties[PropRealTopic] != "" {
 					t.Errorf("moved message properties %v", r.Properties)
 				}

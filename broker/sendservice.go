@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/raftmq/raftmq/cluster/pb"
-	"github.com/raftmq/raftmq/storage"
+	"github.com/raftmq/raftmq/message"
 )
 
 // service implements pb.BrokerServer over a Broker.
@@ -27,16 +27,18 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 		return nil, err
 	}
 	if !validName(req.Topic) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("topic %q must match [A-Za-z0-9_%%-]{1,127}", req.Topic))
-	}
-	switch n := len(req.Messages); {
-	case n == 0:
-		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "no messages to send")
-	case n > b.cfg.MaxBatchMessages:
-		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("%d messages in one send, limit %d", n, b.cfg.MaxBatchMessages))
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("topic %q must match %s", req.Topic, message.TopicRule))
 	}
 	if req.Topic == ScheduleTopic {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, ScheduleTopic+" is reserved for delayed messages")
+	}
+	switch {
+	case len(req.Messages) == 0 && len(req.Records) == 0:
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "no messages to send")
+	case len(req.Messages) > 0 && len(req.Records) > 0:
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a send carries messages or records, not both")
+	case len(req.Messages) > b.cfg.MaxBatchMessages:
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("%d messages in one send, limit %d", len(req.Messages), b.cfg.MaxBatchMessages))
 	}
 	topic, err := s.topicForSend(ctx, req.Topic)
 	if err != nil {
@@ -48,14 +50,9 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	if req.QueueId < 0 || req.QueueId >= topic.WriteQueues {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("queue id %d out of range [0, %d) of topic %s", req.QueueId, topic.WriteQueues, req.Topic))
 	}
-	// Each message is encoded here, once, in the commitlog's layout: the
-	// Raft entry and every replica's commitlog take these bytes.
-	var records []byte
-	for i, m := range req.Messages {
-		var err error
-		if records, err = s.encodeMessage(records, req, m); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
+	records, n, err := s.sendRecords(req)
+	if err != nil {
+		return nil, err
 	}
 	if len(records) > b.cfg.EntryMaxBytes {
 		return nil, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("batch of %d bytes, limit %d", len(records), b.cfg.EntryMaxBytes))
@@ -67,7 +64,7 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := b.batcher.submit(ctx, records, len(req.Messages))
+	res, err := b.batcher.submit(ctx, records, n)
 	if err != nil {
 		return nil, err
 	}
@@ -76,12 +73,64 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	out := &pb.SendMessageResponse{Group: b.cfg.Group, QueueId: req.QueueId, Results: make([]*pb.SendResult, len(res))}
 	for i, r := range res {
 		out.Results[i] = &pb.SendResult{
-			MsgId:           storage.FormatMessageID(b.cfg.Group, r.Offset),
+			MsgId:           message.FormatID(b.cfg.Group, r.Offset),
 			QueueOffset:     r.QueueOffset,
 			CommitlogOffset: r.Offset,
 		}
 	}
 	return out, nil
+}
+
+// sendRecords returns the send's messages as records in the commitlog's
+// layout, and how many there are. Records the producer encoded are checked
+// in place and taken as they came; messages are encoded here, once. Either
+// way the Raft entry and every replica's commitlog take these bytes.
+func (s *service) sendRecords(req *pb.SendMessageRequest) ([]byte, int, error) {
+	if len(req.Records) > 0 {
+		n, err := s.checkRecords(req)
+		return req.Records, n, err
+	}
+	var records []byte
+	for i, m := range req.Messages {
+		var err error
+		if records, err = s.encodeMessage(records, req, m); err != nil {
+			return nil, 0, fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	return records, len(req.Messages), nil
+}
+
+// checkRecords checks, without decoding a message, that req.Records holds
+// records the store will take (framing, CRC, size and queue limits), each
+// of req's topic and queue, with a body within the limit, and no more of
+// them than a send may carry. It returns their number.
+func (s *service) checkRecords(req *pb.SendMessageRequest) (int, error) {
+	b := s.b
+	n := 0
+	for p := 0; p < len(req.Records); n++ {
+		if n == b.cfg.MaxBatchMessages {
+			return 0, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("more than %d messages in one send", b.cfg.MaxBatchMessages))
+		}
+		size, v, err := b.store.CheckRecord(req.Records[p:])
+		reason, problem := pb.ErrorReason_ILLEGAL_ARGUMENT, ""
+		switch {
+		case err != nil:
+			return 0, storeError(fmt.Errorf("record %d: %w", n, err))
+		case string(v.Topic) != req.Topic:
+			problem = fmt.Sprintf("topic %q differs from the send's %q", v.Topic, req.Topic)
+		case v.QueueID != req.QueueId:
+			problem = fmt.Sprintf("queue id %d differs from the send's %d", v.QueueID, req.QueueId)
+		case v.BodyLen == 0:
+			problem = "message body is empty"
+		case v.BodyLen > b.cfg.MaxMessageSize:
+			reason, problem = pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("body of %d bytes, limit %d", v.BodyLen, b.cfg.MaxMessageSize)
+		}
+		if problem != "" {
+			return 0, invalid(reason, fmt.Sprintf("record %d: %s", n, problem))
+		}
+		p += size
+	}
+	return n, nil
 }
 
 // encodeMessage appends m's record to records, after the checks of the
@@ -98,7 +147,7 @@ func (s *service) encodeMessage(records []byte, req *pb.SendMessageRequest, m *p
 	case len(m.Body) > b.cfg.MaxMessageSize:
 		return records, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("body of %d bytes, limit %d", len(m.Body), b.cfg.MaxMessageSize))
 	}
-	sm := storage.Message{Topic: req.Topic, QueueID: req.QueueId, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
+	sm := message.Message{Topic: req.Topic, QueueID: req.QueueId, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
 		Properties: m.Properties, Body: m.Body, BornTime: m.BornTimestamp}
 	records, err := b.store.EncodeRecord(records, &sm)
 	if err != nil {

@@ -3,13 +3,13 @@ package client
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/raftmq/raftmq/cluster/pb"
-	"github.com/raftmq/raftmq/storage"
+	"github.com/raftmq/raftmq/message"
 )
 
 // Message is what a producer sends.
@@ -52,17 +52,17 @@ type MessageExt struct {
 }
 
 // UniqKey is the producer's unique key of the message (set on every send).
-func (m *MessageExt) UniqKey() string { return m.Properties[storage.PropertyUniqKey] }
+func (m *MessageExt) UniqKey() string { return m.Properties[message.PropertyUniqKey] }
 
 func decodeMessage(raw []byte, group string) (*MessageExt, error) {
-	r, err := storage.DecodeRecord(raw)
+	r, err := message.Decode(raw)
 	if err != nil {
 		return nil, err
 	}
 	m := &MessageExt{
 		Message: Message{Topic: r.Topic, Tags: r.Tags, Keys: r.Keys, Properties: r.Properties,
 			Body: append([]byte(nil), r.Body...), Flag: r.Flag},
-		MsgID:       storage.FormatMessageID(group, r.Offset),
+		MsgID:       message.FormatID(group, r.Offset),
 		Queue:       MessageQueue{Topic: r.Topic, Group: group, QueueID: r.QueueID},
 		QueueOffset: r.QueueOffset,
 		BornTime:    time.UnixMilli(r.BornTime),
@@ -93,17 +93,24 @@ func newUniqKey() string {
 	return uniqPrefix + strconv.FormatUint(uniqCounter.Add(1), 16)
 }
 
-// toProto converts a message for sending, adding its unique key.
-func (m *Message) toProto() (*pb.Message, string) {
+// appendRecord appends m's record for queue id to records (the layout of
+// package message: the broker stores these bytes as they are), adding its
+// unique key, and returns that key.
+func (m *Message) appendRecord(records []byte, queueID int32) ([]byte, string, error) {
 	props := make(map[string]string, len(m.Properties)+1)
 	for k, v := range m.Properties {
 		props[k] = v
 	}
-	key := props[storage.PropertyUniqKey]
+	key := props[message.PropertyUniqKey]
 	if key == "" {
 		key = newUniqKey()
-		props[storage.PropertyUniqKey] = key
+		props[message.PropertyUniqKey] = key
 	}
-	return &pb.Message{Topic: m.Topic, Tags: m.Tags, Keys: m.Keys, Properties: props, Body: m.Body, Flag: m.Flag,
-		BornTimestamp: time.Now().UnixMilli()}, key
+	rec := message.Message{Topic: m.Topic, QueueID: queueID, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
+		Properties: props, Body: m.Body, BornTime: time.Now().UnixMilli()}
+	records, err := message.Append(records, &rec)
+	if err != nil {
+		return records, "", fmt.Errorf("client: %w", err)
+	}
+	return records, key, nil
 }

@@ -1,9 +1,9 @@
 // Package client is raftmq's Go SDK: route discovery through the name
 // servers, a producer (sync, async, one-way and batch sends, queue
 // selectors, retries) and a pull consumer (blocking and callback pulls,
-// offset helpers). It speaks only the gRPC contract (cluster/pb); stored
-// records are decoded with storage.DecodeRecord, whose format the contract
-// names.
+// offset helpers). It speaks the gRPC contract (cluster/pb) and the record
+// format of package message: it sends messages encoded as records and
+// decodes the records it receives.
 package client
 
 import (

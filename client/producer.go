@@ -15,6 +15,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 )
 
 // Producer sends messages to the masters of the broker groups hosting
@@ -204,12 +205,15 @@ func (p *Producer) send(ctx context.Context, msgs []*Message, pick func([]Messag
 	ctx, cancel := context.WithTimeout(ctx, p.opts.sendTimeout)
 	defer cancel()
 	topic := msgs[0].Topic
+	// Encoded once, for queue 0; an attempt on another queue rewrites only
+	// the queue ids (message.SetQueueID).
 	req := &pb.SendMessageRequest{Topic: topic, TimeoutMs: p.opts.sendTimeout.Milliseconds()}
 	keys := make([]string, len(msgs))
 	for i, m := range msgs {
-		pm, key := m.toProto()
-		req.Messages = append(req.Messages, pm)
-		keys[i] = key
+		var err error
+		if req.Records, keys[i], err = m.appendRecord(req.Records, 0); err != nil {
+			return nil, err
+		}
 	}
 	var (
 		lastErr   error
@@ -247,7 +251,12 @@ func (p *Producer) send(ctx context.Context, msgs []*Message, pick func([]Messag
 		if err != nil {
 			return nil, err
 		}
-		req.QueueId = mq.QueueID
+		if mq.QueueID != req.QueueId {
+			if err := message.SetQueueID(req.Records, mq.QueueID); err != nil {
+				return nil, fmt.Errorf("client: %w", err)
+			}
+			req.QueueId = mq.QueueID
+		}
 		actx, acancel := ctx, context.CancelFunc(func() {})
 		if p.opts.attemptTimeout > 0 {
 			actx, acancel = context.WithTimeout(ctx, p.opts.attemptTimeout)

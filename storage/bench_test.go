@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/message"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,26 +59,26 @@ func benchConfig(dir string, mode FlushMode) Config {
 // offsets of a fresh store, "TagB" at odd ones) and a random body of
 // bodySize bytes. Keys and unique keys have a fixed width, so every record
 // has the same encoded size.
-func benchMessages(n, bodySize int) []Message {
+func benchMessages(n, bodySize int) []message.Message {
 	rng := rand.New(rand.NewPCG(1, 2))
 	bodies := make([]byte, bodySize+4096)
 	for i := range bodies {
 		bodies[i] = byte(rng.Uint32())
 	}
 	now := time.Now().UnixMilli()
-	msgs := make([]Message, n)
+	msgs := make([]message.Message, n)
 	for i := range msgs {
 		tag := "TagA"
 		if (i/benchQueues)%2 == 1 {
 			tag = "TagB"
 		}
 		start := rng.IntN(4096)
-		msgs[i] = Message{
+		msgs[i] = message.Message{
 			Topic:      benchTopic,
 			QueueID:    int32(i % benchQueues),
 			Tags:       tag,
 			Keys:       []string{fmt.Sprintf("order-%010d", i)},
-			Properties: map[string]string{PropertyUniqKey: fmt.Sprintf("7F00000100002A9F%016X", uint64(now)<<20|uint64(i))},
+			Properties: map[string]string{message.PropertyUniqKey: fmt.Sprintf("7F00000100002A9F%016X", uint64(now)<<20|uint64(i))},
 			Body:       bodies[start : start+bodySize : start+bodySize],
 			BornTime:   now,
 			StoreTime:  now,
@@ -325,7 +326,7 @@ func BenchmarkRawAppend1KiBBatch256(b *testing.B) {
 // encodeBatch returns the bytes a store writes for msgs appended as one
 // batch to an empty store: it appends them to a scratch store and reads the
 // records back.
-func encodeBatch(b *testing.B, msgs []Message) []byte {
+func encodeBatch(b *testing.B, msgs []message.Message) []byte {
 	s := openStore(b, benchConfig(b.TempDir(), FlushAsync))
 	defer s.Close()
 	res, err := s.Append(1, msgs)
@@ -377,7 +378,7 @@ func BenchmarkGetMessages(b *testing.B) {
 	for _, v := range []struct {
 		name string
 		tags []int64
-	}{{"filter=none", nil}, {"filter=half", []int64{TagHash("TagA")}}} {
+	}{{"filter=none", nil}, {"filter=half", []int64{message.TagHash("TagA")}}} {
 		b.Run(v.name, func(b *testing.B) {
 			var offs [benchQueues]int64
 			q := 0

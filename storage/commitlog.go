@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/raftmq/raftmq/message"
 	"golang.org/x/sys/unix"
 )
 
@@ -187,7 +189,7 @@ func (c *commitlog) readAt(dst []byte, off int64, n int) ([]byte, error) {
 		return dst, fmt.Errorf("%w: %d bytes at commitlog offset %d cross a segment end", ErrOffsetNotFound, n, off)
 	}
 	l := len(dst)
-	dst = grow(dst, n)
+	dst = slices.Grow(dst, n)[:len(dst)+n]
 	if _, err := s.f.ReadAt(dst[l:], off-s.start); err != nil {
 		return dst[:l], fmt.Errorf("storage: read segment %s: %w", segmentName(s.start), err)
 	}
@@ -196,12 +198,12 @@ func (c *commitlog) readAt(dst []byte, off int64, n int) ([]byte, error) {
 
 // readRecord reads and checks the whole record starting at off.
 func (c *commitlog) readRecord(off int64) ([]byte, error) {
-	head, err := c.readAt(nil, off, blankSize)
+	head, err := c.readAt(nil, off, message.BlankSize)
 	if err != nil {
 		return nil, err
 	}
 	size := int(binary.BigEndian.Uint32(head))
-	if binary.BigEndian.Uint32(head[4:]) != recordMagic || size < minRecordSize || int64(size) > c.segSize {
+	if binary.BigEndian.Uint32(head[4:]) != message.Magic || size < message.MinSize || int64(size) > c.segSize {
 		return nil, fmt.Errorf("%w: commitlog offset %d", ErrOffsetNotFound, off)
 	}
 	rec, err := c.readAt(nil, off, size)
@@ -211,8 +213,8 @@ func (c *commitlog) readRecord(off int64) ([]byte, error) {
 	if _, err := checkRecord(rec); err != nil {
 		return nil, fmt.Errorf("commitlog offset %d: %w", off, err)
 	}
-	if recordOffset(rec) != off {
-		return nil, fmt.Errorf("%w: record at commitlog offset %d claims offset %d", ErrCorrupt, off, recordOffset(rec))
+	if message.HeaderOffset(rec) != off {
+		return nil, fmt.Errorf("%w: record at commitlog offset %d claims offset %d", ErrCorrupt, off, message.HeaderOffset(rec))
 	}
 	return rec, nil
 }
@@ -544,10 +546,10 @@ func (c *commitlog) scan(from checkpoint, to int64, fn func(rec []byte) error) (
 			}
 			rel := pos - s.start
 			left := c.segSize - rel
-			if left < blankSize {
+			if left < message.BlankSize {
 				break // the tail is too short for anything; next segment
 			}
-			head, err := buf.peek(rel, blankSize)
+			head, err := buf.peek(rel, message.BlankSize)
 			if err != nil {
 				return res, err
 			}
@@ -559,10 +561,10 @@ func (c *commitlog) scan(from checkpoint, to int64, fn func(rec []byte) error) (
 				}
 				return stop(nil)
 			}
-			if magic == blankMagic && size == left {
+			if magic == message.BlankMagic && size == left {
 				break
 			}
-			if magic != recordMagic || size < minRecordSize || size > left {
+			if magic != message.Magic || size < message.MinSize || size > left {
 				return stop(fmt.Errorf("%w: commitlog offset %d: record size %d, magic %#x", ErrCorrupt, pos, size, magic))
 			}
 			rec, err := buf.peek(rel, int(size))
@@ -572,10 +574,10 @@ func (c *commitlog) scan(from checkpoint, to int64, fn func(rec []byte) error) (
 			if _, err := checkRecord(rec); err != nil {
 				return stop(fmt.Errorf("commitlog offset %d: %w", pos, err))
 			}
-			idx := recordRaftIndex(rec)
+			idx := message.HeaderRaftIndex(rec)
 			switch {
-			case recordOffset(rec) != pos:
-				return stop(fmt.Errorf("%w: record at commitlog offset %d claims offset %d", ErrCorrupt, pos, recordOffset(rec)))
+			case message.HeaderOffset(rec) != pos:
+				return stop(fmt.Errorf("%w: record at commitlog offset %d claims offset %d", ErrCorrupt, pos, message.HeaderOffset(rec)))
 			case pending == 0 && idx <= res.raftIndex:
 				return stop(fmt.Errorf("%w: commitlog offset %d: raft index %d does not rise above %d", ErrCorrupt, pos, idx, res.raftIndex))
 			case pending > 0 && idx != pendingIdx:
@@ -588,7 +590,7 @@ func (c *commitlog) scan(from checkpoint, to int64, fn func(rec []byte) error) (
 			}
 			pending++
 			pendingIdx = idx
-			if recordSysFlag(rec)&sysFlagBatchEnd != 0 {
+			if message.HeaderSysFlag(rec)&message.SysFlagBatchEnd != 0 {
 				res.records += pending
 				pending = 0
 				res.last = pos

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // FlushMode says when appended records reach the disk.
@@ -164,9 +166,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.diskUsage = diskUsage
 	}
 	switch {
-	case c.MaxMessageSize < minRecordSize:
-		return c, fmt.Errorf("storage: MaxMessageSize %d is below the smallest record (%d)", c.MaxMessageSize, minRecordSize)
-	case c.SegmentSize < int64(c.MaxMessageSize)+blankSize:
+	case c.MaxMessageSize < message.MinSize:
+		return c, fmt.Errorf("storage: MaxMessageSize %d is below the smallest record (%d)", c.MaxMessageSize, message.MinSize)
+	case c.SegmentSize < int64(c.MaxMessageSize)+message.BlankSize:
 		return c, fmt.Errorf("storage: SegmentSize %d must hold a record of MaxMessageSize %d", c.SegmentSize, c.MaxMessageSize)
 	case c.MaxQueuesPerTopic < 0, c.QueueEntriesPerFile < 1, c.IndexSlots < 1, c.IndexEntries < 1, c.MaxScanEntries < 1:
 		return c, errors.New("storage: queue, index and scan limits must be positive")

@@ -3,6 +3,8 @@ package storage
 import (
 	"errors"
 	"fmt"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // A replica that has fallen behind copies the commitlog from a peer as raw
@@ -36,8 +38,8 @@ func (s *Store) ReadCommitlog(from, to int64, maxBytes int) ([]byte, error) {
 	}
 	stop := from
 	res, err := s.cl.scan(emptyLog(from), end, func(rec []byte) error {
-		if recordSysFlag(rec)&sysFlagBatchEnd != 0 {
-			stop = recordOffset(rec) + int64(len(rec))
+		if message.HeaderSysFlag(rec)&message.SysFlagBatchEnd != 0 {
+			stop = message.HeaderOffset(rec) + int64(len(rec))
 			if stop-from >= int64(maxBytes) {
 				return errStopScan
 			}

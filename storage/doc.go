@@ -20,16 +20,18 @@
 // (recycle.go), or else a new file zero-filled in the background, one
 // segment ahead (preallocate.go). fdatasync into written blocks is about
 // twice as cheap as into fallocated or growing ones on our machines. A
-// record (see record.go for the layout)
-// carries its length, a CRC32-C, the Raft index of its batch, its own
-// commitlog offset, its queue id and offset, times, topic, tags, keys,
-// properties and body. A record never spans segments: the tail of a segment
-// that cannot take the next record is marked with a blank record. Append
-// takes one Raft entry's messages as a batch, encodes them into one buffer
-// and writes it with one write per segment touched; AppendRecords takes a
-// batch already encoded (EncodeRecord, by a broker's master, once for all
-// replicas) and fills in only what the store assigns (encoded.go), the path
-// Append takes too; the last record of a
+// record, in the layout of package message (message/record.go, shared with
+// producers), carries its length, a CRC32-C, the Raft index of its batch,
+// its own commitlog offset, its queue id and offset, times, topic, tags,
+// keys, properties and body; record.go holds how the store reads them
+// (what fails to check on disk is ErrCorrupt). A record never spans
+// segments: the tail of a segment that cannot take the next record is
+// marked with a blank record. AppendRecords takes one Raft entry's records,
+// encoded by the producer (or by the master, for older producers:
+// EncodeRecord) and checked by the master (CheckRecord), and fills in only
+// what the store assigns (encoded.go); Append, for callers that hold
+// messages, encodes them and takes the same path. Each batch is written
+// with one write per segment touched; the last record of a
 // batch carries a batch-end flag, and zeros follow it to the end of its
 // page: an end-of-data marker that hides whatever a reused file held
 // there, and whole pages, which the kernel need not read first.

@@ -1,114 +1,58 @@
 package storage
 
 import (
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
+
+	"github.com/raftmq/raftmq/message"
 )
 
-// Appending records as they were encoded. A broker group's master encodes
-// each message once, in the commitlog's record layout (EncodeRecord), and
-// the Raft entry carries those bytes; every replica appends them
-// (AppendRecords), filling in only what the store assigns: the Raft index,
-// the commitlog and queue offsets, the batch-end flag and the CRC. No
-// replica decodes a message into fields and encodes it again. Append, for
-// callers that hold Messages, encodes them and takes the same path, so the
-// two write the same bytes.
+// Appending records as they were encoded. A producer encodes each message
+// once, in the record layout of package message; a broker group's master
+// checks the bytes (CheckRecord), or encodes messages sent as fields
+// (EncodeRecord), and the Raft entry carries those bytes; every replica
+// appends them (AppendRecords), filling in only what the store assigns: the
+// Raft index, the commitlog and queue offsets, the batch-end flag and the
+// CRC. No replica decodes a message into fields and encodes it again.
+// Append, for callers that hold messages, encodes them and takes the same
+// path, so the two write the same bytes.
 
 // EncodeRecord appends m's record to dst, with the fields the store assigns
 // left zero, after the checks CheckMessage makes. StoreTime is m's; a
-// master stamps its own on a whole entry with SetStoreTime.
-func (s *Store) EncodeRecord(dst []byte, m *Message) ([]byte, error) {
+// master stamps its own on a whole entry with message.SetStoreTime.
+func (s *Store) EncodeRecord(dst []byte, m *message.Message) ([]byte, error) {
 	size, err := s.check(m)
 	if err != nil {
 		return dst, err
 	}
-	return appendRecord(dst, m, size, 0, 0, 0, 0), nil
+	return message.AppendSized(dst, m, size), nil
 }
 
-// SetStoreTime writes t as the store time of every record in records (a
-// sequence of EncodeRecord's output); the CRCs are left stale, since
-// AppendRecords writes them anew. It reads only each record's size (the
-// bytes are this process's own encoding), and fails on a size that does
-// not fit.
-func SetStoreTime(records []byte, t int64) error {
-	for p := 0; p < len(records); {
-		b := records[p:]
-		if len(b) < minRecordSize {
-			return fmt.Errorf("%w: %d bytes, shorter than a record", ErrInvalidMessage, len(b))
+// CheckRecord checks a record a producer encoded, as AppendRecords will:
+// its framing and CRC, and this store's limits on its size and queue id.
+// It returns the record's size and its fields, read in place.
+func (s *Store) CheckRecord(b []byte) (int, message.View, error) {
+	size, v, err := s.frame(b, false)
+	if err == nil {
+		if err = message.CheckCRC(b[:size]); err != nil {
+			err = fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 		}
-		size := int(binary.BigEndian.Uint32(b))
-		if size < minRecordSize || size > len(b) {
-			return fmt.Errorf("%w: record size %d out of range (have %d bytes)", ErrInvalidMessage, size, len(b))
-		}
-		binary.BigEndian.PutUint64(b[56:], uint64(t))
-		p += size
 	}
-	return nil
+	return size, v, err
 }
 
-// frameRecord checks that b starts with a record's framing (size, magic,
-// and fields that add up to the size) and returns its size and, read in
-// place, its fields (the keys only withKeys); the CRC is not checked.
-// Errors wrap bad.
-func frameRecord(b []byte, bad error, withKeys bool) (int, recordView, error) {
-	if len(b) < blankSize {
-		return 0, recordView{}, fmt.Errorf("%w: %d bytes, shorter than a record header", bad, len(b))
-	}
-	size := int(binary.BigEndian.Uint32(b))
-	if magic := binary.BigEndian.Uint32(b[4:]); magic != recordMagic {
-		return 0, recordView{}, fmt.Errorf("%w: bad magic %#x", bad, magic)
-	}
-	if size < minRecordSize || size > len(b) {
-		return 0, recordView{}, fmt.Errorf("%w: record size %d out of range (have %d bytes)", bad, size, len(b))
-	}
-	v, err := parseRecord(b[:size], withKeys)
-	if err != nil {
-		return 0, recordView{}, fmt.Errorf("%w: %w", bad, err)
-	}
-	return size, v, nil
-}
-
-// recordView is what dispatch needs of a record, read in place: views of
-// its fields into the record's bytes.
-type recordView struct {
-	topic, tags []byte
-	queueID     int32
-	storeTime   int64
-	keys        [][]byte
-	uniqKey     []byte
-}
-
-// parseRecord reads the variable fields of the framed record b (len(b) is
-// its size) without copying them; the keys and the unique key only with
-// withKeys (collecting the keys allocates).
-func parseRecord(b []byte, withKeys bool) (recordView, error) {
-	be := binary.BigEndian
-	v := recordView{queueID: int32(be.Uint32(b[40:])), storeTime: int64(be.Uint64(b[56:]))}
-	d := decoder{b: b, p: fixedHeader}
-	v.topic = d.bytes(int(d.u8()))
-	v.tags = d.bytes(int(d.u16()))
-	for n := int(d.u16()); n > 0 && d.err == nil; n-- {
-		if k := d.bytes(int(d.u16())); len(k) > 0 && withKeys {
-			v.keys = append(v.keys, k)
-		}
-	}
-	for n := int(d.u16()); n > 0 && d.err == nil; n-- {
-		name, val := d.bytes(int(d.u16())), d.bytes(int(d.u16()))
-		if withKeys && string(name) == PropertyUniqKey {
-			v.uniqKey = val
-		}
-	}
-	d.bytes(int(d.u32()))
+// frame frames the record at the start of b, an append's input, and checks
+// it against this store's limits. Errors wrap ErrInvalidMessage.
+func (s *Store) frame(b []byte, withKeys bool) (int, message.View, error) {
+	size, v, err := message.Frame(b, withKeys)
 	switch {
-	case d.err != nil:
-		return v, d.err
-	case d.p != len(b):
-		return v, fmt.Errorf("%w: %d trailing bytes in record", ErrCorrupt, len(b)-d.p)
-	case !validTopic(v.topic):
-		return v, fmt.Errorf("%w: topic %q is not a legal name", ErrCorrupt, v.topic)
+	case err != nil:
+		err = fmt.Errorf("%w: %w", ErrInvalidMessage, err)
+	case size > s.cfg.MaxMessageSize:
+		err = fmt.Errorf("%w: %w: record of %d bytes, limit %d", ErrInvalidMessage, ErrMessageTooLarge, size, s.cfg.MaxMessageSize)
+	case v.QueueID < 0 || v.QueueID >= s.cfg.MaxQueuesPerTopic:
+		err = fmt.Errorf("%w: queue id %d out of range [0, %d)", ErrInvalidMessage, v.QueueID, s.cfg.MaxQueuesPerTopic)
 	}
-	return v, nil
+	return size, v, err
 }
 
 // AppendRecords appends records, a sequence of records as EncodeRecord
@@ -132,19 +76,12 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte) ([]AppendResult,
 	}
 	views, results := s.views[:0], make([]AppendResult, 0, 16)
 	for p, i := 0, 0; p < len(records); i++ {
-		size, v, err := frameRecord(records[p:], ErrInvalidMessage, true)
-		switch {
-		case err != nil:
-		case size > s.cfg.MaxMessageSize:
-			err = fmt.Errorf("%w: %w: record of %d bytes, limit %d", ErrInvalidMessage, ErrMessageTooLarge, size, s.cfg.MaxMessageSize)
-		case v.queueID < 0 || v.queueID >= s.cfg.MaxQueuesPerTopic:
-			err = fmt.Errorf("%w: queue id %d out of range [0, %d)", ErrInvalidMessage, v.queueID, s.cfg.MaxQueuesPerTopic)
-		}
+		size, v, err := s.frame(records[p:], true)
 		if err != nil {
 			return nil, fmt.Errorf("record %d: %w", i, err)
 		}
 		views = append(views, v)
-		results = append(results, AppendResult{Size: int32(size), Topic: string(v.topic), QueueID: v.queueID, TagHash: tagHash(v.tags)})
+		results = append(results, AppendResult{Size: int32(size), Topic: string(v.Topic), QueueID: v.QueueID, TagHash: message.TagHash(v.Tags)})
 		p += size
 	}
 	s.views = views[:0]
@@ -181,26 +118,4 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte) ([]AppendResult,
 	st.queueEntries += int64(len(results))
 	s.dispatched.Store(&st)
 	return results, nil
-}
-
-// fillRecord writes the fields the store assigns into the record b and
-// its CRC last.
-func fillRecord(b []byte, raftIndex uint64, offset, queueOffset int64, sysFlag uint32) {
-	be := binary.BigEndian
-	be.PutUint32(b[12:], sysFlag)
-	be.PutUint64(b[16:], raftIndex)
-	be.PutUint64(b[24:], uint64(offset))
-	be.PutUint64(b[32:], uint64(queueOffset))
-	be.PutUint32(b[8:], crc32.Checksum(b[12:], castagnoli))
-}
-
-// tagHash is TagHash of a tag's bytes.
-func tagHash(tag []byte) int64 {
-	if len(tag) == 0 {
-		return 0
-	}
-	if v := int64(fnv64a(tag)); v != 0 {
-		return v
-	}
-	return 1
 }

@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // encodeRecords is what a master does with a batch: EncodeRecord each
 // message, then SetStoreTime on the whole.
-func encodeRecords(t *testing.T, s *Store, msgs []Message, storeTime int64) []byte {
+func encodeRecords(t *testing.T, s *Store, msgs []message.Message, storeTime int64) []byte {
 	t.Helper()
 	var records []byte
 	for i := range msgs {
@@ -18,7 +20,7 @@ func encodeRecords(t *testing.T, s *Store, msgs []Message, storeTime int64) []by
 			t.Fatal(err)
 		}
 	}
-	if err := SetStoreTime(records, storeTime); err != nil {
+	if err := message.SetStoreTime(records, storeTime); err != nil {
 		t.Fatal(err)
 	}
 	return records
@@ -45,19 +47,19 @@ func TestAppendRecordsWritesTheRecordLayout(t *testing.T) {
 		}
 		for i := range msgs {
 			r := res[i]
-			if r.Topic != msgs[i].Topic || r.QueueID != msgs[i].QueueID || r.TagHash != TagHash(msgs[i].Tags) {
+			if r.Topic != msgs[i].Topic || r.QueueID != msgs[i].QueueID || r.TagHash != message.TagHash(msgs[i].Tags) {
 				t.Fatalf("batch %d record %d: result %+v", idx, i, r)
 			}
 			var flag uint32
 			if i == len(msgs)-1 {
-				flag = sysFlagBatchEnd
+				flag = message.SysFlagBatchEnd
 			}
 			if int64(len(want)) < r.Offset { // a blank up to the segment's end
 				want = appendBlank(want, r.Offset-int64(len(want)))
 				want = append(want, make([]byte, r.Offset-int64(len(want)))...)
 				blanks++
 			}
-			want = appendRecord(want, &msgs[i], int(r.Size), idx, r.Offset, r.QueueOffset, flag)
+			want = appendStored(want, &msgs[i], idx, r.Offset, r.QueueOffset, flag)
 		}
 	}
 	got, err := s.ReadCommitlog(0, int64(len(want)), len(want))
@@ -89,8 +91,8 @@ func TestAppendRecordsRefusesWhatIsNotARecord(t *testing.T) {
 		"bad magic":      func(b []byte) []byte { b[first+4] ^= 0xff; return b },
 		"size overruns":  func(b []byte) []byte { binary.BigEndian.PutUint32(b, uint32(len(b)+1)); return b },
 		"size too small": func(b []byte) []byte { binary.BigEndian.PutUint32(b, 10); return b },
-		"bad topic":      func(b []byte) []byte { b[fixedHeader+1] = '/'; return b },
-		"field overruns": func(b []byte) []byte { b[fixedHeader] = 200; return b },
+		"bad topic":      func(b []byte) []byte { b[message.HeaderLen+1] = '/'; return b },
+		"field overruns": func(b []byte) []byte { b[message.HeaderLen] = 200; return b },
 		"queue id":       func(b []byte) []byte { binary.BigEndian.PutUint32(b[40:], uint32(cfg.MaxQueuesPerTopic)); return b },
 		"negative queue": func(b []byte) []byte { binary.BigEndian.PutUint32(b[40:], 1<<31); return b },
 	}
@@ -115,29 +117,4 @@ func TestAppendRecordsRefusesWhatIsNotARecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkQueues(t, s, 4)
-}
-
-// SetStoreTime stamps every record and refuses sizes that do not fit.
-func TestSetStoreTime(t *testing.T) {
-	s := openStore(t, testConfig(t.TempDir()))
-	defer s.Close()
-	records := encodeRecords(t, s, batchFor(5), 1234)
-	for p := 0; p < len(records); p += int(binary.BigEndian.Uint32(records[p:])) {
-		if got := recordStoreTime(records[p:]); got != 1234 {
-			t.Fatalf("record at %d: store time %d", p, got)
-		}
-	}
-	for name, bad := range map[string][]byte{
-		"truncated": records[:len(records)-1],
-		"short":     records[:minRecordSize-1],
-		"size too small": func() []byte {
-			b := bytes.Clone(records)
-			binary.BigEndian.PutUint32(b, 3)
-			return b
-		}(),
-	} {
-		if err := SetStoreTime(bad, 1); !errors.Is(err, ErrInvalidMessage) {
-			t.Fatalf("%s: %v, want ErrInvalidMessage", name, err)
-		}
-	}
 }

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // checkFailure checks that err is the store's failure: the injected errno
@@ -134,7 +136,7 @@ func TestDeleteTopicErrorFailsStore(t *testing.T) {
 	s := openStore(t, cfg)
 	defer s.Close()
 	appendBatches(t, s, 1, 3)
-	if _, err := s.Append(4, []Message{{Topic: "gone", Body: []byte("x")}}); err != nil {
+	if _, err := s.Append(4, []message.Message{{Topic: "gone", Body: []byte("x")}}); err != nil {
 		t.Fatal(err)
 	}
 	err := s.DeleteTopic("gone")

@@ -9,120 +9,12 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/raftmq/raftmq/message"
 )
-
-// FuzzDecodeRecord feeds arbitrary bytes to DecodeRecord. It must never
-// panic; it must agree with checkRecord; and a record it accepts must be
-// re-encoded by appendRecord into exactly the bytes it came from when the
-// encoding is canonical (property names strictly ascending, as appendRecord
-// writes them), and into an equivalent record otherwise.
-//
-// Each input is tried twice: as given, and with the magic set and the CRC
-// recomputed over the size its header claims, so that the fuzzer reaches
-// the field decoder instead of stopping at the CRC.
-func FuzzDecodeRecord(f *testing.F) {
-	f.Fuzz(func(t *testing.T, data []byte) {
-		fzCheckDecode(t, data)
-		if len(data) >= 12 {
-			fixed := bytes.Clone(data)
-			binary.BigEndian.PutUint32(fixed[4:], recordMagic)
-			fzFixCRC(fixed)
-			fzCheckDecode(t, fixed)
-		}
-	})
-}
-
-// fzFixCRC recomputes the CRC of the record at the start of b when its
-// size field lies within b.
-func fzFixCRC(b []byte) {
-	if len(b) < 12 {
-		return
-	}
-	size := int64(binary.BigEndian.Uint32(b))
-	if size < 12 || size > int64(len(b)) {
-		return
-	}
-	binary.BigEndian.PutUint32(b[8:], crc32.Checksum(b[12:size], castagnoli))
-}
-
-func fzCheckDecode(t *testing.T, data []byte) {
-	t.Helper()
-	r, err := DecodeRecord(data)
-	n, cerr := checkRecord(data)
-	if err != nil {
-		if !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("DecodeRecord error does not wrap ErrCorrupt: %v", err)
-		}
-		if cerr != nil && !errors.Is(cerr, ErrCorrupt) {
-			t.Fatalf("checkRecord error does not wrap ErrCorrupt: %v", cerr)
-		}
-		return
-	}
-	if cerr != nil {
-		t.Fatalf("DecodeRecord accepted a record that checkRecord rejects: %v", cerr)
-	}
-	if int(r.Size) != n || n < minRecordSize || n > len(data) {
-		t.Fatalf("decoded size %d, checkRecord size %d, input %d bytes", r.Size, n, len(data))
-	}
-	raw := data[:n]
-	m := Message{
-		Topic: r.Topic, QueueID: r.QueueID, Flag: r.Flag, Tags: r.Tags, Keys: r.Keys,
-		Properties: r.Properties, Body: r.Body, BornTime: r.BornTime, StoreTime: r.StoreTime,
-	}
-	size, err := encodedSize(&m)
-	if err != nil {
-		t.Fatalf("encodedSize of a decoded record: %v", err)
-	}
-	enc := appendRecord(nil, &m, size, r.RaftIndex, r.Offset, r.QueueOffset, r.SysFlag)
-	if fzCanonicalProperties(raw) {
-		if !bytes.Equal(enc, raw) {
-			t.Fatalf("re-encoding differs from the decoded bytes\n got %x\nwant %x", enc, raw)
-		}
-		return
-	}
-	// Property names repeated or out of order: DecodeRecord keeps the last
-	// value of a name and appendRecord sorts, so only the meaning survives.
-	r2, err := DecodeRecord(enc)
-	if err != nil {
-		t.Fatalf("re-encoded record does not decode: %v", err)
-	}
-	r2.Size = r.Size
-	if !reflect.DeepEqual(r, r2) {
-		t.Fatalf("re-encoded record decodes differently\n got %+v\nwant %+v", r2, r)
-	}
-}
-
-// fzCanonicalProperties reports whether the property names of a record that
-// DecodeRecord accepted are strictly ascending, as appendRecord writes them.
-func fzCanonicalProperties(b []byte) bool {
-	be := binary.BigEndian
-	p := fixedHeader
-	p += 1 + int(b[p])
-	p += 2 + int(be.Uint16(b[p:]))
-	keys := int(be.Uint16(b[p:]))
-	p += 2
-	for i := 0; i < keys; i++ {
-		p += 2 + int(be.Uint16(b[p:]))
-	}
-	props := int(be.Uint16(b[p:]))
-	p += 2
-	var prev []byte
-	for i := 0; i < props; i++ {
-		nl := int(be.Uint16(b[p:]))
-		name := b[p+2 : p+2+nl]
-		if i > 0 && bytes.Compare(prev, name) >= 0 {
-			return false
-		}
-		prev = name
-		p += 2 + nl
-		p += 2 + int(be.Uint16(b[p:]))
-	}
-	return true
-}
 
 // FuzzRecovery opens a store whose single commitlog segment holds arbitrary
 // bytes: a template store's segment (empty, or batches written by a real
@@ -260,15 +152,15 @@ func fzRefScan(img []byte, from fzRef, to int64, fresh bool) fzRef {
 	var pending []int64
 	var pendingIdx uint64
 	staged := map[queueKey]int64{} // queue offsets taken by the pending batch
-	for left := int64(len(img)) - pos; left >= blankSize && (to < 0 || pos < to); left = int64(len(img)) - pos {
+	for left := int64(len(img)) - pos; left >= message.BlankSize && (to < 0 || pos < to); left = int64(len(img)) - pos {
 		size, magic := int64(be.Uint32(img[pos:])), be.Uint32(img[pos+4:])
-		if size == 0 && magic == 0 || magic == blankMagic && size == left {
+		if size == 0 && magic == 0 || magic == message.BlankMagic && size == left {
 			break
 		}
-		if magic != recordMagic || size < minRecordSize || size > left {
+		if magic != message.Magic || size < message.MinSize || size > left {
 			break
 		}
-		r, err := DecodeRecord(img[pos : pos+size])
+		r, err := decodeRecord(img[pos : pos+size])
 		if err != nil || r.Offset != pos ||
 			len(pending) == 0 && r.RaftIndex <= ref.raftIndex ||
 			len(pending) > 0 && r.RaftIndex != pendingIdx {
@@ -286,7 +178,7 @@ func fzRefScan(img []byte, from fzRef, to int64, fresh bool) fzRef {
 		}
 		staged[k] = r.QueueOffset + 1
 		pending, pendingIdx = append(pending, pos), r.RaftIndex
-		if r.SysFlag&sysFlagBatchEnd != 0 {
+		if r.SysFlag&message.SysFlagBatchEnd != 0 {
 			ref.recs = append(ref.recs, pending...)
 			pending = nil
 			maps.Copy(ref.next, staged)
@@ -309,9 +201,9 @@ func fzRecover(t *testing.T, tp *fzTemplate, data []byte, at int64, mode uint8) 
 	end := at + int64(copy(img[at:], data))
 	if mode&0x0c != 0 {
 		be := binary.BigEndian
-		for pos := int64(0); segSize-pos >= fixedHeader; {
+		for pos := int64(0); segSize-pos >= message.HeaderLen; {
 			size := int64(be.Uint32(img[pos:]))
-			if be.Uint32(img[pos+4:]) != recordMagic || size < minRecordSize || size > segSize-pos {
+			if be.Uint32(img[pos+4:]) != message.Magic || size < message.MinSize || size > segSize-pos {
 				break
 			}
 			if mode&0x08 != 0 {
@@ -391,7 +283,7 @@ func fzRecover(t *testing.T, tp *fzTemplate, data []byte, at int64, mode uint8) 
 	// A scan of the recovered log ends cleanly where recovery says.
 	var scanned []int64
 	res, err := s.cl.scan(checkpoint{dispatched: 0, last: -1}, -1, func(rec []byte) error {
-		scanned = append(scanned, recordOffset(rec))
+		scanned = append(scanned, message.HeaderOffset(rec))
 		return nil
 	})
 	if err != nil {
@@ -401,8 +293,8 @@ func fzRecover(t *testing.T, tp *fzTemplate, data []byte, at int64, mode uint8) 
 		if res.cause != nil || res.end != clEnd || res.raftIndex != last {
 			t.Fatalf("scan after recovery: end %d, raft index %d, cause %v; store says end %d, raft index %d", res.end, res.raftIndex, res.cause, clEnd, last)
 		}
-		if n := len(scanned); n > 0 && recordRaftIndex(img[scanned[n-1]:]) != last {
-			t.Fatalf("last scanned record has raft index %d, LastRaftIndex is %d", recordRaftIndex(img[scanned[n-1]:]), last)
+		if n := len(scanned); n > 0 && message.HeaderRaftIndex(img[scanned[n-1]:]) != last {
+			t.Fatalf("last scanned record has raft index %d, LastRaftIndex is %d", message.HeaderRaftIndex(img[scanned[n-1]:]), last)
 		}
 		if !slices.Equal(scanned, ref.recs) {
 			t.Fatalf("scan after recovery sees records %v, reference %v", scanned, ref.recs)
@@ -413,7 +305,7 @@ func fzRecover(t *testing.T, tp *fzTemplate, data []byte, at int64, mode uint8) 
 		t.Fatalf("dispatched %+v; end %d, raft index %d", *cp, clEnd, last)
 	} else if cp.last >= 0 {
 		rec, err := s.cl.readRecord(cp.last)
-		if err != nil || cp.last+int64(len(rec)) != clEnd || recordRaftIndex(rec) != last || recordSysFlag(rec)&sysFlagBatchEnd == 0 {
+		if err != nil || cp.last+int64(len(rec)) != clEnd || message.HeaderRaftIndex(rec) != last || message.HeaderSysFlag(rec)&message.SysFlagBatchEnd == 0 {
 			t.Fatalf("dispatched %+v does not name the last record of the last batch (%v)", *cp, err)
 		}
 	} else if clEnd != 0 || last != 0 {
@@ -446,7 +338,7 @@ func fzRecover(t *testing.T, tp *fzTemplate, data []byte, at int64, mode uint8) 
 				t.Fatalf("queue %s@%d offset %d: status %v, %d records, next %d", k.topic, k.id, off, got.Status, len(got.Records), got.NextOffset)
 			}
 			for _, raw := range got.Records {
-				r, err := DecodeRecord(raw)
+				r, err := decodeRecord(raw)
 				if err != nil {
 					t.Fatalf("queue %s@%d offset %d returned a record that does not decode: %v", k.topic, k.id, off, err)
 				}
@@ -541,4 +433,17 @@ func fzEnds(refs []fzRef) [][2]uint64 {
 		out = append(out, [2]uint64{uint64(r.end), r.raftIndex})
 	}
 	return out
+}
+
+// fzFixCRC recomputes the CRC of the record at the start of b when its
+// size field lies within b.
+func fzFixCRC(b []byte) {
+	if len(b) < 12 {
+		return
+	}
+	size := int64(binary.BigEndian.Uint32(b))
+	if size < 12 || size > int64(len(b)) {
+		return
+	}
+	binary.BigEndian.PutUint32(b[8:], crc32.Checksum(b[12:size], castagnoli))
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/message"
 	"go.uber.org/goleak"
 )
 
@@ -65,21 +66,21 @@ func (s *Store) crash() {
 // batchFor is the deterministic batch of Raft index idx: 1 to 7 messages
 // spread over 4 queues of topic "T", with a body of varying size, a tag of
 // "even" or "odd" and a key naming the message.
-func batchFor(idx uint64) []Message {
+func batchFor(idx uint64) []message.Message {
 	n := 1 + int(idx%7)
-	msgs := make([]Message, n)
+	msgs := make([]message.Message, n)
 	for i := range msgs {
 		name := fmt.Sprintf("m-%d-%d", idx, i)
 		tag := "odd"
 		if (int(idx)+i)%2 == 0 {
 			tag = "even"
 		}
-		msgs[i] = Message{
+		msgs[i] = message.Message{
 			Topic:      "T",
 			QueueID:    int32((int(idx) + i) % 4),
 			Tags:       tag,
 			Keys:       []string{name},
-			Properties: map[string]string{"idx": fmt.Sprint(idx), PropertyUniqKey: "u-" + name},
+			Properties: map[string]string{"idx": fmt.Sprint(idx), message.PropertyUniqKey: "u-" + name},
 			Body:       bytes.Repeat([]byte(name+"|"), 1+int(idx*13+uint64(i))%150),
 			BornTime:   int64(idx) * 10,
 			StoreTime:  int64(idx) * 10,
@@ -99,10 +100,10 @@ func appendBatches(t testing.TB, s *Store, from, to uint64) {
 }
 
 // readQueue reads a whole queue from its minimum.
-func readQueue(t testing.TB, s *Store, topic string, q int32) []Record {
+func readQueue(t testing.TB, s *Store, topic string, q int32) []message.Record {
 	t.Helper()
 	min, max := s.QueueOffsets(topic, q)
-	var out []Record
+	var out []message.Record
 	for off := min; off < max; {
 		res, err := s.GetMessages(GetRequest{Topic: topic, QueueID: q, Offset: off, MaxMessages: 32, MaxBytes: 1 << 20})
 		if err != nil {
@@ -112,7 +113,7 @@ func readQueue(t testing.TB, s *Store, topic string, q int32) []Record {
 			t.Fatalf("read %s@%d at %d: status %v", topic, q, off, res.Status)
 		}
 		for _, raw := range res.Records {
-			r, err := DecodeRecord(raw)
+			r, err := decodeRecord(raw)
 			if err != nil {
 				t.Fatalf("decode: %v", err)
 			}
@@ -134,8 +135,8 @@ func checkHolds(t testing.TB, s *Store, last uint64) {
 }
 
 // wantByQueue is batches 1..last of batchFor, by queue id.
-func wantByQueue(last uint64) map[int32][]Message {
-	want := map[int32][]Message{}
+func wantByQueue(last uint64) map[int32][]message.Message {
+	want := map[int32][]message.Message{}
 	for idx := uint64(1); idx <= last; idx++ {
 		for _, m := range batchFor(idx) {
 			want[m.QueueID] = append(want[m.QueueID], m)
@@ -173,4 +174,16 @@ func waitFor(t testing.TB, cond func() bool) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// appendStored appends m's record as a store writes it: with the Raft
+// index, offsets and sys flag filled in.
+func appendStored(dst []byte, m *message.Message, raftIndex uint64, offset, queueOffset int64, sysFlag uint32) []byte {
+	at := len(dst)
+	dst, err := message.Append(dst, m)
+	if err != nil {
+		panic(err)
+	}
+	message.Fill(dst[at:], raftIndex, offset, queueOffset, sysFlag)
+	return dst
 }

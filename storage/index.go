@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // keyIndex finds messages by key. It is a chain of hash-index files in the
@@ -58,7 +60,7 @@ const (
 	indexEntrySize         = 28
 )
 
-func keyHash[T string | []byte](key T) uint64 { return fnv64a(key) }
+func keyHash[T string | []byte](key T) uint64 { return message.FNV64a(key) }
 
 func indexFileSize(slots, entries int) int64 {
 	return indexHeaderSize + int64(slots)*4 + int64(entries)*indexEntrySize

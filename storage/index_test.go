@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // checkKeys fails unless every key and unique key of batches [from, to] is
@@ -16,7 +18,7 @@ func checkKeys(t *testing.T, s *Store, from, to uint64) {
 	t.Helper()
 	for idx := from; idx <= to; idx++ {
 		for _, m := range batchFor(idx) {
-			for _, k := range []string{m.Keys[0], m.Properties[PropertyUniqKey]} {
+			for _, k := range []string{m.Keys[0], m.Properties[message.PropertyUniqKey]} {
 				if recs, err := s.QueryByKey(k, 10, 0, 1<<62); err != nil || len(recs) != 1 {
 					t.Fatalf("key %s: %d records, %v", k, len(recs), err)
 				}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // GetStatus says what a queue read found.
@@ -67,7 +69,7 @@ func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
 	switch {
 	case s.closed.Load():
 		return GetResult{}, ErrClosed
-	case !ValidTopic(req.Topic):
+	case !message.ValidTopic(req.Topic):
 		return GetResult{}, fmt.Errorf("%w: topic %q", ErrInvalidMessage, req.Topic)
 	case req.QueueID < 0 || req.QueueID >= s.cfg.MaxQueuesPerTopic:
 		return GetResult{}, fmt.Errorf("%w: queue id %d out of range [0, %d)", ErrInvalidMessage, req.QueueID, s.cfg.MaxQueuesPerTopic)
@@ -137,7 +139,7 @@ func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
 			if err == nil {
 				err = s.checkStored(buf[start:], e.offset)
 			}
-			if err == nil && !recordIs(buf[start:], req.Topic, req.QueueID, next-1) {
+			if err == nil && !message.IsAt(buf[start:], req.Topic, req.QueueID, next-1) {
 				err = fmt.Errorf("%w: consume queue entry points at commitlog offset %d, a record of another queue", ErrCorrupt, e.offset)
 			}
 			if err != nil {
@@ -163,8 +165,8 @@ func (s *Store) checkStored(rec []byte, off int64) error {
 	if _, err := checkRecord(rec); err != nil {
 		return fmt.Errorf("commitlog offset %d: %w", off, err)
 	}
-	if recordOffset(rec) != off {
-		return fmt.Errorf("%w: record at commitlog offset %d claims offset %d", ErrCorrupt, off, recordOffset(rec))
+	if message.HeaderOffset(rec) != off {
+		return fmt.Errorf("%w: record at commitlog offset %d claims offset %d", ErrCorrupt, off, message.HeaderOffset(rec))
 	}
 	return nil
 }
@@ -203,11 +205,11 @@ func (s *Store) QueryByKey(key string, limit int, begin, end int64) ([][]byte, e
 		if err != nil {
 			return nil, err
 		}
-		r, err := DecodeRecord(rec)
+		r, err := decodeRecord(rec)
 		if err != nil {
 			return nil, err
 		}
-		if slices.Contains(r.Keys, key) || r.Properties[PropertyUniqKey] == key {
+		if slices.Contains(r.Keys, key) || r.Properties[message.PropertyUniqKey] == key {
 			out = append(out, rec)
 		}
 	}
@@ -235,7 +237,7 @@ func (s *Store) OffsetForTime(topic string, queueID int32, ts int64) (int64, err
 			lo = mid + 1 // removed under us
 			continue
 		}
-		head, err := s.cl.readAt(nil, one[0].offset, fixedHeader)
+		head, err := s.cl.readAt(nil, one[0].offset, message.HeaderLen)
 		if errors.Is(err, ErrOffsetRemoved) {
 			lo = mid + 1
 			continue
@@ -243,7 +245,7 @@ func (s *Store) OffsetForTime(topic string, queueID int32, ts int64) (int64, err
 		if err != nil {
 			return 0, err
 		}
-		if recordStoreTime(head) >= ts {
+		if message.HeaderStoreTime(head) >= ts {
 			hi = mid
 		} else {
 			lo = mid + 1

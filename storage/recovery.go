@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // recover brings the store to a consistent state after any stop, clean or
@@ -139,9 +141,9 @@ func (s *Store) redispatch(from checkpoint, scan scanResult, full bool) (checkpo
 	batchStart, newBatch := int64(0), true
 	_, err := s.cl.scan(from, scan.end, func(rec []byte) error {
 		if newBatch {
-			batchStart = recordOffset(rec)
+			batchStart = message.HeaderOffset(rec)
 		}
-		newBatch = recordSysFlag(rec)&sysFlagBatchEnd != 0
+		newBatch = message.HeaderSysFlag(rec)&message.SysFlagBatchEnd != 0
 		if err := s.dispatchStored(rec, &st); err != nil {
 			return &badBatchError{start: batchStart, err: err}
 		}
@@ -193,13 +195,13 @@ func (s *Store) matchesLog(cp checkpoint, clMin int64) bool {
 	defer s.cl.writePos.Store(0)
 	rec, err := s.cl.readRecord(cp.last)
 	return err == nil && cp.last+int64(len(rec)) == cp.dispatched &&
-		recordRaftIndex(rec) == cp.raftIndex && recordSysFlag(rec)&sysFlagBatchEnd != 0
+		message.HeaderRaftIndex(rec) == cp.raftIndex && message.HeaderSysFlag(rec)&message.SysFlagBatchEnd != 0
 }
 
 // dispatchStored dispatches a record read back from the commitlog (by
 // recovery, or after a copy from a peer) and counts it in st.
 func (s *Store) dispatchStored(rec []byte, st *checkpoint) error {
-	r, err := DecodeRecord(rec)
+	r, err := decodeRecord(rec)
 	if err != nil {
 		return err
 	}
@@ -207,7 +209,7 @@ func (s *Store) dispatchStored(rec []byte, st *checkpoint) error {
 		return fmt.Errorf("%w: record at commitlog offset %d names queue %d offset %d", ErrCorrupt, r.Offset, r.QueueID, r.QueueOffset)
 	}
 	keyed, err := s.dispatch(queueKey{r.Topic, r.QueueID}, AppendResult{Offset: r.Offset, Size: r.Size, QueueOffset: r.QueueOffset},
-		TagHash(r.Tags), r.Keys, r.Properties[PropertyUniqKey], r.StoreTime)
+		message.TagHash(r.Tags), r.Keys, r.Properties[message.PropertyUniqKey], r.StoreTime)
 	if err != nil {
 		return err
 	}

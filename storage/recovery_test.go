@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // history is a store written with batchFor(1..last), crashed, kept as a
@@ -91,7 +93,7 @@ func (h *history) inPadding(off int64) bool {
 	if lastEnd == h.batchEnd[h.last] { // the active segment: its tail is the end of data
 		return false
 	}
-	return off >= lastEnd+blankSize || (segEnd-lastEnd < blankSize && off >= lastEnd)
+	return off >= lastEnd+message.BlankSize || (segEnd-lastEnd < message.BlankSize && off >= lastEnd)
 }
 
 func copyDir(t *testing.T, src, dst string) {
@@ -260,7 +262,7 @@ func TestCorruptOldRecordIsReportedOnRead(t *testing.T) {
 					damaged++
 					continue
 				}
-				rec, err := DecodeRecord(res.Records[0])
+				rec, err := decodeRecord(res.Records[0])
 				if err != nil || rec.Offset == r.Offset {
 					t.Fatalf("damaged record returned: %v", err)
 				}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // Segment recycling. Retention retires the oldest segment by renaming it
@@ -124,7 +126,7 @@ func (c *commitlog) reuseSpare(start int64) (*os.File, error) {
 
 // endMarker follows the last record written: recovery reads it as the end
 // of the data, whatever an older life of the file left after it.
-var endMarker [blankSize]byte
+var endMarker [message.BlankSize]byte
 
 // tailZeros is the most tailPad asks for.
 var tailZeros = make([]byte, 2*pageSize)
@@ -138,7 +140,7 @@ const pageSize = 4096
 // the first page of a write is the last of the previous one, cached, and
 // the padding makes the last page whole. None at a segment's start (the
 // marker belongs to the next segment, which reuseSpare or zeroing
-// prepared); never past the segment's end, where fewer than blankSize
+// prepared); never past the segment's end, where fewer than message.BlankSize
 // bytes left are skipped by recovery anyway.
 func (c *commitlog) tailPad(pos int64) int {
 	rel := pos % c.segSize
@@ -146,7 +148,7 @@ func (c *commitlog) tailPad(pos int64) int {
 		return 0
 	}
 	n := pageSize - rel%pageSize
-	if n < blankSize {
+	if n < message.BlankSize {
 		n += pageSize
 	}
 	return int(min(n, c.segSize-rel))

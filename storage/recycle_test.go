@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raftmq/raftmq/message"
 )
 
 // logBuffer collects a store's log lines, for tests that assert what
@@ -273,9 +275,9 @@ func TestTailPad(t *testing.T) {
 		case rel == 0:
 		case n > left:
 			t.Fatalf("pad %d at %d crosses the segment's end", n, pos)
-		case n < left && (n < blankSize || (pos+n)%pageSize != 0):
+		case n < left && (n < message.BlankSize || (pos+n)%pageSize != 0):
 			t.Fatalf("pad %d at %d: ends at %d, not a page end with a marker's room", n, pos, pos+n)
-		case n == left && left >= blankSize && left > 2*pageSize:
+		case n == left && left >= message.BlankSize && left > 2*pageSize:
 			t.Fatalf("pad %d at %d runs to the segment's end for no reason", n, pos)
 		}
 	}

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 
+	"github.com/raftmq/raftmq/message"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,7 +36,7 @@ type Store struct {
 	batchNext     map[queueKey]int64 // guarded by appendMu
 	chunks        []chunk            // guarded by appendMu
 	keyBuf        []indexKey         // guarded by appendMu
-	views         []recordView       // guarded by appendMu
+	views         []message.View     // guarded by appendMu
 
 	failMu  sync.Mutex
 	failed  error         // guarded by failMu; see Err
@@ -162,7 +164,7 @@ func (s *Store) openFiles() error {
 		return fmt.Errorf("storage: read consume queues: %w", err)
 	}
 	for _, t := range topics {
-		if !ValidTopic(t.Name()) {
+		if !message.ValidTopic(t.Name()) {
 			s.log.Warn("ignoring unknown dir in consume queues", "dir", t.Name())
 			continue
 		}
@@ -247,7 +249,7 @@ func (s *Store) queue(k queueKey, create bool) *consumeQueue {
 // write fails the store until it is reopened (recovery cuts the partial
 // batch; see Err). raftIndex must rise above every index already appended:
 // ErrStaleRaftIndex says the entry is already applied.
-func (s *Store) Append(raftIndex uint64, msgs []Message) ([]AppendResult, error) {
+func (s *Store) Append(raftIndex uint64, msgs []message.Message) ([]AppendResult, error) {
 	var records []byte
 	for i := range msgs {
 		var err error
@@ -262,15 +264,15 @@ func (s *Store) Append(raftIndex uint64, msgs []Message) ([]AppendResult, error)
 // in range, fields that fit, a record within MaxMessageSize. Callers that
 // merge several requests into one batch check each message first, so one
 // bad message cannot fail the others.
-func (s *Store) CheckMessage(m *Message) error {
+func (s *Store) CheckMessage(m *message.Message) error {
 	_, err := s.check(m)
 	return err
 }
 
-func (s *Store) check(m *Message) (int, error) {
-	size, err := encodedSize(m)
+func (s *Store) check(m *message.Message) (int, error) {
+	size, err := message.Size(m)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 	}
 	if size > s.cfg.MaxMessageSize {
 		return 0, fmt.Errorf("%w: %w: record of %d bytes, limit %d", ErrInvalidMessage, ErrMessageTooLarge, size, s.cfg.MaxMessageSize)
@@ -283,9 +285,9 @@ func (s *Store) check(m *Message) (int, error) {
 
 func appendBlank(buf []byte, size int64) []byte {
 	start := len(buf)
-	buf = grow(buf, blankSize)
+	buf = slices.Grow(buf, message.BlankSize)[:start+message.BlankSize]
 	binary.BigEndian.PutUint32(buf[start:], uint32(size))
-	binary.BigEndian.PutUint32(buf[start+4:], blankMagic)
+	binary.BigEndian.PutUint32(buf[start+4:], message.BlankMagic)
 	return buf
 }
 
@@ -293,7 +295,7 @@ func appendBlank(buf []byte, size int64) []byte {
 // segment touched (blank records fill the ends of segments left), puts
 // their consume queue and key index entries and, in FlushSync mode, makes
 // them durable.
-func (s *Store) writeBatch(raftIndex uint64, records []byte, views []recordView, results []AppendResult, pos int64, indexLast *int64) error {
+func (s *Store) writeBatch(raftIndex uint64, records []byte, views []message.View, results []AppendResult, pos int64, indexLast *int64) error {
 	segSize := s.cfg.SegmentSize
 	buf, chunks := s.encBuf[:0], s.chunks[:0]
 	cur := chunk{pos: pos}
@@ -301,7 +303,7 @@ func (s *Store) writeBatch(raftIndex uint64, records []byte, views []recordView,
 	for i := range results {
 		r := &results[i]
 		if r.Offset != pos { // the rest of pos's segment is left blank
-			if left := pos - pos%segSize + segSize - pos; left >= blankSize {
+			if left := pos - pos%segSize + segSize - pos; left >= message.BlankSize {
 				buf = appendBlank(buf, left)
 			}
 			cur.to = len(buf)
@@ -313,11 +315,11 @@ func (s *Store) writeBatch(raftIndex uint64, records []byte, views []recordView,
 		}
 		var flag uint32
 		if i == len(results)-1 {
-			flag = sysFlagBatchEnd
+			flag = message.SysFlagBatchEnd
 		}
 		at := len(buf)
 		buf = append(buf, records[src:src+int(r.Size)]...)
-		fillRecord(buf[at:], raftIndex, pos, r.QueueOffset, flag)
+		message.Fill(buf[at:at+int(r.Size)], raftIndex, pos, r.QueueOffset, flag)
 		src += int(r.Size)
 		pos += int64(r.Size)
 	}
@@ -355,7 +357,7 @@ func (s *Store) writeBatch(raftIndex uint64, records []byte, views []recordView,
 
 // dispatchBatch puts the batch's consume queue entries and key index
 // entries. indexLast becomes the offset of the last record indexed, if any.
-func (s *Store) dispatchBatch(views []recordView, results []AppendResult, indexLast *int64) error {
+func (s *Store) dispatchBatch(views []message.View, results []AppendResult, indexLast *int64) error {
 	for _, r := range results {
 		if err := s.putQueueEntry(queueKey{r.Topic, r.QueueID}, r, r.TagHash); err != nil {
 			return err
@@ -371,12 +373,12 @@ func (s *Store) putQueueEntry(k queueKey, r AppendResult, tagHash int64) error {
 
 // indexBatch adds the batch's records to the key index. indexLast becomes
 // the offset of the last record indexed, if any.
-func (s *Store) indexBatch(views []recordView, results []AppendResult, indexLast *int64) error {
+func (s *Store) indexBatch(views []message.View, results []AppendResult, indexLast *int64) error {
 	keys := s.keyBuf[:0]
 	for i := range views {
 		v := &views[i]
 		n := len(keys)
-		keys = appendIndexKeys(keys, v.keys, v.uniqKey, results[i].Offset, v.storeTime)
+		keys = appendIndexKeys(keys, v.Keys, v.UniqKey, results[i].Offset, v.StoreTime)
 		if len(keys) > n {
 			*indexLast = results[i].Offset
 		}
@@ -516,7 +518,7 @@ func (s *Store) checkpoint() error {
 // commitlog until retention deletes their segments. A failure to remove
 // the queues' files fails the store (see Err).
 func (s *Store) DeleteTopic(topic string) error {
-	if !ValidTopic(topic) {
+	if !message.ValidTopic(topic) {
 		return fmt.Errorf("%w: topic %q", ErrInvalidMessage, topic)
 	}
 	s.appendMu.Lock()

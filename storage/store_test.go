@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/raftmq/raftmq/message"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,9 +45,9 @@ func TestBatchSpanningSegmentsIsOneWritePerSegment(t *testing.T) {
 	defer s.Close()
 	// 100 messages of ~1.1 KiB: about 110 KiB, so the batch spans two
 	// segment boundaries of 64 KiB.
-	msgs := make([]Message, 100)
+	msgs := make([]message.Message, 100)
 	for i := range msgs {
-		msgs[i] = Message{Topic: "big", QueueID: int32(i % 3), Body: bytes.Repeat([]byte{byte(i)}, 1000), StoreTime: 5}
+		msgs[i] = message.Message{Topic: "big", QueueID: int32(i % 3), Body: bytes.Repeat([]byte{byte(i)}, 1000), StoreTime: 5}
 	}
 	res, err := s.Append(1, msgs)
 	if err != nil {
@@ -65,12 +66,12 @@ func TestBatchSpanningSegmentsIsOneWritePerSegment(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, _ := DecodeRecord(raw)
+		rec, _ := decodeRecord(raw)
 		if !bytes.Equal(rec.Body, msgs[i].Body) || rec.RaftIndex != 1 {
 			t.Fatalf("record %d reads back wrong", i)
 		}
-		if (i == len(res)-1) != (rec.SysFlag&sysFlagBatchEnd != 0) {
-			t.Fatalf("record %d: batch-end flag %v", i, rec.SysFlag&sysFlagBatchEnd != 0)
+		if (i == len(res)-1) != (rec.SysFlag&message.SysFlagBatchEnd != 0) {
+			t.Fatalf("record %d: batch-end flag %v", i, rec.SysFlag&message.SysFlagBatchEnd != 0)
 		}
 	}
 	if len(segs) < 2 {
@@ -81,13 +82,13 @@ func TestBatchSpanningSegmentsIsOneWritePerSegment(t *testing.T) {
 func TestGetMessagesStatusesAndLimits(t *testing.T) {
 	s := openStore(t, testConfig(t.TempDir()))
 	defer s.Close()
-	var msgs []Message
+	var msgs []message.Message
 	for i := 0; i < 10; i++ {
 		tag := "A"
 		if i%3 == 0 {
 			tag = "B"
 		}
-		msgs = append(msgs, Message{Topic: "q", QueueID: 1, Tags: tag, Body: []byte(fmt.Sprintf("body-%d", i))})
+		msgs = append(msgs, message.Message{Topic: "q", QueueID: 1, Tags: tag, Body: []byte(fmt.Sprintf("body-%d", i))})
 	}
 	if _, err := s.Append(7, msgs); err != nil {
 		t.Fatal(err)
@@ -112,16 +113,16 @@ func TestGetMessagesStatusesAndLimits(t *testing.T) {
 		t.Fatalf("first 4: %v %d next %d min %d max %d", res.Status, len(res.Records), res.NextOffset, res.MinOffset, res.MaxOffset)
 	}
 	// Tag filter: B is at 0, 3, 6, 9.
-	res = get(GetRequest{Offset: 1, TagHashes: []int64{TagHash("B")}})
+	res = get(GetRequest{Offset: 1, TagHashes: []int64{message.TagHash("B")}})
 	if res.Status != Found || len(res.Records) != 3 || res.NextOffset != 10 {
 		t.Fatalf("tag B from 1: %v %d next %d", res.Status, len(res.Records), res.NextOffset)
 	}
 	for _, raw := range res.Records {
-		if r, _ := DecodeRecord(raw); r.Tags != "B" {
+		if r, _ := decodeRecord(raw); r.Tags != "B" {
 			t.Fatalf("tag filter returned %q", r.Tags)
 		}
 	}
-	res = get(GetRequest{Offset: 1, TagHashes: []int64{TagHash("C")}})
+	res = get(GetRequest{Offset: 1, TagHashes: []int64{message.TagHash("C")}})
 	if res.Status != NoMatchedMessage || res.NextOffset != 10 {
 		t.Fatalf("tag C: %v next %d", res.Status, res.NextOffset)
 	}
@@ -157,25 +158,25 @@ func TestBadInputWritesNothing(t *testing.T) {
 	defer s.Close()
 	appendBatches(t, s, 1, 3)
 	_, before := s.CommitlogOffsets()
-	good := Message{Topic: "ok", QueueID: 0, Body: []byte("x")}
+	good := message.Message{Topic: "ok", QueueID: 0, Body: []byte("x")}
 	cases := []struct {
 		name string
-		bad  Message
+		bad  message.Message
 		want error
 	}{
-		{"empty topic", Message{Topic: "", Body: []byte("x")}, ErrInvalidMessage},
-		{"illegal topic", Message{Topic: "a/b", Body: []byte("x")}, ErrInvalidMessage},
-		{"long topic", Message{Topic: strings.Repeat("t", 128), Body: []byte("x")}, ErrInvalidMessage},
-		{"negative queue", Message{Topic: "ok", QueueID: -1}, ErrInvalidMessage},
-		{"queue out of range", Message{Topic: "ok", QueueID: cfg.MaxQueuesPerTopic}, ErrInvalidMessage},
-		{"too large", Message{Topic: "ok", Body: make([]byte, cfg.MaxMessageSize)}, ErrMessageTooLarge},
-		{"long key", Message{Topic: "ok", Keys: []string{strings.Repeat("k", 70000)}}, ErrInvalidMessage},
+		{"empty topic", message.Message{Topic: "", Body: []byte("x")}, ErrInvalidMessage},
+		{"illegal topic", message.Message{Topic: "a/b", Body: []byte("x")}, ErrInvalidMessage},
+		{"long topic", message.Message{Topic: strings.Repeat("t", 128), Body: []byte("x")}, ErrInvalidMessage},
+		{"negative queue", message.Message{Topic: "ok", QueueID: -1}, ErrInvalidMessage},
+		{"queue out of range", message.Message{Topic: "ok", QueueID: cfg.MaxQueuesPerTopic}, ErrInvalidMessage},
+		{"too large", message.Message{Topic: "ok", Body: make([]byte, cfg.MaxMessageSize)}, ErrMessageTooLarge},
+		{"long key", message.Message{Topic: "ok", Keys: []string{strings.Repeat("k", 70000)}}, ErrInvalidMessage},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			// The bad message comes second: the good one before it must not
 			// be written either.
-			_, err := s.Append(100, []Message{good, c.bad})
+			_, err := s.Append(100, []message.Message{good, c.bad})
 			if !errors.Is(err, c.want) {
 				t.Fatalf("err = %v, want %v", err, c.want)
 			}
@@ -254,7 +255,7 @@ func TestMessageIDAndKeyQueries(t *testing.T) {
 			if err != nil || len(recs) != 1 {
 				t.Fatalf("key %s: %d records, %v", m.Keys[0], len(recs), err)
 			}
-			r, _ := DecodeRecord(recs[0])
+			r, _ := decodeRecord(recs[0])
 			if !bytes.Equal(r.Body, m.Body) {
 				t.Fatalf("key %s returned another message", m.Keys[0])
 			}
@@ -265,8 +266,8 @@ func TestMessageIDAndKeyQueries(t *testing.T) {
 			if recs, _ := s.QueryByKey(m.Keys[0], 10, m.StoreTime+1, 1<<62); len(recs) != 0 {
 				t.Fatalf("key %s found outside its time range", m.Keys[0])
 			}
-			id := FormatMessageID("broker-a", r.Offset)
-			g, off, err := ParseMessageID(id)
+			id := message.FormatID("broker-a", r.Offset)
+			g, off, err := message.ParseID(id)
 			if err != nil || g != "broker-a" || off != r.Offset {
 				t.Fatalf("message id %q parses to %q %d %v", id, g, off, err)
 			}
@@ -279,18 +280,13 @@ func TestMessageIDAndKeyQueries(t *testing.T) {
 	if recs, err := s.QueryByKey("no-such-key", 10, 0, 1<<62); err != nil || len(recs) != 0 {
 		t.Fatalf("unknown key: %d, %v", len(recs), err)
 	}
-	for _, bad := range []string{"", "x", "g@12", "g@zzzzzzzzzzzzzzzz", "@0000000000000001"} {
-		if _, _, err := ParseMessageID(bad); !errors.Is(err, ErrInvalidMessage) {
-			t.Fatalf("ParseMessageID(%q) = %v", bad, err)
-		}
-	}
 }
 
 func TestOffsetForTime(t *testing.T) {
 	s := openStore(t, testConfig(t.TempDir()))
 	defer s.Close()
 	for i := 0; i < 50; i++ {
-		if _, err := s.Append(uint64(i+1), []Message{{Topic: "time", QueueID: 2, StoreTime: int64(1000 + 10*i)}}); err != nil {
+		if _, err := s.Append(uint64(i+1), []message.Message{{Topic: "time", QueueID: 2, StoreTime: int64(1000 + 10*i)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -306,7 +302,7 @@ func TestDeleteTopic(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	s := openStore(t, cfg)
 	appendBatches(t, s, 1, 10)
-	if _, err := s.Append(11, []Message{{Topic: "gone", Body: []byte("x")}}); err != nil {
+	if _, err := s.Append(11, []message.Message{{Topic: "gone", Body: []byte("x")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.DeleteTopic("gone"); err != nil {
@@ -376,7 +372,7 @@ func TestConcurrentReadsDuringAppends(t *testing.T) {
 					return
 				}
 				for _, raw := range res.Records {
-					r, err := DecodeRecord(raw)
+					r, err := decodeRecord(raw)
 					if err != nil || r.QueueOffset != off || r.QueueID != q {
 						errs <- fmt.Errorf("queue %d offset %d: got %d/%d %v", q, off, r.QueueID, r.QueueOffset, err)
 						return
@@ -424,9 +420,9 @@ func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 	// SegmentBeforeTheRoll's: with PreallocateAhead over a segment, the
 	// whole next one is due at once.)
 	// Fill past the first segment: the writer takes the prepared one.
-	big := make([]Message, 0, 64)
+	big := make([]message.Message, 0, 64)
 	for i := 0; i < 64; i++ {
-		big = append(big, Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)})
+		big = append(big, message.Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)})
 	}
 	for idx := uint64(4); idx < 10; idx++ {
 		if _, err := s.Append(idx, big); err != nil {
@@ -462,9 +458,9 @@ func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
 	cfg.PreallocateAhead = 512 << 10
 	s := openStore(t, cfg)
 	defer s.Close()
-	batch := make([]Message, 64) // about 0.95 MiB encoded
+	batch := make([]message.Message, 64) // about 0.95 MiB encoded
 	for i := range batch {
-		batch[i] = Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)}
+		batch[i] = message.Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)}
 	}
 	next := filepath.Join(cfg.Dir, commitlogDir, segmentName(cfg.SegmentSize)+".alloc")
 	if _, err := s.Append(1, batch); err != nil {
@@ -498,9 +494,9 @@ func TestPageCacheDroppedBehindTheWriter(t *testing.T) {
 	cfg.FlushMode = FlushSync
 	s := openStore(t, cfg)
 	defer s.Close()
-	batch := make([]Message, 64) // about 0.95 MiB encoded
+	batch := make([]message.Message, 64) // about 0.95 MiB encoded
 	for i := range batch {
-		batch[i] = Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)}
+		batch[i] = message.Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)}
 	}
 	for idx := uint64(1); idx <= 8; idx++ { // to about 7.6 MiB
 		if _, err := s.Append(idx, batch); err != nil {

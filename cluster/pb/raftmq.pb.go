@@ -321,8 +321,15 @@ type SendMessageRequest struct {
 	QueueId int32                  `protobuf:"varint,2,opt,name=queue_id,json=queueId,proto3" json:"queue_id,omitempty"`
 	// One message, or a batch: every message goes to topic@queue_id, and the
 	// batch is stored atomically, in order, in one Raft entry.
-	Messages      []*Message `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
-	TimeoutMs     int64      `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // 0: the broker's default
+	Messages  []*Message `protobuf:"bytes,3,rep,name=messages,proto3" json:"messages,omitempty"`
+	TimeoutMs int64      `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"` // 0: the broker's default
+	// The same, already encoded: records in the layout of package message
+	// (message/record.go), back to back, each with this topic and queue_id,
+	// a valid CRC, and the fields the broker assigns (bytes 12-40, store
+	// time) zero or not: the broker overwrites them. The broker checks them
+	// in place and stores the bytes as they came, without decoding a
+	// message. Set either messages or records, not both.
+	Records       []byte `protobuf:"bytes,5,opt,name=records,proto3" json:"records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,6 +390,13 @@ func (x *SendMessageRequest) GetTimeoutMs() int64 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *SendMessageRequest) GetRecords() []byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
 }
 
 type SendResult struct {
@@ -4004,13 +4018,14 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0eborn_timestamp\x18\a \x01(\x03R\rbornTimestamp\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x01\n" +
 	"\x12SendMessageRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x19\n" +
 	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\x12.\n" +
 	"\bmessages\x18\x03 \x03(\v2\x12.raftmq.v1.MessageR\bmessages\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\"q\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x18\n" +
+	"\arecords\x18\x05 \x01(\fR\arecords\"q\n" +
 	"\n" +
 	"SendResult\x12\x15\n" +
 	"\x06msg_id\x18\x01 \x01(\tR\x05msgId\x12!\n" +

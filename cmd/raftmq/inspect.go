@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/raftmq/raftmq/cluster/pb"
-	"github.com/raftmq/raftmq/storage"
+	"github.com/raftmq/raftmq/message"
 )
 
 func groupCommand() *cobra.Command {
@@ -151,7 +151,7 @@ func msgCommand() *cobra.Command {
 			var records [][]byte
 			var groups []*pb.ClusterGroup
 			if id != "" {
-				group, _, err := storage.ParseMessageID(id)
+				group, _, err := message.ParseID(id)
 				if err != nil {
 					return err
 				}
@@ -179,12 +179,12 @@ func msgCommand() *cobra.Command {
 					return fmt.Errorf("query %s: %w", g.Group, err)
 				}
 				for _, raw := range records {
-					r, err := storage.DecodeRecord(raw)
+					r, err := message.Decode(raw)
 					if err != nil {
 						return err
 					}
 					fmt.Printf("msgId=%s topic=%s queue=%d queueOffset=%d tags=%s keys=%s storeTime=%s reconsumeTimes=%s body=%q\n",
-						storage.FormatMessageID(g.Group, r.Offset), r.Topic, r.QueueID, r.QueueOffset, r.Tags,
+						message.FormatID(g.Group, r.Offset), r.Topic, r.QueueID, r.QueueOffset, r.Tags,
 						strings.Join(r.Keys, ","), time.UnixMilli(r.StoreTime).UTC().Format(time.RFC3339Nano),
 						orZero(r.Properties["RECONSUME_TIME"]), r.Body)
 				}

@@ -1,0 +1,28 @@
+package message
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// FormatID returns the id that finds a message again: the broker group's
+// name and the record's commitlog offset, "GROUP@OFFSET" with the offset in
+// 16 hex digits. Every replica of the group holds the record at the same
+// offset, so the id is valid on all of them.
+func FormatID(group string, offset int64) string {
+	return fmt.Sprintf("%s@%016X", group, offset)
+}
+
+// ParseID splits a message id into group and commitlog offset.
+func ParseID(id string) (group string, offset int64, err error) {
+	i := strings.LastIndexByte(id, '@')
+	if i <= 0 || len(id)-i-1 != 16 {
+		return "", 0, fmt.Errorf("%w: message id %q is not GROUP@16-hex-digits", ErrInvalid, id)
+	}
+	off, err := strconv.ParseUint(id[i+1:], 16, 63)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: message id %q: %w", ErrInvalid, id, err)
+	}
+	return id[:i], int64(off), nil
+}
