@@ -26,6 +26,8 @@
 #   --profile  a 10 s CPU profile of the master during the batched publish, saved as
 #              ./raftmq-master-cpu-runR.pprof (the brokers run with --pprof)
 #   --json     also a final line: one JSON object with all figures
+# Each produce bench also reports, from the master's /metrics, its CPU time per message stored
+# and the messages per Raft entry (group commit), as NAME.cpu_us and NAME.per_entry.
 #   --keep     keep the temp dir (binary, logs, data) and print its path
 # Environment: RAFTMQ_BENCH_PORT (default 29900) moves the port range; RAFTMQ_BENCH_BROKER_FLAGS
 # adds flags to every broker (e.g. "--preallocate-ahead off" to compare the zeroer).
@@ -281,13 +283,46 @@ create_topic() {
 	done
 }
 
-# bench DIR NAME TIMEOUT ARGS...: one `raftmq bench ARGS --json`; its JSON line lands in DIR/NAME.json
+# master_stats: from the master's /metrics (replica $master), "CPU-SECONDS ENTRY-MESSAGES
+# ENTRIES MESSAGES-SENT": its process CPU time, the messages and the send entries it put
+# through Raft, and the messages its send service stored; "" without curl or an answer
+master_stats() {
+	command -v curl >/dev/null || return 0
+	curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + master))/metrics" 2>/dev/null | awk '
+		$1 == "process_cpu_seconds_total" {cpu = $2}
+		$1 ~ /^raftmq_raft_entry_messages_sum/ {sum = $2}
+		$1 ~ /^raftmq_raft_entry_messages_count/ {n = $2}
+		$1 ~ /^raftmq_send_messages_total/ {sent = $2}
+		END {if (cpu != "") printf "%s %s %s %s\n", cpu, sum + 0, n + 0, sent + 0}'
+}
+
+# master_deltas NAME BEFORE AFTER: adds NAME.cpu_us (the master's CPU microseconds per
+# message stored) and NAME.per_entry (messages per send entry) from two master_stats
+master_deltas() {
+	local name=$1 b=$2 a=$3
+	if [ -z "$b" ] || [ -z "$a" ]; then
+		add "$name.cpu_us" null
+		add "$name.per_entry" null
+		return 0
+	fi
+	add "$name.cpu_us" "$(awk -v b="$b" -v a="$a" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0) printf "%.2f", (y[1] - x[1]) * 1e6 / m; else print "null"}')"
+	add "$name.per_entry" "$(awk -v b="$b" -v a="$a" 'BEGIN {split(b, x); split(a, y); n = y[3] - x[3]; if (n > 0) printf "%.2f", (y[2] - x[2]) / n; else print "null"}')"
+}
+
+# bench DIR NAME TIMEOUT ARGS...: one `raftmq bench ARGS --json`; its JSON line lands in
+# DIR/NAME.json; a produce bench also adds the master's CPU per message and messages per entry
 bench() {
-	local d=$1 name=$2 tmo=$3
+	local d=$1 name=$2 tmo=$3 before after
 	shift 3
 	say "  $name: raftmq bench $*"
+	before=$(master_stats)
 	run "$d/$name.out" "$d/$name.log" timeout "$tmo" "$bin" bench "$@" --namesrv "$ns_addr" --topic bench --json ||
 		fail "$name: raftmq bench exited $?"
+	after=$(master_stats)
+	if [ "$1" = produce ]; then
+		master_deltas "$name" "$before" "$after"
+		say "  $name: the master spent ${V[$name.cpu_us]##* } CPU us per message; ${V[$name.per_entry]##* } messages per Raft entry"
+	fi
 	tail -n 1 "$d/$name.out" | grep '^{' >"$d/$name.json" || fail "$name: no JSON summary"
 	local failed
 	failed=$(jget "$d/$name.json" failed)
@@ -413,11 +448,12 @@ echo "$line"
 line="consume, 4 clients, $(fmt "$(g consume.count)") messages from the first:  $(kfmt "$(g consume.mps)") msgs/s (bench consume records no latency)"
 [ "$nats" = 1 ] && line="$line | NATS 300000 messages $(kfmt "$(g nats.consume)") ($(xfmt "$(g ratio.consume)"))"
 echo "$line"
+echo "the master's CPU per message (us), messages per Raft entry: batched $(fmt "$(g batch.cpu_us)" 1), $(fmt "$(g batch.per_entry)" 1); sync16 $(fmt "$(g sync16.cpu_us)" 1), $(fmt "$(g sync16.per_entry)" 1); sync1 $(fmt "$(g sync1.cpu_us)" 1), $(fmt "$(g sync1.per_entry)" 1)"
 echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB; anonymous (heap, stacks): $(fmt "$(g anon.1)"), $(fmt "$(g anon.2)"), $(fmt "$(g anon.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
 if [ "$runs" -gt 1 ]; then
 	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi
