@@ -22,16 +22,21 @@ import (
 // entry takes them all; only a full entry (EntryMaxMessages or
 // EntryMaxBytes) goes out beyond that, up to MaxInflightEntries.
 //
-// Why two: the Raft leader appends and fsyncs each entry it is handed
-// before it replicates it, so a trickle of small entries costs one fsync
-// on every replica per entry. With an entry per free slot of 8, 16 sync
-// senders made entries of 1.6 messages and 2.8 entries per log append; with
-// two, 4.6 messages and 1.1 (BenchmarkProduce3Replica/senders=16/batch=1,
-// counting the log's appends; the machine was loaded, so its throughput,
-// 2.2-2.3k msgs/s either way, said nothing).
-// Two in flight keep the leader's append of the next entry overlapped with
-// the replication of the last; full entries beyond that keep many batch
-// senders' throughput (256 senders x 32 messages need 8 entries of 1024).
+// Why one: every entry costs each replica a log append with its fsync,
+// and the master ~0.7-0.9 ms of CPU, most of it in the kernel (socket
+// writes and reads, fsync, futex wakeups: strace counted ~19 syscalls per
+// entry on the master, at 14-25 us each on our VMs), whatever it carries:
+// with 1 sync sender the master spent 713-931 us of CPU per message, with
+// batches of 64 about 14 (deploy/bench-local.sh, 2026-12-01). So fewer,
+// larger entries win while the CPU is the limit, as it is with three
+// replicas on two cores. Measured 2026-12-01, one against two in flight:
+// 16 sync clients of 3 broker processes 4344 and 3858 msgs/s against 3698
+// and 3283 (+17%, two paired runs), batched and 1 client unchanged; in
+// process (BenchmarkProduce3Replica, enc=records) senders=16/batch=1 4657
+// and 5722 against 3972 and 4395, 256x1 18.1k against 15.4k, 256x32 35.3k
+// against 32.6k. (An earlier choice of two, on 2026-11-30, counted
+// messages per entry on a loaded machine, not throughput.) Full entries
+// still go out beyond it, so many batch senders keep several in flight.
 type batcher struct {
 	b        *Broker
 	reqs     chan *sendReq
@@ -43,7 +48,7 @@ type batcher struct {
 
 // eagerEntries is how many entries may be in flight before the batcher
 // waits for a full entry or a finished one.
-const eagerEntries = 2
+const eagerEntries = 1
 
 // sendReq is one send's messages, as records in the commitlog's layout
 // (package message), checked: n records.

@@ -28,7 +28,7 @@
 //     time, and every replica's state machine appends those bytes
 //     (sendRecordsEntry in fsm.go). Sends of protobuf messages (older
 //     producers, raftmq's own tools) are encoded by the send service, once.
-//   - Group commit keeps two entries in flight, and more only when they
+//   - Group commit keeps one entry in flight, and more only when they
 //     are full (batcher.go says why).
 //   - A replica whose store fails (a write or fdatasync error, a full disk)
 //     stops for good, until restarted: its state machine applies nothing
