@@ -106,6 +106,7 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b.grpc = grpc.NewServer(
+		b.serverCreds(),
 		grpc.ChainUnaryInterceptor(b.refuseUnaryWhenFailed),
 		grpc.ChainStreamInterceptor(b.refuseStreamWhenFailed),
 		grpc.MaxRecvMsgSize(cfg.EntryMaxBytes+1<<20),

@@ -10,9 +10,9 @@ import (
 	"strconv"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -68,7 +68,8 @@ func (b *Broker) peerAddrs() []string {
 }
 
 func (b *Broker) copyFrom(ctx context.Context, addr string, to int64) error {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	// Only a replica of this group may hand this one its commitlog.
+	conn, err := grpc.NewClient(addr, b.dialCreds(cluster.Want{Cluster: b.cfg.Gossip.Cluster, Role: cluster.IdentityBroker, Group: b.cfg.Group}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize(b.cfg))))
 	if err != nil {
 		return err

@@ -39,6 +39,13 @@ type Config struct {
 	// HTTPProfiling also serves Go's profiles on HTTPAddr (/debug/pprof/).
 	// Default off: unauthenticated, for a trusted network.
 	HTTPProfiling bool
+	// TLS, when set, is the replica's certificate (naming
+	// raftmq://CLUSTER/broker/GROUP/ID, CLUSTER being Gossip.Cluster) and
+	// the cluster's CA: the gRPC server takes TLS 1.3 only, the Raft
+	// transport runs over mutual TLS with the group's replicas only, and
+	// the replica's own calls to other nodes present it and check theirs.
+	// Nil: plaintext everywhere, for loopback and trusted networks.
+	TLS *cluster.TLS
 
 	// SendTimeout is a send's default time to be replicated and applied
 	// when the request names none. Default 3 s.
@@ -123,6 +130,15 @@ func (c Config) withDefaults() (Config, error) {
 	c.Logger = c.Logger.With("group", c.Group, "replica", c.ReplicaID)
 	c.Raft.ID = strconv.Itoa(int(c.ReplicaID))
 	c.Raft.Dir = c.Dir + "/raft"
+	if c.Gossip.Cluster == "" {
+		c.Gossip.Cluster = "raftmq"
+	}
+	c.Raft.TLS, c.Raft.Cluster, c.Raft.Group = c.TLS, c.Gossip.Cluster, c.Group
+	if c.TLS != nil {
+		if want := (cluster.Identity{Cluster: c.Gossip.Cluster, Role: cluster.IdentityBroker, Group: c.Group, ID: c.Raft.ID}); c.TLS.Self != want {
+			return c, fmt.Errorf("broker: the TLS certificate names %v, not this replica (%v)", c.TLS.Self, want)
+		}
+	}
 	if c.Raft.Logger == nil {
 		c.Raft.Logger = c.Logger
 	}
@@ -166,9 +182,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxReconsumeTimes == 0 {
 		c.MaxReconsumeTimes = 16
-	}
-	if c.Gossip.Cluster == "" {
-		c.Gossip.Cluster = "raftmq"
 	}
 	if c.Gossip.RefreshInterval == 0 {
 		c.Gossip.RefreshInterval = 200 * time.Millisecond

@@ -8,6 +8,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
@@ -28,6 +29,7 @@ type options struct {
 	group          string
 	logger         *slog.Logger
 	dialer         func(ctx context.Context, addr string) (net.Conn, error)
+	tls            *tls.Config
 }
 
 func defaultOptions() options {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -66,7 +67,11 @@ func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := r.conns[addr]; ok {
 		return c, nil
 	}
-	target, dialOpts := addr, []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	creds := insecure.NewCredentials()
+	if r.opts.tls != nil {
+		creds = credentials.NewTLS(r.opts.tls)
+	}
+	target, dialOpts := addr, []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
 		grpc.WithConnectParams(reconnect)}
 	if r.opts.dialer != nil {

@@ -1,6 +1,14 @@
 // Package cluster owns how nodes find and agree with each other:
 //   - raft.go: the Raft group setup of a broker group (hashicorp/raft with a
-//     file snapshot store and a TCP transport);
+//     file snapshot store and a TCP transport, or mutual TLS);
+//   - raftstream.go: the Raft transport's stream layer over mutual TLS,
+//     which accepts and dials only replicas of the member's own group and
+//     handshakes off hashicorp/raft's accept loop;
+//   - tls.go: nodes' and clients' TLS: the identities certificates name
+//     (raftmq://CLUSTER/broker/GROUP/ID, /namesrv/ID, /user/NAME) and the
+//     TLS 1.3 configurations that check them on every handshake;
+//   - certs.go: a cluster's private CA and the certificates it issues
+//     (raftmq certs);
 //   - logstore.go: the Raft log on hashicorp/raft-wal, raft-boltdb/v2 kept
 //     for Raft's stable state (term and vote), the one-time move of a bolt
 //     log into the WAL, and the completion of a segment rotation that a

@@ -78,6 +78,13 @@ type RaftConfig struct {
 	// runs each, spread ±10%).
 	MaxRPCsInFlight int
 
+	// TLS, when set, runs the transport over mutual TLS (raftstream.go):
+	// it dials and accepts only certificates that name a replica of Group
+	// in Cluster. Without it the transport is plain TCP, for loopback and
+	// trusted networks: anyone who reaches the port can speak Raft.
+	TLS            *TLS
+	Cluster, Group string
+
 	// Logger receives Raft's logs at LogLevel and above. Default
 	// slog.Default(), level "warn".
 	Logger   *slog.Logger
@@ -130,6 +137,32 @@ func (c RaftConfig) withDefaults() (RaftConfig, error) {
 		c.LogLevel = "warn"
 	}
 	return c, nil
+}
+
+// newTransport is the member's Raft transport: plain TCP, or mutual TLS
+// with cfg.TLS.
+func newTransport(cfg RaftConfig, adv *net.TCPAddr, hlog hclog.Logger) (*raft.NetworkTransport, error) {
+	tc := &raft.NetworkTransportConfig{
+		MaxPool:         cfg.TransportPool,
+		Timeout:         cfg.TransportTimeout,
+		Logger:          hlog,
+		MaxRPCsInFlight: cfg.MaxRPCsInFlight,
+	}
+	if cfg.TLS == nil {
+		return raft.NewTCPTransportWithConfig(cfg.BindAddr, adv, tc)
+	}
+	if cfg.Cluster == "" || cfg.Group == "" {
+		return nil, errors.New("cluster: a TLS transport needs the Cluster and Group its members' certificates name")
+	}
+	if adv.IP == nil || adv.IP.IsUnspecified() {
+		return nil, fmt.Errorf("cluster: advertise address %s is not one peers can dial", adv)
+	}
+	stream, err := newTLSStream(cfg.BindAddr, adv, cfg.TLS, Want{Cluster: cfg.Cluster, Role: IdentityBroker, Group: cfg.Group}, cfg.Logger.With("member", cfg.ID))
+	if err != nil {
+		return nil, err
+	}
+	tc.Stream = stream
+	return raft.NewNetworkTransportWithConfig(tc), nil
 }
 
 // logCacheEntries is how many of the newest Raft entries stay in memory
@@ -200,12 +233,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		closeAll()
 		return nil, fmt.Errorf("cluster: advertise address %q: %w", cfg.AdvertiseAddr, err)
 	}
-	transport, err := raft.NewTCPTransportWithConfig(cfg.BindAddr, adv, &raft.NetworkTransportConfig{
-		MaxPool:         cfg.TransportPool,
-		Timeout:         cfg.TransportTimeout,
-		Logger:          hlog,
-		MaxRPCsInFlight: cfg.MaxRPCsInFlight,
-	})
+	transport, err := newTransport(cfg, adv, hlog)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("cluster: raft transport on %s: %w", cfg.BindAddr, err)

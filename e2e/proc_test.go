@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/raftmq/raftmq/client"
@@ -37,6 +39,9 @@ type procCluster struct {
 	// wrap, when set, is the command that runs broker i in its place
 	// (ip netns exec NS).
 	wrap func(i int) []string
+	// certs, when set, is what `raftmq certs` made for the cluster: every
+	// process runs with TLS and the gossip key, and clients speak TLS.
+	certs string
 }
 
 func startProc(t *testing.T, args ...string) *exec.Cmd {
@@ -64,20 +69,63 @@ func startWrapped(t *testing.T, wrap []string, args ...string) *exec.Cmd {
 }
 
 func newProcCluster(t *testing.T) *procCluster {
-	ns := clustertest.FreeAddrs(t, 2)
-	c := &procCluster{t: t, nsGRPC: ns[0], nsGossip: ns[1],
-		grpc: clustertest.FreeAddrs(t, 3), raft: clustertest.FreeAddrs(t, 3), gossip: clustertest.FreeAddrs(t, 3)}
+	c := procClusterAddrs(t)
 	c.run()
 	return c
+}
+
+func procClusterAddrs(t *testing.T) *procCluster {
+	ns := clustertest.FreeAddrs(t, 2)
+	return &procCluster{t: t, nsGRPC: ns[0], nsGossip: ns[1],
+		grpc: clustertest.FreeAddrs(t, 3), raft: clustertest.FreeAddrs(t, 3), gossip: clustertest.FreeAddrs(t, 3)}
+}
+
+// newSecureProcCluster is a procCluster with TLS on every listener, mutual
+// TLS between the nodes and encrypted gossip, from `raftmq certs`.
+func newSecureProcCluster(t *testing.T) *procCluster {
+	c := procClusterAddrs(t)
+	c.certs = filepath.Join(t.TempDir(), "certs")
+	out, err := exec.Command(binPath, "certs", "--dir", c.certs, "--brokers", "broker-a:3", "--namesrvs", "1", "--users", "e2e").CombinedOutput()
+	if err != nil {
+		t.Fatalf("raftmq certs: %v\n%s", err, out)
+	}
+	c.run()
+	return c
+}
+
+// nodeFlags are the security flags of the node whose certificate is in
+// directory name of the cluster's certs.
+func (c *procCluster) nodeFlags(name string) []string {
+	if c.certs == "" {
+		return nil
+	}
+	return []string{"--tls-ca", filepath.Join(c.certs, "ca.pem"), "--tls-cert", filepath.Join(c.certs, name, "cert.pem"),
+		"--tls-key", filepath.Join(c.certs, name, "key.pem"), "--gossip-key-file", filepath.Join(c.certs, "gossip.key")}
+}
+
+// clientTLS is the TLS of the cluster's clients (user e2e), nil without.
+func (c *procCluster) clientTLS() *tls.Config {
+	if c.certs == "" {
+		return nil
+	}
+	cfg, err := client.NodeTLSConfig(filepath.Join(c.certs, "ca.pem"), filepath.Join(c.certs, "user-e2e", "cert.pem"), filepath.Join(c.certs, "user-e2e", "key.pem"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return cfg
 }
 
 // run starts the name server and the brokers at the cluster's addresses.
 func (c *procCluster) run() {
 	t := c.t
 	c.dir, c.procs = t.TempDir(), make([]*exec.Cmd, 3)
-	c.ns = startProc(t, "namesrv", "--grpc", c.nsGRPC, "--gossip", c.nsGossip, "--log-level", "error")
+	c.ns = startProc(t, append([]string{"namesrv", "--grpc", c.nsGRPC, "--gossip", c.nsGossip, "--log-level", "error"}, c.nodeFlags("namesrv-1")...)...)
+	creds := insecure.NewCredentials()
+	if cfg := c.clientTLS(); cfg != nil {
+		creds = credentials.NewTLS(cfg)
+	}
 	for i := range c.procs {
-		conn, err := grpc.NewClient(c.grpc[i], grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(c.grpc[i], grpc.WithTransportCredentials(creds))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,9 +151,10 @@ func (c *procCluster) start(i int) {
 	if c.wrap != nil {
 		wrap = c.wrap(i)
 	}
-	c.procs[i] = startWrapped(c.t, wrap, "broker", "--group", "broker-a", "--id", fmt.Sprint(i+1), "--dir", filepath.Join(c.dir, fmt.Sprint(i+1)),
+	c.procs[i] = startWrapped(c.t, wrap, append([]string{"broker", "--group", "broker-a", "--id", fmt.Sprint(i + 1), "--dir", filepath.Join(c.dir, fmt.Sprint(i+1)),
 		"--grpc", c.grpc[i], "--raft", c.raft[i], "--peers", strings.Join(peers, ","), "--gossip", c.gossip[i],
-		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error")
+		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error"},
+		c.nodeFlags(fmt.Sprintf("broker-a-%d", i+1))...)...)
 }
 
 // kill stops replica i with SIGKILL.
@@ -143,8 +192,13 @@ func (c *procCluster) master() int {
 	return m
 }
 
-func (c *procCluster) nameServers() []string          { return []string{c.nsGRPC} }
-func (c *procCluster) clientOptions() []client.Option { return nil }
+func (c *procCluster) nameServers() []string { return []string{c.nsGRPC} }
+func (c *procCluster) clientOptions() []client.Option {
+	if cfg := c.clientTLS(); cfg != nil {
+		return []client.Option{client.WithTLS(cfg)}
+	}
+	return nil
+}
 
 func (c *procCluster) createTopic(t *testing.T, topic string, queues int32) {
 	if _, err := c.clients[c.master()].CreateTopic(context.Background(), &pb.CreateTopicRequest{
@@ -191,15 +245,19 @@ func TestDrillBaseline(t *testing.T) {
 // Drill 2: kill -9 the master four times, each back after a 1 s outage.
 func TestDrillMasterKilledRepeatedly(t *testing.T) {
 	c := newProcCluster(t)
-	runDrill(t, "master kill x4", c, func() {
-		for round := 0; round < 4; round++ {
-			victim := c.master()
-			c.kill(victim)
-			time.Sleep(time.Second) // the outage
-			c.start(victim)
-			time.Sleep(time.Second) // traffic between faults
-		}
-	})
+	runDrill(t, "master kill x4", c, func() { c.killMaster(4) })
+}
+
+// killMaster kill -9s the master rounds times, each back after a 1 s
+// outage, with 1 s of traffic between faults.
+func (c *procCluster) killMaster(rounds int) {
+	for round := 0; round < rounds; round++ {
+		victim := c.master()
+		c.kill(victim)
+		time.Sleep(time.Second) // the outage
+		c.start(victim)
+		time.Sleep(time.Second) // traffic between faults
+	}
 }
 
 // Drill 3: stop a follower for 3 s while writes go on, then start it: it

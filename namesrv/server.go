@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -52,7 +54,13 @@ type Config struct {
 	FetchTimeout time.Duration
 	// HTTPAddr serves /metrics (Prometheus) and /healthz; "" leaves it off.
 	HTTPAddr string
-	Logger   *slog.Logger
+	// TLS, when set, is the name server's certificate (naming
+	// raftmq://CLUSTER/namesrv/ID) and the cluster's CA: the gRPC server
+	// takes TLS 1.3 only, and a topic table is fetched only from a replica
+	// whose certificate names the group and replica its gossip claims.
+	// Nil: plaintext.
+	TLS    *cluster.TLS
+	Logger *slog.Logger
 }
 
 // Server is a running name server.
@@ -89,6 +97,9 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.TLS != nil && (cfg.TLS.Self.Role != cluster.IdentityNameServer || cfg.TLS.Self.Cluster != cfg.Cluster) {
+		return nil, fmt.Errorf("namesrv: the TLS certificate names %v, not a name server of cluster %s", cfg.TLS.Self, cfg.Cluster)
+	}
 	s := &Server{cfg: cfg, table: newRouteTable(), fetching: map[string]bool{}}
 	var err error
 	if s.lis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -111,7 +122,11 @@ func Start(cfg Config) (*Server, error) {
 		s.lis.Close()
 		return nil, err
 	}
-	s.grpc = grpc.NewServer()
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS.ServerConfig())
+	}
+	s.grpc = grpc.NewServer(grpc.Creds(creds))
 	pb.RegisterNameServerServer(s.grpc, &service{s: s})
 	if cfg.HTTPAddr != "" {
 		if s.ops, err = cluster.ServeOps(cfg.HTTPAddr, s.metrics(), func() error { return s.ctx.Err() }, false); err != nil {
@@ -232,7 +247,7 @@ func (s *Server) fetch(m cluster.MemberEvent) {
 		}()
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.FetchTimeout)
 		defer cancel()
-		conn, err := grpc.NewClient(m.Meta.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(m.Meta.GRPCAddr, s.brokerCreds(m.Meta))
 		if err != nil {
 			s.log.Warn("fetch topic table", "broker", m.Name, "err", err)
 			return
@@ -336,4 +351,16 @@ func (v *service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 
 func topicNotFound(topic string) error {
 	return cluster.StatusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "no route for topic "+topic, nil)
+}
+
+// brokerCreds is the transport security of a call to the replica whose
+// gossip meta is m: with TLS, the replica's certificate must name the
+// group and replica id m claims, so a gossip member cannot point the name
+// server at a topic table of its own.
+func (s *Server) brokerCreds(m cluster.MemberMeta) grpc.DialOption {
+	if s.cfg.TLS == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	want := cluster.Want{Cluster: s.cfg.Cluster, Role: cluster.IdentityBroker, Group: m.Group, ID: strconv.Itoa(int(m.ReplicaID))}
+	return grpc.WithTransportCredentials(credentials.NewTLS(s.cfg.TLS.ClientConfig(want)))
 }

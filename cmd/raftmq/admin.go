@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -26,8 +25,10 @@ type admin struct {
 }
 
 // namesrvFlag adds --namesrv to a client command.
+// It adds the client TLS flags too (clientTLSFlags).
 func namesrvFlag(cmd *cobra.Command, dst *string) {
 	cmd.PersistentFlags().StringVar(dst, "namesrv", "", "name server addresses HOST:PORT[,HOST:PORT] (default $RAFTMQ_NAMESRV)")
+	clientTLSFlags(cmd)
 }
 
 // nameServerAddrs is --namesrv, else $RAFTMQ_NAMESRV, as a list.
@@ -75,7 +76,11 @@ func (a *admin) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := a.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := dialCreds()
+	if err != nil {
+		return nil, err
+	}
+	c, err := grpc.NewClient(addr, creds)
 	if err != nil {
 		return nil, err
 	}

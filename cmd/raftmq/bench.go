@@ -128,7 +128,11 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 		if produce {
 			cfg.ConsumeFrom = client.ConsumeFromLast
 		}
-		consumer, err = client.NewPushConsumer(cfg, client.WithNameServers(nsAddrs...), client.WithGroup(f.group))
+		opts, err := clientOptions(nsAddrs, client.WithGroup(f.group))
+		if err != nil {
+			return err
+		}
+		consumer, err = client.NewPushConsumer(cfg, opts...)
 		if err != nil {
 			return err
 		}
@@ -154,7 +158,11 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 		defer consumer.Shutdown()
 	}
 	if produce {
-		p, err := client.NewProducer(client.WithNameServers(nsAddrs...), client.WithSendTimeout(10*time.Second))
+		opts, err := clientOptions(nsAddrs, client.WithSendTimeout(10*time.Second))
+		if err != nil {
+			return err
+		}
+		p, err := client.NewProducer(opts...)
 		if err != nil {
 			return err
 		}

@@ -38,6 +38,7 @@ type brokerFlags struct {
 	Preallocate     string `yaml:"preallocate-ahead"`
 	RaftTimeout     string `yaml:"raft-timeout"`
 	LogLevel        string `yaml:"log-level"`
+	nodeSecurity    `yaml:",inline"`
 }
 
 func brokerCommand() *cobra.Command {
@@ -84,6 +85,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.SegmentSize, "segment-size", "1GiB", "commitlog segment size (every replica of a group must use the same): e.g. 64MiB, 1GiB")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
 	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
+	f.nodeSecurity.flags(cmd)
 	return cmd
 }
 
@@ -130,6 +132,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	if !cmd.Flags().Changed("pprof") && fromFile.Pprof {
 		f.Pprof = true
 	}
+	f.nodeSecurity.fill(cmd, fromFile.nodeSecurity)
 	return nil
 }
 
@@ -188,6 +191,9 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	}
 	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = rt, rt, rt/2
 	cfg.Gossip = broker.GossipConfig{BindAddr: f.Gossip, AdvertiseAddr: f.AdvertiseGossip, Join: splitList(f.Join), Cluster: f.Cluster}
+	if cfg.TLS, cfg.Gossip.SecretKey, err = f.nodeSecurity.load(); err != nil {
+		return err
+	}
 	if f.FlushSync {
 		cfg.Store.FlushMode = storage.FlushSync
 	}

@@ -51,7 +51,11 @@ among a group's members is the client SDK's.`,
 			if err != nil {
 				return err
 			}
-			pc, err := client.NewPullConsumer(client.WithNameServers(nsAddrs...), client.WithGroup(group))
+			opts, err := clientOptions(nsAddrs, client.WithGroup(group))
+			if err != nil {
+				return err
+			}
+			pc, err := client.NewPullConsumer(opts...)
 			if err != nil {
 				return err
 			}
@@ -71,6 +75,7 @@ among a group's members is the client SDK's.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&ns, "namesrv", "", "name server addresses HOST:PORT[,HOST:PORT] (default $RAFTMQ_NAMESRV)")
+	clientTLSFlags(cmd)
 	fl.StringVar(&topic, "topic", "", "topic")
 	fl.StringVar(&group, "group", "", "consumer group")
 	fl.StringVar(&tag, "tag", "*", `tag expression: "*" or "TagA || TagB"`)

@@ -44,7 +44,11 @@ again. Prints how many were resent.`,
 // resendDeadLetters moves the group's dead letters past its committed
 // offset on the dead-letter topic to its retry topic, then commits.
 func resendDeadLetters(ctx context.Context, nameServers []string, group string) (int, error) {
-	pc, err := client.NewPullConsumer(client.WithNameServers(nameServers...), client.WithGroup(group))
+	opts, err := clientOptions(nameServers, client.WithGroup(group))
+	if err != nil {
+		return 0, err
+	}
+	pc, err := client.NewPullConsumer(opts...)
 	if err != nil {
 		return 0, err
 	}
@@ -52,7 +56,10 @@ func resendDeadLetters(ctx context.Context, nameServers []string, group string) 
 		return 0, err
 	}
 	defer pc.Shutdown()
-	p, err := client.NewProducer(client.WithNameServers(nameServers...))
+	if opts, err = clientOptions(nameServers); err != nil {
+		return 0, err
+	}
+	p, err := client.NewProducer(opts...)
 	if err != nil {
 		return 0, err
 	}

@@ -17,7 +17,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(brokerCommand(), namesrvCommand(), devCommand(), topicCommand(), clusterCommand(), produceCommand(), consumeCommand(), groupCommand(), msgCommand(), dlqCommand(), healthCommand(), benchCommand())
+	root.AddCommand(brokerCommand(), namesrvCommand(), devCommand(), topicCommand(), clusterCommand(), produceCommand(), consumeCommand(), groupCommand(), msgCommand(), dlqCommand(), healthCommand(), benchCommand(), certsCommand())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "raftmq:", err)
 		os.Exit(1)

@@ -17,6 +17,7 @@ import (
 func namesrvCommand() *cobra.Command {
 	var cfg namesrv.Config
 	var join, level string
+	var sec nodeSecurity
 	cmd := &cobra.Command{
 		Use:   "namesrv",
 		Short: "run a name server",
@@ -31,6 +32,9 @@ seconds.`,
 			}
 			cfg.Logger = log
 			cfg.Join = splitList(join)
+			if cfg.TLS, cfg.SecretKey, err = sec.load(); err != nil {
+				return err
+			}
 			s, err := namesrv.Start(cfg)
 			if err != nil {
 				return err
@@ -50,6 +54,7 @@ seconds.`,
 	fl.StringVar(&cfg.Cluster, "cluster", "raftmq", "cluster name")
 	fl.StringVar(&cfg.Name, "name", "", "unique member name (default namesrv@GRPC)")
 	fl.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	sec.flags(cmd)
 	return cmd
 }
 

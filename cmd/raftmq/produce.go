@@ -48,7 +48,11 @@ with an "error" field. The exit status is 1 when any send failed.`,
 			if err != nil {
 				return err
 			}
-			p, err := client.NewProducer(client.WithNameServers(nsAddrs...), client.WithSendTimeout(timeout))
+			opts, err := clientOptions(nsAddrs, client.WithSendTimeout(timeout))
+			if err != nil {
+				return err
+			}
+			p, err := client.NewProducer(opts...)
 			if err != nil {
 				return err
 			}
@@ -115,6 +119,7 @@ with an "error" field. The exit status is 1 when any send failed.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&ns, "namesrv", "", "name server addresses HOST:PORT[,HOST:PORT] (default $RAFTMQ_NAMESRV)")
+	clientTLSFlags(cmd)
 	fl.StringVar(&topic, "topic", "", "topic")
 	fl.StringVar(&tag, "tag", "", "tag of every message")
 	fl.StringVar(&key, "key", "", "key of every message")

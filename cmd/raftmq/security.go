@@ -1,0 +1,137 @@
+package main
+
+import (
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/raftmq/raftmq/client"
+	"github.com/raftmq/raftmq/cluster"
+)
+
+// Security settings of the commands: a node's certificate and gossip key
+// (broker, namesrv) and a client's TLS (every command that calls a name
+// server or a broker).
+
+// nodeSecurity are a node's flags: its TLS files and its gossip key file.
+type nodeSecurity struct {
+	TLSCA     string `yaml:"tls-ca"`
+	TLSCert   string `yaml:"tls-cert"`
+	TLSKey    string `yaml:"tls-key"`
+	GossipKey string `yaml:"gossip-key-file"`
+}
+
+func (s *nodeSecurity) flags(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&s.TLSCA, "tls-ca", "", "PEM file of the cluster's CA: with --tls-cert and --tls-key, every listener takes TLS 1.3 only and nodes check each other's certificates (raftmq certs makes them)")
+	fl.StringVar(&s.TLSCert, "tls-cert", "", "PEM file of this node's certificate (it must name this node: raftmq://CLUSTER/broker/GROUP/ID or raftmq://CLUSTER/namesrv/ID)")
+	fl.StringVar(&s.TLSKey, "tls-key", "", "PEM file of this node's private key")
+	fl.StringVar(&s.GossipKey, "gossip-key-file", "", "file holding the gossip encryption key (16, 24 or 32 bytes, raw or base64): gossip is encrypted and unencrypted gossip refused")
+}
+
+// fill sets what the command line left unset from a config file's values.
+func (s *nodeSecurity) fill(cmd *cobra.Command, from nodeSecurity) {
+	for name, p := range map[string][2]*string{
+		"tls-ca": {&s.TLSCA, &from.TLSCA}, "tls-cert": {&s.TLSCert, &from.TLSCert},
+		"tls-key": {&s.TLSKey, &from.TLSKey}, "gossip-key-file": {&s.GossipKey, &from.GossipKey},
+	} {
+		if !cmd.Flags().Changed(name) && *p[1] != "" {
+			*p[0] = *p[1]
+		}
+	}
+}
+
+// load reads the node's TLS material (nil when no file is named) and
+// gossip key (nil when none).
+func (s nodeSecurity) load() (*cluster.TLS, []byte, error) {
+	var t *cluster.TLS
+	if files := (cluster.TLSFiles{CA: s.TLSCA, Cert: s.TLSCert, Key: s.TLSKey}); files.Set() {
+		var err error
+		if t, err = cluster.LoadTLS(files); err != nil {
+			return nil, nil, fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
+		}
+	}
+	if s.GossipKey == "" {
+		return t, nil, nil
+	}
+	key, err := readGossipKey(s.GossipKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--gossip-key-file: %w", err)
+	}
+	return t, key, nil
+}
+
+// readGossipKey reads a key file: 16, 24 or 32 raw bytes, or their base64
+// (what `raftmq certs` writes), surrounding white space ignored.
+func readGossipKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(b); n == 16 || n == 24 || n == 32 {
+		return b, nil
+	}
+	s := strings.TrimSpace(string(b))
+	key, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("%s: neither 16, 24 or 32 raw bytes nor base64 of them", path)
+	}
+	if n := len(key); n != 16 && n != 24 && n != 32 {
+		return nil, fmt.Errorf("%s: a key of %d bytes; AES wants 16, 24 or 32", path, n)
+	}
+	return key, nil
+}
+
+// clientTLSFiles are the client commands' --tls-ca, --tls-cert and
+// --tls-key (defaults $RAFTMQ_TLS_CA, $RAFTMQ_TLS_CERT, $RAFTMQ_TLS_KEY).
+var clientTLSFiles struct{ ca, cert, key string }
+
+func clientTLSFlags(cmd *cobra.Command) {
+	fl := cmd.PersistentFlags()
+	fl.StringVar(&clientTLSFiles.ca, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM file of the cluster's CA: speak TLS to the name servers and brokers, and check that they are the cluster's nodes (default $RAFTMQ_TLS_CA)")
+	fl.StringVar(&clientTLSFiles.cert, "tls-cert", os.Getenv("RAFTMQ_TLS_CERT"), "PEM file of this client's certificate, if the cluster identifies clients by certificate (default $RAFTMQ_TLS_CERT)")
+	fl.StringVar(&clientTLSFiles.key, "tls-key", os.Getenv("RAFTMQ_TLS_KEY"), "PEM file of this client's key (default $RAFTMQ_TLS_KEY)")
+}
+
+// clientTLS is the client commands' TLS configuration, nil for plaintext.
+func clientTLS() (*tls.Config, error) {
+	f := clientTLSFiles
+	if f.ca == "" && f.cert == "" && f.key == "" {
+		return nil, nil
+	}
+	cfg, err := client.NodeTLSConfig(f.ca, f.cert, f.key)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca, --tls-cert, --tls-key: %w", err)
+	}
+	return cfg, nil
+}
+
+// clientOptions are the SDK options every client command shares: the name
+// servers and the TLS flags.
+func clientOptions(nameServers []string, more ...client.Option) ([]client.Option, error) {
+	cfg, err := clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	opts := []client.Option{client.WithNameServers(nameServers...)}
+	if cfg != nil {
+		opts = append(opts, client.WithTLS(cfg))
+	}
+	return append(opts, more...), nil
+}
+
+// dialCreds is the transport security of the admin commands' calls.
+func dialCreds() (grpc.DialOption, error) {
+	cfg, err := clientTLS()
+	if err != nil || cfg == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials()), err
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
+}
