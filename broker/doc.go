@@ -6,8 +6,9 @@
 // topics, subscription groups, consumer offsets (metadata.go, offsets.go)
 // — the in-memory consumer and lock tables (consumers.go), catch-up of
 // a replica behind the Raft log by snapshot plus commitlog copy
-// (catchup.go), and the stop of a replica whose store failed
-// (storefail.go).
+// (catchup.go), the stop of a replica whose store failed
+// (storefail.go), and the transport security of its gRPC server and of
+// its own calls (tls.go).
 //
 // Design choices, where ARCHITECTURE.md leaves room:
 //   - Raft restores its latest snapshot at start (metadata only); the

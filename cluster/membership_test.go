@@ -141,3 +141,42 @@ func TestGarbageOnGossipPort(t *testing.T) {
 	defer other.Close()
 	clustertest.WaitFor(t, 5*time.Second, "the member working after garbage", func() bool { return len(m.Members()) == 2 })
 }
+
+// With a gossip key, a member without it, or with another, cannot join:
+// the route hijack through gossip starts with joining, and the keyed pool
+// never sees the outsider or its claim.
+func TestGossipKeyKeepsOutMembersWithoutIt(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	startKeyed := func(name string, key []byte, meta MemberMeta, join ...string) (*Membership, error) {
+		return StartMembership(MembershipConfig{Name: name, BindAddr: clustertest.FreeAddrs(t, 1)[0], Join: join, Meta: meta,
+			SecretKey: key, Fast: true, Logger: quiet})
+	}
+	ns, err := startKeyed("ns-1", key, MemberMeta{Role: RoleNameServer, Cluster: "c", GRPCAddr: "127.0.0.1:9876"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	seed := ns.ml.LocalNode().Address()
+	claim := MemberMeta{Role: RoleBroker, Cluster: "c", Group: "broker-a", ReplicaID: 9, GRPCAddr: "127.0.0.1:1", Leader: true, Term: 1000}
+	for name, k := range map[string][]byte{"no key": nil, "another key": []byte("fedcba9876543210fedcba9876543210")} {
+		m, err := startKeyed("fake-"+strings.ReplaceAll(name, " ", "-"), k, claim, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := m.ml.NumMembers(); n != 1 {
+			t.Errorf("%s: the outsider sees %d members", name, n)
+		}
+		m.Close()
+	}
+	member, err := startKeyed("broker-a-1", key, MemberMeta{Role: RoleBroker, Cluster: "c", Group: "broker-a", ReplicaID: 1, GRPCAddr: "127.0.0.1:10911"}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	clustertest.WaitFor(t, 5*time.Second, "the keyed member joined", func() bool { return len(ns.Members()) == 2 })
+	for _, m := range ns.Members() {
+		if strings.HasPrefix(m.Name, "fake-") {
+			t.Fatalf("the name server has the outsider %s as a member", m.Name)
+		}
+	}
+}

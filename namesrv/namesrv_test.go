@@ -47,7 +47,11 @@ func startNameServer(t *testing.T, cfg Config) *Server {
 	return s
 }
 
-func newEnv(t *testing.T, nameServers int) *env {
+func newEnv(t *testing.T, nameServers int) *env { return newEnvWith(t, nameServers, nil) }
+
+// newEnvWith is newEnv with each name server's and broker's configuration
+// passed through secure (nil: plaintext) before it starts.
+func newEnvWith(t *testing.T, nameServers int, secure *security) *env {
 	e := &env{t: t}
 	for i := 0; i < nameServers; i++ {
 		addrs := clustertest.FreeAddrs(t, 2)
@@ -55,6 +59,9 @@ func newEnv(t *testing.T, nameServers int) *env {
 			RefreshInterval: 100 * time.Millisecond, HTTPAddr: "127.0.0.1:0", Logger: quiet}
 		if i > 0 {
 			cfg.Join = []string{e.nsCfgs[0].GossipAddr}
+		}
+		if secure != nil {
+			cfg.TLS, cfg.SecretKey = secure.load(cluster.Identity{Cluster: "raftmq", Role: cluster.IdentityNameServer, ID: strconv.Itoa(i + 1)}), secure.gossipKey
 		}
 		e.nsCfgs = append(e.nsCfgs, cfg)
 		e.ns = append(e.ns, startNameServer(t, cfg))
@@ -74,6 +81,9 @@ func newEnv(t *testing.T, nameServers int) *env {
 			MaxMessageSize: 64 << 10, EntryMaxBytes: 1 << 20,
 			Gossip: broker.GossipConfig{BindAddr: gossips[i], Join: []string{e.nsCfgs[0].GossipAddr}, Fast: true},
 			Logger: quiet,
+		}
+		if secure != nil {
+			cfg.TLS, cfg.Gossip.SecretKey = secure.load(cluster.Identity{Cluster: "raftmq", Role: cluster.IdentityBroker, Group: "broker-a", ID: strconv.Itoa(i + 1)}), secure.gossipKey
 		}
 		e.bCfgs = append(e.bCfgs, cfg)
 		e.brokers = append(e.brokers, nil)

@@ -20,6 +20,11 @@ type routeTable struct {
 	members map[string]cluster.MemberEvent // by member name
 	tables  map[string]*topicTable         // by broker group
 	changed chan struct{}                  // closed and replaced on every change
+	// confirming: a broker member counts (in routes, as a replica to
+	// fetch from) only while its current claim is the one confirmed over
+	// mutual TLS (claims.go). Set on a name server with TLS.
+	confirming bool
+	confirmed  map[string]claim // by member name
 }
 
 type topicTable struct {
@@ -27,8 +32,9 @@ type topicTable struct {
 	topics  map[string]*pb.TopicConfig
 }
 
-func newRouteTable() *routeTable {
-	return &routeTable{members: map[string]cluster.MemberEvent{}, tables: map[string]*topicTable{}, changed: make(chan struct{})}
+func newRouteTable(confirming bool) *routeTable {
+	return &routeTable{members: map[string]cluster.MemberEvent{}, tables: map[string]*topicTable{}, changed: make(chan struct{}),
+		confirming: confirming, confirmed: map[string]claim{}}
 }
 
 // notifyLocked wakes route watchers. Caller holds mu.
@@ -52,6 +58,7 @@ func (t *routeTable) apply(e cluster.MemberEvent) []cluster.MemberEvent {
 	defer t.mu.Unlock()
 	if e.Kind == cluster.MemberLeft {
 		delete(t.members, e.Name)
+		delete(t.confirmed, e.Name)
 	} else {
 		t.members[e.Name] = e
 	}
@@ -70,7 +77,7 @@ func (t *routeTable) stale() []cluster.MemberEvent {
 func (t *routeTable) staleLocked() []cluster.MemberEvent {
 	best := map[string]cluster.MemberEvent{}
 	for _, m := range t.members {
-		if m.Meta.Role != cluster.RoleBroker {
+		if m.Meta.Role != cluster.RoleBroker || !t.countsLocked(m) {
 			continue
 		}
 		tab := t.tables[m.Meta.Group]
@@ -94,7 +101,7 @@ func (t *routeTable) unfetched() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, m := range t.members {
-		if m.Meta.Role == cluster.RoleBroker && t.tables[m.Meta.Group] == nil {
+		if m.Meta.Role == cluster.RoleBroker && t.countsLocked(m) && t.tables[m.Meta.Group] == nil {
 			return true
 		}
 	}
@@ -130,7 +137,7 @@ type groupView struct {
 func (t *routeTable) groupsLocked() map[string]*groupView {
 	views := map[string]*groupView{}
 	for _, m := range t.members {
-		if m.Meta.Role != cluster.RoleBroker {
+		if m.Meta.Role != cluster.RoleBroker || !t.countsLocked(m) {
 			continue
 		}
 		g := views[m.Meta.Group]

@@ -1,7 +1,9 @@
-// Package namesrv owns the name server: it joins the gossip pool, keeps the
-// route table from member events and the brokers' topic tables (fetched
-// with DescribeBroker when a broker announces a new version), and answers
-// clients' route queries over gRPC. It has no state on disk.
+// Package namesrv owns the name server (server.go): it joins the gossip
+// pool, keeps the route table (routes.go) from member events and the
+// brokers' topic tables (fetched with DescribeBroker when a broker
+// announces a new version), and answers clients' route queries over gRPC.
+// With TLS, a broker's gossip claim counts only once the replica confirms
+// it over mutual TLS (claims.go). It has no state on disk.
 package namesrv
 
 import (
@@ -12,6 +14,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -76,8 +79,10 @@ type Server struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	fetchMu  sync.Mutex
-	fetching map[string]bool // groups with a fetch in flight
+	fetchMu          sync.Mutex
+	fetching         map[string]bool // groups with a fetch in flight
+	confirmingClaims map[string]bool // members with a claim check in flight
+	claimsRefused    atomic.Int64    // gossip claims that failed their check
 }
 
 // Start starts a name server: gRPC first, then gossip.
@@ -100,7 +105,7 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.TLS != nil && (cfg.TLS.Self.Role != cluster.IdentityNameServer || cfg.TLS.Self.Cluster != cfg.Cluster) {
 		return nil, fmt.Errorf("namesrv: the TLS certificate names %v, not a name server of cluster %s", cfg.TLS.Self, cfg.Cluster)
 	}
-	s := &Server{cfg: cfg, table: newRouteTable(), fetching: map[string]bool{}}
+	s := &Server{cfg: cfg, table: newRouteTable(cfg.TLS != nil), fetching: map[string]bool{}, confirmingClaims: map[string]bool{}}
 	var err error
 	if s.lis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("namesrv: listen on %s: %w", cfg.GRPCAddr, err)
@@ -177,6 +182,9 @@ func (s *Server) metrics() *prometheus.Registry {
 		return float64(n)
 	})
 	gauge("raftmq_namesrv_topics", "Topics routed.", func() float64 { return float64(len(s.table.topicNames())) })
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "raftmq_namesrv_claims_refused_total",
+		Help: "Brokers' gossip claims that their mutual-TLS check refused (with TLS only)."},
+		func() float64 { return float64(s.claimsRefused.Load()) }))
 	reg.MustRegister(prometheus.NewGoCollector())
 	return reg
 }
@@ -209,6 +217,7 @@ func (s *Server) eventLoop() {
 		for _, m := range s.table.apply(e) {
 			s.fetch(m)
 		}
+		s.confirmClaims()
 	}
 }
 
@@ -223,6 +232,7 @@ func (s *Server) refreshLoop() {
 			for _, m := range s.table.stale() {
 				s.fetch(m)
 			}
+			s.confirmClaims()
 		}
 	}
 }
@@ -230,30 +240,10 @@ func (s *Server) refreshLoop() {
 // fetch gets a group's topic table from the replica m, in the background,
 // one fetch per group at a time.
 func (s *Server) fetch(m cluster.MemberEvent) {
-	s.fetchMu.Lock()
-	if s.fetching[m.Meta.Group] || s.ctx.Err() != nil {
-		s.fetchMu.Unlock()
-		return
-	}
-	s.fetching[m.Meta.Group] = true
-	s.wg.Add(1)
-	s.fetchMu.Unlock()
-	go func() {
-		defer s.wg.Done()
-		defer func() {
-			s.fetchMu.Lock()
-			delete(s.fetching, m.Meta.Group)
-			s.fetchMu.Unlock()
-		}()
+	s.inBackground(s.fetching, m.Meta.Group, func() {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.FetchTimeout)
 		defer cancel()
-		conn, err := grpc.NewClient(m.Meta.GRPCAddr, s.brokerCreds(m.Meta))
-		if err != nil {
-			s.log.Warn("fetch topic table", "broker", m.Name, "err", err)
-			return
-		}
-		defer conn.Close()
-		d, err := pb.NewBrokerClient(conn).DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
+		d, err := s.describe(ctx, m.Meta)
 		if err != nil {
 			s.log.Warn("fetch topic table", "broker", m.Name, "err", err)
 			return
@@ -269,6 +259,27 @@ func (s *Server) fetch(m cluster.MemberEvent) {
 				}()
 			}
 		}
+	})
+}
+
+// inBackground runs fn on a goroutine of its own unless one for key (in
+// busy, guarded by fetchMu) is running still, or the server is closing.
+func (s *Server) inBackground(busy map[string]bool, key string, fn func()) {
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	if busy[key] || s.ctx.Err() != nil {
+		return
+	}
+	busy[key] = true
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.fetchMu.Lock()
+			delete(busy, key)
+			s.fetchMu.Unlock()
+		}()
+		fn()
 	}()
 }
 
