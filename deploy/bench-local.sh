@@ -18,7 +18,7 @@
 # default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
 # while the benches run and reports its peak.
 #
-# Usage: deploy/bench-local.sh [--runs N] [--long] [--nats] [--profile] [--json] [--keep]
+# Usage: deploy/bench-local.sh [--runs N] [--long] [--nats] [--profile] [--json] [--keep] [--tls]
 #   --runs N   N runs (default 1); the figures reported are the medians
 #   --long     add the 120 s batched publish
 #   --nats     after each raftmq run, ../shared/tools/nats-r3-bench (3-server JetStream R3 on
@@ -29,6 +29,9 @@
 # Each produce bench also reports, from the master's /metrics, its CPU time per message stored
 # and the messages per Raft entry (group commit), as NAME.cpu_us and NAME.per_entry.
 #   --keep     keep the temp dir (binary, logs, data) and print its path
+#   --tls      a secured cluster: certificates from `raftmq certs`, TLS 1.3 on every gRPC
+#              listener, mutual TLS on the Raft transport, encrypted gossip, and the bench
+#              clients over TLS (what TLS costs: run once with and once without)
 # Environment: RAFTMQ_BENCH_PORT (default 29900) moves the port range; RAFTMQ_BENCH_BROKER_FLAGS
 # adds flags to every broker (e.g. "--preallocate-ahead off" to compare the zeroer).
 # Every process it starts is stopped when it exits, also on failure and Ctrl-C.
@@ -36,7 +39,7 @@ set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
-runs=1 long=0 nats=0 profile=0 json=0 keep=0
+runs=1 long=0 nats=0 profile=0 json=0 keep=0 tls=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--runs) runs=${2:-}; shift 2 || shift ;;
@@ -46,6 +49,7 @@ while [ $# -gt 0 ]; do
 	--profile) profile=1; shift ;;
 	--json) json=1; shift ;;
 	--keep) keep=1; shift ;;
+	--tls) tls=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "bench-local: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
@@ -241,14 +245,23 @@ start_cluster() { # DIR
 		port_busy "$p" && fail "port $p on 127.0.0.1 is taken (set RAFTMQ_BENCH_PORT to move the range)"
 	done
 	mkdir -p "$d"
+	local -a ns_sec=() b_sec=()
+	if [ "$tls" = 1 ]; then
+		"$bin" certs --dir "$d/certs" --brokers bench-a:3 --namesrvs 1 >/dev/null || fail "raftmq certs"
+		export RAFTMQ_TLS_CA="$d/certs/ca.pem" # every client command speaks TLS
+		ns_sec=(--tls-ca "$d/certs/ca.pem" --gossip-key-file "$d/certs/gossip.key"
+			--tls-cert "$d/certs/namesrv-1/cert.pem" --tls-key "$d/certs/namesrv-1/key.pem")
+	fi
 	"$bin" namesrv --grpc "$ns_addr" --gossip "127.0.0.1:$((base + 1))" --http "127.0.0.1:$((base + 2))" \
-		>"$d/namesrv.log" 2>&1 &
+		"${ns_sec[@]}" >"$d/namesrv.log" 2>&1 &
 	pids+=($!)
 	for i in 1 2 3; do
+		[ "$tls" = 1 ] && b_sec=(--tls-ca "$d/certs/ca.pem" --gossip-key-file "$d/certs/gossip.key"
+			--tls-cert "$d/certs/bench-a-$i/cert.pem" --tls-key "$d/certs/bench-a-$i/key.pem")
 		"$bin" broker --group bench-a --id "$i" --dir "$d/b$i" \
 			--grpc "127.0.0.1:$((base + 10 + i))" --raft "127.0.0.1:$((base + 20 + i))" --peers "$peers" \
 			--gossip "127.0.0.1:$((base + 30 + i))" --join "127.0.0.1:$((base + 1))" \
-			--http "127.0.0.1:$((base + 40 + i))" "${broker_extra[@]}" >"$d/broker$i.log" 2>&1 &
+			--http "127.0.0.1:$((base + 40 + i))" "${b_sec[@]}" "${broker_extra[@]}" >"$d/broker$i.log" 2>&1 &
 		pids+=($!)
 	done
 }
@@ -431,6 +444,7 @@ for k in "${!V[@]}"; do M[$k]=$(m "$k"); done
 g() { echo "${M[$1]:-null}"; }
 
 label="median of $runs runs"
+[ "$tls" = 1 ] && label="$label, TLS on every link"
 [ "$runs" = 1 ] && label="1 run"
 echo "raftmq $commit, 3-replica group on 127.0.0.1, 1 KiB messages, $label ($(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)); ${elapsed}s"
 line="batched publish, 16 clients x 64 per batch, 15s:  $(kfmt "$(g batch.mps)") msgs/s, p50 $(fmt "$(g batch.p50)" 1) ms, p99 $(fmt "$(g batch.p99)" 1) ms"
@@ -464,7 +478,7 @@ if [ "$json" = 1 ]; then
 	fig() { # NAME → {"msgs_per_sec":..,"p50_ms":..,"p99_ms":..}
 		printf '{"msgs_per_sec":%s,"p50_ms":%s,"p99_ms":%s}' "$(g "$1.mps")" "$(g "$1.p50")" "$(g "$1.p99")"
 	}
-	out="{\"commit\":\"$commit\",\"runs\":$runs,\"seconds\":$elapsed,\"raftmq\":{\"batch\":$(fig batch),\"sync16\":$(fig sync16),\"sync1\":$(fig sync1)"
+	out="{\"commit\":\"$commit\",\"runs\":$runs,\"tls\":$([ "$tls" = 1 ] && echo true || echo false),\"seconds\":$elapsed,\"raftmq\":{\"batch\":$(fig batch),\"sync16\":$(fig sync16),\"sync1\":$(fig sync1)"
 	out="$out,\"consume\":{\"msgs_per_sec\":$(g consume.mps),\"messages\":$(g consume.count),\"p99_ms\":null}"
 	[ "$long" = 1 ] && out="$out,\"batch_long\":$(fig long)"
 	out="$out,\"rss_mb\":{\"1\":$(g rss.1),\"2\":$(g rss.2),\"3\":$(g rss.3)},\"anon_rss_mb\":{\"1\":$(g anon.1),\"2\":$(g anon.2),\"3\":$(g anon.3)},\"master\":[$(tr -s ' ' ',' <<<"${V[master]# }")]}"
