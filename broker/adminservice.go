@@ -114,9 +114,21 @@ func (s *service) UpdateConsumerOffset(ctx context.Context, req *pb.UpdateConsum
 	if !validName(req.ConsumerGroup) {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
 	}
+	if n := len(req.Offsets); n > s.b.cfg.MaxOffsetsPerCommit {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("%d offsets in one commit, limit %d", n, s.b.cfg.MaxOffsetsPerCommit))
+	}
 	for _, o := range req.Offsets {
 		if o == nil || !validName(o.Topic) || o.QueueId < 0 || o.QueueId >= s.b.cfg.MaxQueues || o.Offset < 0 {
 			return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "each offset needs a legal topic, a queue id in range and a non-negative offset")
+		}
+		// Offsets only for queues that exist: each is kept (replicated,
+		// snapshotted) until its group is deleted.
+		t := s.b.meta.topic(o.Topic)
+		if t == nil {
+			return nil, statusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, fmt.Sprintf("topic %.127s does not exist on %s", o.Topic, s.b.cfg.Group), nil)
+		}
+		if o.QueueId >= max(t.ReadQueues, t.WriteQueues) {
+			return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("queue id %d out of range of topic %s", o.QueueId, o.Topic))
 		}
 	}
 	if err := s.b.requireMaster(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -83,7 +84,7 @@ func Start(cfg Config) (*Broker, error) {
 		self:      cfg.ReplicaID,
 		store:     store,
 		meta:      newMetadata(),
-		holds:     newHoldService(cfg.MaxHeldPulls),
+		holds:     newHoldService(cfg.MaxHeldPulls, cfg.MaxHeldPullsPerClient),
 		consumers: newConsumerTable(cfg.ConsumerExpiry),
 		locks:     newQueueLocks(),
 		delays:    delays,
@@ -107,8 +108,9 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	b.grpc = grpc.NewServer(
 		b.serverCreds(),
-		grpc.ChainUnaryInterceptor(b.refuseUnaryWhenFailed),
-		grpc.ChainStreamInterceptor(b.refuseStreamWhenFailed),
+		grpc.ChainUnaryInterceptor(cluster.BoundErrors, b.refuseUnaryWhenFailed),
+		grpc.ChainStreamInterceptor(cluster.BoundStreamErrors, b.refuseStreamWhenFailed),
+		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
 		grpc.MaxRecvMsgSize(cfg.EntryMaxBytes+1<<20),
 		grpc.MaxSendMsgSize(maxResponseSize(cfg)),
 		// A held pull is an idle RPC for up to its suspend timeout.
@@ -139,7 +141,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		if err := b.grpc.Serve(b.lis); err != nil {
+		if err := b.grpc.Serve(netutil.LimitListener(b.lis, b.cfg.MaxConnections)); err != nil {
 			b.log.Error("grpc server stopped", "err", err)
 		}
 	}()

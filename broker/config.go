@@ -70,6 +70,20 @@ type Config struct {
 	// MaxHeldPulls caps pulls held for long polling; the excess is
 	// answered at once with no new message. Default 10000.
 	MaxHeldPulls int
+	// MaxHeldPullsPerClient caps the held pulls of one client (its
+	// certificate's identity, or else its connection), so that no client
+	// can take the whole of MaxHeldPulls and leave others without long
+	// polling. Default 2000.
+	MaxHeldPullsPerClient int
+	// MaxConcurrentStreams caps the RPCs in progress on one client
+	// connection (HTTP/2 streams; a held pull is one). Default 4096.
+	MaxConcurrentStreams int
+	// MaxConnections caps the gRPC connections served at once; more wait
+	// in the kernel's accept queue. Default 10000.
+	MaxConnections int
+	// MaxOffsetsPerCommit caps the offsets of one UpdateConsumerOffset.
+	// Default 4096.
+	MaxOffsetsPerCommit int
 	// HoldCheckInterval is how often held pulls are checked against their
 	// queue and their timeout (RocketMQ: 5 s with long polling). Default
 	// 5 s; 1 s with ShortPolling.
@@ -165,6 +179,10 @@ func (c Config) withDefaults() (Config, error) {
 	num(&c.PullMaxMessages, 32)
 	num(&c.PullMaxBytes, 4<<20)
 	num(&c.MaxHeldPulls, 10000)
+	num(&c.MaxHeldPullsPerClient, 2000)
+	num(&c.MaxConcurrentStreams, 4096)
+	num(&c.MaxConnections, 10000)
+	num(&c.MaxOffsetsPerCommit, 4096)
 	num(&c.MaxMessageSize, 4<<20)
 	if c.HoldCheckInterval == 0 {
 		c.HoldCheckInterval = 5 * time.Second
@@ -207,7 +225,8 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.MaxBatchMessages < 1, c.EntryMaxMessages < 1, c.EntryMaxBytes < 1, c.MaxInflightEntries < 1,
-		c.MaxPendingSends < 1, c.PullMaxMessages < 1, c.PullMaxBytes < 1, c.MaxHeldPulls < 0, c.MaxMessageSize < 1:
+		c.MaxPendingSends < 1, c.PullMaxMessages < 1, c.PullMaxBytes < 1, c.MaxHeldPulls < 0, c.MaxMessageSize < 1,
+		c.MaxHeldPullsPerClient < 1, c.MaxConcurrentStreams < 1, c.MaxConnections < 1, c.MaxOffsetsPerCommit < 1:
 		return c, errors.New("broker: limits must be positive")
 	case c.EntryMaxBytes < c.MaxMessageSize:
 		return c, errors.New("broker: EntryMaxBytes must hold a message of MaxMessageSize")

@@ -18,10 +18,12 @@ import (
 // below the new end, so a message that lands between the failed read and
 // the registration is seen by one or the other.
 type holdService struct {
-	mu    sync.Mutex
-	held  map[queueKey][]*heldPull
-	count int
-	max   int
+	mu        sync.Mutex
+	held      map[queueKey][]*heldPull
+	count     int
+	max       int
+	perClient map[string]int // held pulls by heldPull.client
+	maxClient int
 }
 
 type queueKey struct {
@@ -30,6 +32,7 @@ type queueKey struct {
 }
 
 type heldPull struct {
+	client    string // who holds it (clientKey), for the per-client cap
 	key       queueKey
 	offset    int64   // the offset the pull waits beyond
 	tagHashes []int64 // nil: any message wakes it
@@ -38,20 +41,22 @@ type heldPull struct {
 	woken     bool          // guarded by holdService.mu
 }
 
-func newHoldService(max int) *holdService {
-	return &holdService{held: map[queueKey][]*heldPull{}, max: max}
+func newHoldService(max, maxPerClient int) *holdService {
+	return &holdService{held: map[queueKey][]*heldPull{}, max: max, perClient: map[string]int{}, maxClient: maxPerClient}
 }
 
-// hold registers a pull; false when the cap on held pulls is reached.
+// hold registers a pull; false when the cap on held pulls, or on its
+// client's, is reached.
 func (h *holdService) hold(p *heldPull) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.count >= h.max {
+	if h.count >= h.max || h.perClient[p.client] >= h.maxClient {
 		return false
 	}
 	p.wake = make(chan struct{})
 	h.held[p.key] = append(h.held[p.key], p)
 	h.count++
+	h.perClient[p.client]++
 	return true
 }
 
@@ -64,6 +69,9 @@ func (h *holdService) release(p *heldPull) {
 	if i := slices.Index(list, p); i >= 0 {
 		list = slices.Delete(list, i, i+1)
 		h.count--
+		if h.perClient[p.client]--; h.perClient[p.client] <= 0 {
+			delete(h.perClient, p.client)
+		}
 		if len(list) == 0 {
 			delete(h.held, p.key)
 		} else {

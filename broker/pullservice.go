@@ -88,7 +88,7 @@ func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.Pul
 // more, so an arrival in between is never missed.
 func (s *service) hold(ctx context.Context, get storage.GetRequest, suspend time.Duration) (storage.GetResult, error) {
 	b := s.b
-	p := &heldPull{key: queueKey{get.Topic, get.QueueID}, offset: get.Offset, tagHashes: get.TagHashes, deadline: time.Now().Add(suspend)}
+	p := &heldPull{client: clientKey(ctx), key: queueKey{get.Topic, get.QueueID}, offset: get.Offset, tagHashes: get.TagHashes, deadline: time.Now().Add(suspend)}
 	if !b.holds.hold(p) {
 		// Over the cap: answer now; the client pulls again.
 		return b.store.GetMessages(get)

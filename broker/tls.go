@@ -1,9 +1,12 @@
 package broker
 
 import (
+	"context"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 
 	"github.com/raftmq/raftmq/cluster"
 )
@@ -16,6 +19,24 @@ func (b *Broker) serverCreds() grpc.ServerOption {
 		return grpc.Creds(insecure.NewCredentials())
 	}
 	return grpc.Creds(credentials.NewTLS(b.cfg.TLS.ServerConfig()))
+}
+
+// clientKey names the client of an RPC for per-client limits: the
+// identity its verified certificate names, or else its connection.
+func clientKey(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.VerifiedChains) > 0 {
+		if ids := cluster.Identities(info.State.VerifiedChains[0][0]); len(ids) > 0 {
+			return ids[0].String()
+		}
+	}
+	if p.Addr == nil {
+		return ""
+	}
+	return p.Addr.String()
 }
 
 // dialCreds is the transport security of the replica's own calls to other

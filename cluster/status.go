@@ -1,7 +1,12 @@
 package cluster
 
 import (
+	"context"
+	"fmt"
+	"unicode/utf8"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -34,4 +39,39 @@ func ReasonOf(err error) (pb.ErrorReason, map[string]string) {
 		}
 	}
 	return pb.ErrorReason_ERROR_REASON_UNSPECIFIED, nil
+}
+
+// MaxErrorMessage bounds the message of a status a server sends: bad input
+// is echoed at most as a short prefix. (An oversized property name once
+// came back whole in its error, a 3 MB status.)
+const MaxErrorMessage = 512
+
+// BoundErrors is a unary server interceptor that cuts the message of a
+// returned status to MaxErrorMessage bytes, keeping its code and details.
+func BoundErrors(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	resp, err := handler(ctx, req)
+	return resp, boundError(err)
+}
+
+// BoundStreamErrors is BoundErrors for streams.
+func BoundStreamErrors(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return boundError(handler(srv, ss))
+}
+
+func boundError(err error) error {
+	if err == nil {
+		return nil
+	}
+	st, _ := status.FromError(err) // a non-status error is Unknown with its text
+	msg := st.Message()
+	if len(msg) <= MaxErrorMessage {
+		return err
+	}
+	cut := MaxErrorMessage - 40
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	p := st.Proto()
+	p.Message = fmt.Sprintf("%s… (%d bytes cut)", msg[:cut], len(msg)-cut)
+	return status.FromProto(p).Err()
 }

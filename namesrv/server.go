@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -57,6 +58,12 @@ type Config struct {
 	FetchTimeout time.Duration
 	// HTTPAddr serves /metrics (Prometheus) and /healthz; "" leaves it off.
 	HTTPAddr string
+	// MaxConcurrentStreams caps the RPCs in progress on one client
+	// connection (a WatchRoutes is one). Default 1024.
+	MaxConcurrentStreams int
+	// MaxConnections caps the gRPC connections served at once; more wait
+	// in the kernel's accept queue. Default 10000.
+	MaxConnections int
 	// TLS, when set, is the name server's certificate (naming
 	// raftmq://CLUSTER/namesrv/ID) and the cluster's CA: the gRPC server
 	// takes TLS 1.3 only, and a topic table is fetched only from a replica
@@ -102,6 +109,12 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxConcurrentStreams <= 0 {
+		cfg.MaxConcurrentStreams = 1024
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = 10000
+	}
 	if cfg.TLS != nil && (cfg.TLS.Self.Role != cluster.IdentityNameServer || cfg.TLS.Self.Cluster != cfg.Cluster) {
 		return nil, fmt.Errorf("namesrv: the TLS certificate names %v, not a name server of cluster %s", cfg.TLS.Self, cfg.Cluster)
 	}
@@ -131,7 +144,8 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS.ServerConfig())
 	}
-	s.grpc = grpc.NewServer(grpc.Creds(creds))
+	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
+		grpc.ChainUnaryInterceptor(cluster.BoundErrors), grpc.ChainStreamInterceptor(cluster.BoundStreamErrors))
 	pb.RegisterNameServerServer(s.grpc, &service{s: s})
 	if cfg.HTTPAddr != "" {
 		if s.ops, err = cluster.ServeOps(cfg.HTTPAddr, s.metrics(), func() error { return s.ctx.Err() }, false); err != nil {
@@ -143,7 +157,7 @@ func Start(cfg Config) (*Server, error) {
 	s.wg.Add(3)
 	go func() {
 		defer s.wg.Done()
-		s.grpc.Serve(s.lis)
+		s.grpc.Serve(netutil.LimitListener(s.lis, s.cfg.MaxConnections))
 	}()
 	go func() {
 		defer s.wg.Done()
