@@ -194,6 +194,10 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if cfg.TLS, cfg.Gossip.SecretKey, err = f.nodeSecurity.load(); err != nil {
 		return err
 	}
+	if err := f.nodeSecurity.checkPlaintext(cfg.TLS != nil, cfg.Gossip.SecretKey != nil,
+		map[string]string{"grpc": f.GRPC, "raft": f.Raft}, map[string]string{"gossip": f.Gossip}); err != nil {
+		return err
+	}
 	if f.FlushSync {
 		cfg.Store.FlushMode = storage.FlushSync
 	}

@@ -35,6 +35,10 @@ seconds.`,
 			if cfg.TLS, cfg.SecretKey, err = sec.load(); err != nil {
 				return err
 			}
+			if err := sec.checkPlaintext(cfg.TLS != nil, cfg.SecretKey != nil,
+				map[string]string{"grpc": cfg.GRPCAddr}, map[string]string{"gossip": cfg.GossipAddr}); err != nil {
+				return err
+			}
 			s, err := namesrv.Start(cfg)
 			if err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 
@@ -26,6 +27,7 @@ type nodeSecurity struct {
 	TLSCert   string `yaml:"tls-cert"`
 	TLSKey    string `yaml:"tls-key"`
 	GossipKey string `yaml:"gossip-key-file"`
+	Insecure  bool   `yaml:"insecure-plaintext"`
 }
 
 func (s *nodeSecurity) flags(cmd *cobra.Command) {
@@ -34,6 +36,7 @@ func (s *nodeSecurity) flags(cmd *cobra.Command) {
 	fl.StringVar(&s.TLSCert, "tls-cert", "", "PEM file of this node's certificate (it must name this node: raftmq://CLUSTER/broker/GROUP/ID or raftmq://CLUSTER/namesrv/ID)")
 	fl.StringVar(&s.TLSKey, "tls-key", "", "PEM file of this node's private key")
 	fl.StringVar(&s.GossipKey, "gossip-key-file", "", "file holding the gossip encryption key (16, 24 or 32 bytes, raw or base64): gossip is encrypted and unencrypted gossip refused")
+	fl.BoolVar(&s.Insecure, "insecure-plaintext", false, "serve gRPC and Raft without TLS, or gossip without a key, on addresses other than loopback (a network you trust): without it the node refuses to")
 }
 
 // fill sets what the command line left unset from a config file's values.
@@ -46,6 +49,46 @@ func (s *nodeSecurity) fill(cmd *cobra.Command, from nodeSecurity) {
 			*p[0] = *p[1]
 		}
 	}
+	if !cmd.Flags().Changed("insecure-plaintext") && from.Insecure {
+		s.Insecure = true
+	}
+}
+
+// checkPlaintext refuses what would serve plaintext beyond loopback: a
+// gRPC or Raft listener without TLS, or gossip without a key, on an
+// address other than loopback, unless --insecure-plaintext allows it.
+// raftmq dev and local clusters (127.0.0.1) need nothing. (The --http
+// endpoint is plaintext either way: metrics and health.)
+func (s nodeSecurity) checkPlaintext(tls bool, gossipKey bool, plain, gossip map[string]string) error {
+	if s.Insecure {
+		return nil
+	}
+	check := func(secured bool, addrs map[string]string, need string) error {
+		for flag, addr := range addrs {
+			if addr != "" && !secured && !loopback(addr) {
+				return fmt.Errorf("--%s %s is not a loopback address, and without %s it would be plaintext there: "+
+					"give the node %s (raftmq certs makes them), or --insecure-plaintext on a network you trust", flag, addr, need, need)
+			}
+		}
+		return nil
+	}
+	if err := check(tls, plain, "--tls-ca, --tls-cert and --tls-key"); err != nil {
+		return err
+	}
+	return check(gossipKey, gossip, "--gossip-key-file")
+}
+
+// loopback reports whether a HOST:PORT listens on loopback only.
+func loopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // load reads the node's TLS material (nil when no file is named) and

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// A node refuses to serve plaintext beyond loopback unless told to;
+// loopback needs nothing, and TLS or the gossip key lifts the refusal for
+// what they secure.
+func TestPlaintextOnlyOnLoopbackUnlessAllowed(t *testing.T) {
+	local := map[string]string{"grpc": "127.0.0.1:10911", "raft": "[::1]:10921"}
+	wide := map[string]string{"grpc": "0.0.0.0:10911"}
+	gossipWide := map[string]string{"gossip": "10.0.0.5:10931"}
+	for _, tc := range []struct {
+		name          string
+		insecure      bool
+		tls, key      bool
+		plain, gossip map[string]string
+		refusedFlag   string
+	}{
+		{name: "loopback", plain: local, gossip: map[string]string{"gossip": "localhost:10931"}},
+		{name: "gRPC on every address", plain: wide, refusedFlag: "--grpc"},
+		{name: "gRPC on every address with TLS", tls: true, plain: wide},
+		{name: "gossip beyond loopback without a key", tls: true, plain: wide, gossip: gossipWide, refusedFlag: "--gossip"},
+		{name: "gossip beyond loopback with a key", tls: true, key: true, plain: wide, gossip: gossipWide},
+		{name: "allowed", insecure: true, plain: wide, gossip: gossipWide},
+		{name: "unparsable address", plain: map[string]string{"raft": "nonsense"}, refusedFlag: "--raft"},
+	} {
+		err := nodeSecurity{Insecure: tc.insecure}.checkPlaintext(tc.tls, tc.key, tc.plain, tc.gossip)
+		switch {
+		case tc.refusedFlag == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.refusedFlag != "" && (err == nil || !strings.Contains(err.Error(), tc.refusedFlag) || !strings.Contains(err.Error(), "--insecure-plaintext")):
+			t.Errorf("%s: %v, want a refusal naming %s and --insecure-plaintext", tc.name, err, tc.refusedFlag)
+		}
+	}
+}
