@@ -108,8 +108,8 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	b.grpc = grpc.NewServer(
 		b.serverCreds(),
-		grpc.ChainUnaryInterceptor(cluster.BoundErrors, b.refuseUnaryWhenFailed),
-		grpc.ChainStreamInterceptor(cluster.BoundStreamErrors, b.refuseStreamWhenFailed),
+		grpc.ChainUnaryInterceptor(b.unaryInterceptors()...),
+		grpc.ChainStreamInterceptor(b.streamInterceptors()...),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
 		grpc.MaxRecvMsgSize(cfg.EntryMaxBytes+1<<20),
 		grpc.MaxSendMsgSize(maxResponseSize(cfg)),

@@ -46,6 +46,12 @@ type Config struct {
 	// the replica's own calls to other nodes present it and check theirs.
 	// Nil: plaintext everywhere, for loopback and trusted networks.
 	TLS *cluster.TLS
+	// ACL, when set, is access control, deny by default: a call is
+	// served only when the policy allows it to the identity of the
+	// caller's client certificate (acl.go says what each RPC needs). It
+	// needs TLS. The caller owns it (Close). Nil: every caller may make
+	// every call.
+	ACL *cluster.ACL
 
 	// SendTimeout is a send's default time to be replicated and applied
 	// when the request names none. Default 3 s.
@@ -148,6 +154,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.Gossip.Cluster = "raftmq"
 	}
 	c.Raft.TLS, c.Raft.Cluster, c.Raft.Group = c.TLS, c.Gossip.Cluster, c.Group
+	if c.ACL != nil && c.TLS == nil {
+		return c, errors.New("broker: access control needs TLS (client certificates name the callers)")
+	}
 	if c.TLS != nil {
 		if want := (cluster.Identity{Cluster: c.Gossip.Cluster, Role: cluster.IdentityBroker, Group: c.Group, ID: c.Raft.ID}); c.TLS.Self != want {
 			return c, fmt.Errorf("broker: the TLS certificate names %v, not this replica (%v)", c.TLS.Self, want)

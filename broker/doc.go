@@ -7,8 +7,9 @@
 // — the in-memory consumer and lock tables (consumers.go), catch-up of
 // a replica behind the Raft log by snapshot plus commitlog copy
 // (catchup.go), the stop of a replica whose store failed
-// (storefail.go), and the transport security of its gRPC server and of
-// its own calls (tls.go).
+// (storefail.go), the transport security of its gRPC server and of its
+// own calls (tls.go), and what each RPC needs under access control
+// (acl.go).
 //
 // Design choices, where ARCHITECTURE.md leaves room:
 //   - Raft restores its latest snapshot at start (metadata only); the

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 )
 
@@ -132,4 +134,28 @@ func encodePair(der []byte, key *ecdsa.PrivateKey) ([]byte, []byte, error) {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), nil
+}
+
+// IssueFiles issues a certificate for id (as Issue) and writes the CA's
+// certificate, the certificate and its key as ca.pem, cert.pem and key.pem
+// (0600) into dir, which it creates.
+func (ca *CA) IssueFiles(dir string, id Identity, hosts []string, validity time.Duration) (TLSFiles, error) {
+	cert, key, err := ca.Issue(id, hosts, validity)
+	if err != nil {
+		return TLSFiles{}, err
+	}
+	caPEM, _, err := ca.PEM()
+	if err != nil {
+		return TLSFiles{}, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return TLSFiles{}, err
+	}
+	f := TLSFiles{CA: filepath.Join(dir, "ca.pem"), Cert: filepath.Join(dir, "cert.pem"), Key: filepath.Join(dir, "key.pem")}
+	for path, b := range map[string][]byte{f.CA: caPEM, f.Cert: cert, f.Key: key} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return TLSFiles{}, err
+		}
+	}
+	return f, nil
 }

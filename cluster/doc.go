@@ -9,6 +9,10 @@
 //     TLS 1.3 configurations that check them on every handshake;
 //   - certs.go: a cluster's private CA and the certificates it issues
 //     (raftmq certs);
+//   - acl.go: access control, deny by default: a policy file read again
+//     when it changes, the decision for a caller's identity and what a
+//     call needs, and the interceptor (unary and stream) that enforces a
+//     server's method table;
 //   - logstore.go: the Raft log on hashicorp/raft-wal, raft-boltdb/v2 kept
 //     for Raft's stable state (term and vote), the one-time move of a bolt
 //     log into the WAL, and the completion of a segment rotation that a

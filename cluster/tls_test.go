@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -30,23 +29,13 @@ func newTestCA(t testing.TB, cluster string) *testCA {
 // files issues a certificate for id and writes it, its key and the CA.
 func (c *testCA) files(id Identity) TLSFiles {
 	c.t.Helper()
-	cert, key, err := c.ca.Issue(id, []string{"127.0.0.1"}, time.Hour)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	caPEM, _, err := c.ca.PEM()
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	d, err := os.MkdirTemp(c.dir, "id")
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	f := TLSFiles{CA: filepath.Join(d, "ca.pem"), Cert: filepath.Join(d, "cert.pem"), Key: filepath.Join(d, "key.pem")}
-	for path, b := range map[string][]byte{f.CA: caPEM, f.Cert: cert, f.Key: key} {
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			c.t.Fatal(err)
-		}
+	f, err := c.ca.IssueFiles(d, id, []string{"127.0.0.1"}, time.Hour)
+	if err != nil {
+		c.t.Fatal(err)
 	}
 	return f
 }

@@ -80,14 +80,26 @@ func procClusterAddrs(t *testing.T) *procCluster {
 		grpc: clustertest.FreeAddrs(t, 3), raft: clustertest.FreeAddrs(t, 3), gossip: clustertest.FreeAddrs(t, 3)}
 }
 
+// securePolicy is the secured cluster's access control: the drills' user
+// e2e is an admin, app may use topic sec as group sec only.
+const securePolicy = `
+users:
+  e2e: {admin: true}
+  app: {publish: [sec], subscribe: [sec], groups: [sec]}
+`
+
 // newSecureProcCluster is a procCluster with TLS on every listener, mutual
-// TLS between the nodes and encrypted gossip, from `raftmq certs`.
+// TLS between the nodes, encrypted gossip and access control, from
+// `raftmq certs` and securePolicy.
 func newSecureProcCluster(t *testing.T) *procCluster {
 	c := procClusterAddrs(t)
 	c.certs = filepath.Join(t.TempDir(), "certs")
-	out, err := exec.Command(binPath, "certs", "--dir", c.certs, "--brokers", "broker-a:3", "--namesrvs", "1", "--users", "e2e").CombinedOutput()
+	out, err := exec.Command(binPath, "certs", "--dir", c.certs, "--brokers", "broker-a:3", "--namesrvs", "1", "--users", "e2e,app").CombinedOutput()
 	if err != nil {
 		t.Fatalf("raftmq certs: %v\n%s", err, out)
+	}
+	if err := os.WriteFile(filepath.Join(c.certs, "acl.yaml"), []byte(securePolicy), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	c.run()
 	return c
@@ -101,7 +113,8 @@ func (c *procCluster) nodeFlags(name string) []string {
 		return []string{"--insecure-plaintext"}
 	}
 	return []string{"--tls-ca", filepath.Join(c.certs, "ca.pem"), "--tls-cert", filepath.Join(c.certs, name, "cert.pem"),
-		"--tls-key", filepath.Join(c.certs, name, "key.pem"), "--gossip-key-file", filepath.Join(c.certs, "gossip.key")}
+		"--tls-key", filepath.Join(c.certs, name, "key.pem"), "--gossip-key-file", filepath.Join(c.certs, "gossip.key"),
+		"--acl", filepath.Join(c.certs, "acl.yaml")}
 }
 
 // clientTLS is the TLS of the cluster's clients (user e2e), nil without.

@@ -59,14 +59,26 @@ func TestSecuredClusterRefusesPlaintextClients(t *testing.T) {
 	p.Shutdown()
 
 	ca := filepath.Join(c.certs, "ca.pem")
-	out, err := exec.Command(binPath, "produce", "--namesrv", c.nsGRPC, "--tls-ca", ca, "--topic", "sec", "--count", "3").CombinedOutput()
+	as := func(user string) []string {
+		return []string{"--namesrv", c.nsGRPC, "--tls-ca", ca, "--tls-cert", filepath.Join(c.certs, "user-"+user, "cert.pem"),
+			"--tls-key", filepath.Join(c.certs, "user-"+user, "key.pem")}
+	}
+	out, err := exec.Command(binPath, append([]string{"produce", "--topic", "sec", "--count", "3"}, as("app")...)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("produce over TLS: %v\n%s", err, out)
+		t.Fatalf("produce over TLS as app: %v\n%s", err, out)
+	}
+	// Access control: app may produce to sec, not create topics; with no
+	// client certificate nothing at all.
+	if out, err := exec.Command(binPath, append([]string{"topic", "create", "--name", "evil", "--queues", "1"}, as("app")...)...).CombinedOutput(); err == nil {
+		t.Fatalf("app created a topic:\n%s", out)
+	}
+	if out, err := exec.Command(binPath, "produce", "--namesrv", c.nsGRPC, "--tls-ca", ca, "--topic", "sec", "--count", "1").CombinedOutput(); err == nil {
+		t.Fatalf("a client without a certificate produced:\n%s", out)
 	}
 	// The name server fetches the group's topic table over mutual TLS,
 	// from the replica its gossip names.
 	clustertest.WaitFor(t, 10*time.Second, "the topic's route over TLS", func() bool {
-		out, err = exec.Command(binPath, "topic", "route", "--namesrv", c.nsGRPC, "--tls-ca", ca, "--name", "sec").CombinedOutput()
+		out, err = exec.Command(binPath, append([]string{"topic", "route", "--name", "sec"}, as("e2e")...)...).CombinedOutput()
 		return err == nil && strings.Contains(string(out), "master")
 	})
 	if out, err := exec.Command(binPath, "topic", "route", "--namesrv", c.nsGRPC, "--name", "sec").CombinedOutput(); err == nil {

@@ -3,8 +3,6 @@ package namesrv
 import (
 	"context"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -35,20 +33,9 @@ func newSecurity(t *testing.T) *security {
 // load issues a certificate for id and loads it as a node's TLS.
 func (s *security) load(id cluster.Identity) *cluster.TLS {
 	s.t.Helper()
-	cert, key, err := s.ca.Issue(id, []string{"127.0.0.1"}, time.Hour)
+	f, err := s.ca.IssueFiles(s.t.TempDir(), id, []string{"127.0.0.1"}, time.Hour)
 	if err != nil {
 		s.t.Fatal(err)
-	}
-	caPEM, _, err := s.ca.PEM()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	d := s.t.TempDir()
-	f := cluster.TLSFiles{CA: filepath.Join(d, "ca.pem"), Cert: filepath.Join(d, "cert.pem"), Key: filepath.Join(d, "key.pem")}
-	for path, b := range map[string][]byte{f.CA: caPEM, f.Cert: cert, f.Key: key} {
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			s.t.Fatal(err)
-		}
 	}
 	tl, err := cluster.LoadTLS(f)
 	if err != nil {
@@ -153,4 +140,10 @@ func dialTLS(t *testing.T, addr string, sec *security) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+func TestEveryNameServerMethodHasAnAccessRule(t *testing.T) {
+	if err := cluster.CheckAccessTable(&pb.NameServer_ServiceDesc, nameServerAccess); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -3,7 +3,8 @@
 // brokers' topic tables (fetched with DescribeBroker when a broker
 // announces a new version), and answers clients' route queries over gRPC.
 // With TLS, a broker's gossip claim counts only once the replica confirms
-// it over mutual TLS (claims.go). It has no state on disk.
+// it over mutual TLS (claims.go); acl.go says what each RPC needs under
+// access control. It has no state on disk.
 package namesrv
 
 import (
@@ -69,7 +70,10 @@ type Config struct {
 	// takes TLS 1.3 only, and a topic table is fetched only from a replica
 	// whose certificate names the group and replica its gossip claims.
 	// Nil: plaintext.
-	TLS    *cluster.TLS
+	TLS *cluster.TLS
+	// ACL, when set, is access control, deny by default (acl.go says what
+	// each RPC needs). It needs TLS. The caller owns it (Close).
+	ACL    *cluster.ACL
 	Logger *slog.Logger
 }
 
@@ -115,6 +119,9 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.MaxConnections <= 0 {
 		cfg.MaxConnections = 10000
 	}
+	if cfg.ACL != nil && cfg.TLS == nil {
+		return nil, errors.New("namesrv: access control needs TLS (client certificates name the callers)")
+	}
 	if cfg.TLS != nil && (cfg.TLS.Self.Role != cluster.IdentityNameServer || cfg.TLS.Self.Cluster != cfg.Cluster) {
 		return nil, fmt.Errorf("namesrv: the TLS certificate names %v, not a name server of cluster %s", cfg.TLS.Self, cfg.Cluster)
 	}
@@ -145,7 +152,7 @@ func Start(cfg Config) (*Server, error) {
 		creds = credentials.NewTLS(cfg.TLS.ServerConfig())
 	}
 	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
-		grpc.ChainUnaryInterceptor(cluster.BoundErrors), grpc.ChainStreamInterceptor(cluster.BoundStreamErrors))
+		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...), grpc.ChainStreamInterceptor(s.streamInterceptors()...))
 	pb.RegisterNameServerServer(s.grpc, &service{s: s})
 	if cfg.HTTPAddr != "" {
 		if s.ops, err = cluster.ServeOps(cfg.HTTPAddr, s.metrics(), func() error { return s.ctx.Err() }, false); err != nil {

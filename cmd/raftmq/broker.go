@@ -194,6 +194,12 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if cfg.TLS, cfg.Gossip.SecretKey, err = f.nodeSecurity.load(); err != nil {
 		return err
 	}
+	if cfg.ACL, err = f.nodeSecurity.loadACL(f.Cluster, f.Group, log); err != nil {
+		return err
+	}
+	if cfg.ACL != nil {
+		defer cfg.ACL.Close()
+	}
 	if err := f.nodeSecurity.checkPlaintext(cfg.TLS != nil, cfg.Gossip.SecretKey != nil,
 		map[string]string{"grpc": f.GRPC, "raft": f.Raft}, map[string]string{"gossip": f.Gossip}); err != nil {
 		return err

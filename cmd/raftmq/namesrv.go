@@ -35,6 +35,12 @@ seconds.`,
 			if cfg.TLS, cfg.SecretKey, err = sec.load(); err != nil {
 				return err
 			}
+			if cfg.ACL, err = sec.loadACL(cfg.Cluster, "", log); err != nil {
+				return err
+			}
+			if cfg.ACL != nil {
+				defer cfg.ACL.Close()
+			}
 			if err := sec.checkPlaintext(cfg.TLS != nil, cfg.SecretKey != nil,
 				map[string]string{"grpc": cfg.GRPCAddr}, map[string]string{"gossip": cfg.GossipAddr}); err != nil {
 				return err

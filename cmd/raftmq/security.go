@@ -3,10 +3,13 @@ package main
 import (
 	"crypto/tls"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -28,6 +31,7 @@ type nodeSecurity struct {
 	TLSKey    string `yaml:"tls-key"`
 	GossipKey string `yaml:"gossip-key-file"`
 	Insecure  bool   `yaml:"insecure-plaintext"`
+	ACL       string `yaml:"acl"`
 }
 
 func (s *nodeSecurity) flags(cmd *cobra.Command) {
@@ -36,6 +40,7 @@ func (s *nodeSecurity) flags(cmd *cobra.Command) {
 	fl.StringVar(&s.TLSCert, "tls-cert", "", "PEM file of this node's certificate (it must name this node: raftmq://CLUSTER/broker/GROUP/ID or raftmq://CLUSTER/namesrv/ID)")
 	fl.StringVar(&s.TLSKey, "tls-key", "", "PEM file of this node's private key")
 	fl.StringVar(&s.GossipKey, "gossip-key-file", "", "file holding the gossip encryption key (16, 24 or 32 bytes, raw or base64): gossip is encrypted and unencrypted gossip refused")
+	fl.StringVar(&s.ACL, "acl", "", "access control policy file (YAML, read again when it changes): deny by default, callers named by their client certificates; needs --tls-*")
 	fl.BoolVar(&s.Insecure, "insecure-plaintext", false, "serve gRPC and Raft without TLS, or gossip without a key, on addresses other than loopback (a network you trust): without it the node refuses to")
 }
 
@@ -43,7 +48,7 @@ func (s *nodeSecurity) flags(cmd *cobra.Command) {
 func (s *nodeSecurity) fill(cmd *cobra.Command, from nodeSecurity) {
 	for name, p := range map[string][2]*string{
 		"tls-ca": {&s.TLSCA, &from.TLSCA}, "tls-cert": {&s.TLSCert, &from.TLSCert},
-		"tls-key": {&s.TLSKey, &from.TLSKey}, "gossip-key-file": {&s.GossipKey, &from.GossipKey},
+		"tls-key": {&s.TLSKey, &from.TLSKey}, "gossip-key-file": {&s.GossipKey, &from.GossipKey}, "acl": {&s.ACL, &from.ACL},
 	} {
 		if !cmd.Flags().Changed(name) && *p[1] != "" {
 			*p[0] = *p[1]
@@ -109,6 +114,18 @@ func (s nodeSecurity) load() (*cluster.TLS, []byte, error) {
 		return nil, nil, fmt.Errorf("--gossip-key-file: %w", err)
 	}
 	return t, key, nil
+}
+
+// loadACL loads --acl for a node of cluster (and broker group; "" for a
+// name server): nil when not given.
+func (s nodeSecurity) loadACL(clusterName, group string, log *slog.Logger) (*cluster.ACL, error) {
+	if s.ACL == "" {
+		return nil, nil
+	}
+	if s.TLSCert == "" {
+		return nil, errors.New("--acl needs --tls-ca, --tls-cert and --tls-key: client certificates name the callers")
+	}
+	return cluster.LoadACL(s.ACL, clusterName, group, 2*time.Second, log)
 }
 
 // readGossipKey reads a key file: 16, 24 or 32 raw bytes, or their base64

@@ -1,0 +1,105 @@
+package broker
+
+import (
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/pb"
+	"google.golang.org/grpc"
+)
+
+// brokerAccess is what each broker RPC needs under access control
+// (cluster.ACL). Every method of the Broker service has an entry (a test
+// holds the table to the service); the admin RPCs need the admin right,
+// and what replicas and name servers call on each other is open to those
+// nodes too.
+var brokerAccess = map[string]cluster.AccessRule{
+	pb.Broker_SendMessage_FullMethodName: func(r any) cluster.Access {
+		return cluster.Access{Publish: []string{r.(*pb.SendMessageRequest).Topic}}
+	},
+	pb.Broker_PullMessage_FullMethodName: func(r any) cluster.Access {
+		q := r.(*pb.PullMessageRequest)
+		return cluster.Access{Subscribe: []string{q.Topic}, Groups: []string{q.ConsumerGroup}}
+	},
+	pb.Broker_QueryConsumerOffset_FullMethodName: func(r any) cluster.Access {
+		q := r.(*pb.QueryConsumerOffsetRequest)
+		return cluster.Access{Subscribe: []string{q.Topic}, Groups: []string{q.ConsumerGroup}}
+	},
+	pb.Broker_UpdateConsumerOffset_FullMethodName: func(r any) cluster.Access {
+		q := r.(*pb.UpdateConsumerOffsetRequest)
+		a := cluster.Access{Groups: []string{q.ConsumerGroup}}
+		for _, o := range q.Offsets {
+			if o != nil {
+				a.Subscribe = append(a.Subscribe, o.Topic)
+			}
+		}
+		return a
+	},
+	pb.Broker_Heartbeat_FullMethodName: func(r any) cluster.Access {
+		a := cluster.Access{}
+		for _, g := range r.(*pb.HeartbeatRequest).Groups {
+			if g == nil {
+				continue
+			}
+			a.Groups = append(a.Groups, g.Group)
+			for _, s := range g.Subscriptions {
+				if s != nil {
+					a.Subscribe = append(a.Subscribe, s.Topic)
+				}
+			}
+		}
+		return a
+	},
+	pb.Broker_GetConsumerList_FullMethodName: func(r any) cluster.Access {
+		return cluster.Access{Groups: []string{r.(*pb.GetConsumerListRequest).ConsumerGroup}}
+	},
+	pb.Broker_ConsumerSendBack_FullMethodName: func(r any) cluster.Access {
+		return cluster.Access{Groups: []string{r.(*pb.ConsumerSendBackRequest).ConsumerGroup}}
+	},
+	pb.Broker_LockQueues_FullMethodName: func(r any) cluster.Access {
+		q := r.(*pb.LockQueuesRequest)
+		return cluster.Access{Subscribe: []string{q.Topic}, Groups: []string{q.ConsumerGroup}}
+	},
+	pb.Broker_UnlockQueues_FullMethodName: func(r any) cluster.Access {
+		q := r.(*pb.UnlockQueuesRequest)
+		return cluster.Access{Subscribe: []string{q.Topic}, Groups: []string{q.ConsumerGroup}}
+	},
+	pb.Broker_CreateTopic_FullMethodName:             admin,
+	pb.Broker_DeleteTopic_FullMethodName:             admin,
+	pb.Broker_ListTopics_FullMethodName:              admin,
+	pb.Broker_UpsertSubscriptionGroup_FullMethodName: admin,
+	pb.Broker_DeleteSubscriptionGroup_FullMethodName: admin,
+	pb.Broker_ListSubscriptionGroups_FullMethodName:  admin,
+	pb.Broker_GetQueueOffsets_FullMethodName: func(r any) cluster.Access {
+		return cluster.Access{Subscribe: []string{r.(*pb.GetQueueOffsetsRequest).Topic}}
+	},
+	pb.Broker_SearchOffsetByTime_FullMethodName: func(r any) cluster.Access {
+		return cluster.Access{Subscribe: []string{r.(*pb.SearchOffsetByTimeRequest).Topic}}
+	},
+	pb.Broker_QueryMessageById_FullMethodName:  admin,
+	pb.Broker_QueryMessageByKey_FullMethodName: admin,
+	// Name servers describe replicas to confirm their claims and fetch
+	// topic tables; replicas copy each other's commitlogs.
+	pb.Broker_DescribeBroker_FullMethodName:    func(any) cluster.Access { return cluster.Access{Admin: true, Node: cluster.NodeCluster} },
+	pb.Broker_CopyCommitlog_FullMethodName:     func(any) cluster.Access { return cluster.Access{Admin: true, Node: cluster.NodeGroup} },
+	pb.Broker_ChecksumCommitlog_FullMethodName: func(any) cluster.Access { return cluster.Access{Admin: true, Node: cluster.NodeCluster} },
+}
+
+func admin(any) cluster.Access { return cluster.Access{Admin: true} }
+
+// unaryInterceptors and streamInterceptors run, in order: the bound on
+// error messages (over everything after it), access control when on, and
+// the refusal of a failed replica.
+func (b *Broker) unaryInterceptors() []grpc.UnaryServerInterceptor {
+	out := []grpc.UnaryServerInterceptor{cluster.BoundErrors}
+	if b.cfg.ACL != nil {
+		out = append(out, b.cfg.ACL.UnaryInterceptor(brokerAccess))
+	}
+	return append(out, b.refuseUnaryWhenFailed)
+}
+
+func (b *Broker) streamInterceptors() []grpc.StreamServerInterceptor {
+	out := []grpc.StreamServerInterceptor{cluster.BoundStreamErrors}
+	if b.cfg.ACL != nil {
+		out = append(out, b.cfg.ACL.StreamInterceptor(brokerAccess))
+	}
+	return append(out, b.refuseStreamWhenFailed)
+}
