@@ -39,6 +39,9 @@ type Config struct {
 	// HTTPProfiling also serves Go's profiles on HTTPAddr (/debug/pprof/).
 	// Default off: unauthenticated, for a trusted network.
 	HTTPProfiling bool
+	// HTTPTLS serves HTTPAddr over TLS with TLS's certificate (which it
+	// needs).
+	HTTPTLS bool
 	// TLS, when set, is the replica's certificate (naming
 	// raftmq://CLUSTER/broker/GROUP/ID, CLUSTER being Gossip.Cluster) and
 	// the cluster's CA: the gRPC server takes TLS 1.3 only, the Raft
@@ -154,6 +157,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.Gossip.Cluster = "raftmq"
 	}
 	c.Raft.TLS, c.Raft.Cluster, c.Raft.Group = c.TLS, c.Gossip.Cluster, c.Group
+	if c.HTTPTLS && c.TLS == nil {
+		return c, errors.New("broker: HTTPS on the ops endpoint needs TLS")
+	}
 	if c.ACL != nil && c.TLS == nil {
 		return c, errors.New("broker: access control needs TLS (client certificates name the callers)")
 	}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"crypto/tls"
 	"errors"
 	"strconv"
 	"time"
@@ -157,7 +158,11 @@ func (b *Broker) startOps() error {
 	if b.cfg.HTTPAddr == "" {
 		return nil
 	}
-	ops, err := cluster.ServeOps(b.cfg.HTTPAddr, b.metrics.reg, b.healthy, b.cfg.HTTPProfiling)
+	var opsTLS *tls.Config
+	if b.cfg.HTTPTLS {
+		opsTLS = b.cfg.TLS.ServerConfig()
+	}
+	ops, err := cluster.ServeOps(b.cfg.HTTPAddr, b.metrics.reg, b.healthy, b.cfg.HTTPProfiling, opsTLS)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -26,11 +27,15 @@ type OpsServer struct {
 // whether the node is serving. With profiling, /debug/pprof/ serves CPU,
 // heap and goroutine profiles: off by default, as they show the process's
 // insides to anyone who reaches the port and a CPU profile costs the node
-// while it runs.
-func ServeOps(addr string, reg *prometheus.Registry, healthy func() error, profiling bool) (*OpsServer, error) {
+// while it runs. With serverTLS (the node's TLS.ServerConfig()), the
+// endpoint speaks HTTPS only.
+func ServeOps(addr string, reg *prometheus.Registry, healthy func() error, profiling bool, serverTLS *tls.Config) (*OpsServer, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: ops endpoint on %s: %w", addr, err)
+	}
+	if serverTLS != nil {
+		lis = tls.NewListener(lis, serverTLS)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))

@@ -4,10 +4,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // testCA is a cluster CA for tests and a writer of the files LoadTLS reads.
@@ -176,5 +179,34 @@ func TestLoadTLSRefusesWhatIsNotANodesMaterial(t *testing.T) {
 	}
 	if _, err := LoadTLS(good); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// With the node's TLS the ops endpoint speaks HTTPS only: a plain GET gets
+// no metrics, a client trusting the CA gets them.
+func TestOpsEndpointOverTLS(t *testing.T) {
+	ca := newTestCA(t, "c1")
+	node := ca.load(replica("c1", "broker-a", "1"))
+	ops, err := ServeOps("127.0.0.1:0", prometheus.NewRegistry(), func() error { return nil }, false, node.ServerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ops.Close()
+	plain := &http.Client{Timeout: 5 * time.Second}
+	if resp, err := plain.Get("http://" + ops.Addr() + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP got a health answer")
+		}
+	}
+	user := ca.load(Identity{Cluster: "c1", Role: IdentityUser, ID: "prometheus"})
+	secure := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: user.ClientConfig(Want{Cluster: "c1", Role: IdentityBroker})}}
+	resp, err := secure.Get("https://" + ops.Addr() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HTTPS health: %s", resp.Status)
 	}
 }

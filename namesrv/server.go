@@ -9,6 +9,7 @@ package namesrv
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -59,6 +60,9 @@ type Config struct {
 	FetchTimeout time.Duration
 	// HTTPAddr serves /metrics (Prometheus) and /healthz; "" leaves it off.
 	HTTPAddr string
+	// HTTPTLS serves HTTPAddr over TLS with TLS's certificate (which it
+	// needs).
+	HTTPTLS bool
 	// MaxConcurrentStreams caps the RPCs in progress on one client
 	// connection (a WatchRoutes is one). Default 1024.
 	MaxConcurrentStreams int
@@ -119,6 +123,9 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.MaxConnections <= 0 {
 		cfg.MaxConnections = 10000
 	}
+	if cfg.HTTPTLS && cfg.TLS == nil {
+		return nil, errors.New("namesrv: HTTPS on the ops endpoint needs TLS")
+	}
 	if cfg.ACL != nil && cfg.TLS == nil {
 		return nil, errors.New("namesrv: access control needs TLS (client certificates name the callers)")
 	}
@@ -155,7 +162,11 @@ func Start(cfg Config) (*Server, error) {
 		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...), grpc.ChainStreamInterceptor(s.streamInterceptors()...))
 	pb.RegisterNameServerServer(s.grpc, &service{s: s})
 	if cfg.HTTPAddr != "" {
-		if s.ops, err = cluster.ServeOps(cfg.HTTPAddr, s.metrics(), func() error { return s.ctx.Err() }, false); err != nil {
+		var opsTLS *tls.Config
+		if cfg.HTTPTLS {
+			opsTLS = cfg.TLS.ServerConfig()
+		}
+		if s.ops, err = cluster.ServeOps(cfg.HTTPAddr, s.metrics(), func() error { return s.ctx.Err() }, false, opsTLS); err != nil {
 			s.ms.Close()
 			s.lis.Close()
 			return nil, err

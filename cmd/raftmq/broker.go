@@ -180,6 +180,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		AdvertiseGRPC: f.AdvertiseGRPC,
 		HTTPAddr:      f.HTTP,
 		HTTPProfiling: f.Pprof,
+		HTTPTLS:       f.HTTPTLS,
 		Logger:        log,
 	}
 	cfg.Raft.BindAddr = f.Raft

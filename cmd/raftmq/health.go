@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/raftmq/raftmq/client"
 	"github.com/spf13/cobra"
 )
 
 func healthCommand() *cobra.Command {
-	var addr string
+	var addr, ca string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "health",
@@ -21,8 +22,16 @@ func healthCommand() *cobra.Command {
 			if addr == "" {
 				return errors.New("--addr is required (the node's --http address)")
 			}
-			c := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
-			resp, err := c.Get("http://" + addr + "/healthz")
+			tr, scheme := &http.Transport{DisableKeepAlives: true}, "http"
+			if ca != "" {
+				cfg, err := client.NodeTLSConfig(ca, "", "")
+				if err != nil {
+					return err
+				}
+				tr.TLSClientConfig, scheme = cfg, "https"
+			}
+			c := &http.Client{Timeout: timeout, Transport: tr}
+			resp, err := c.Get(scheme + "://" + addr + "/healthz")
 			if err != nil {
 				return fmt.Errorf("not serving: %w", err)
 			}
@@ -37,5 +46,6 @@ func healthCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&addr, "addr", "", "the node's HTTP address HOST:PORT")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Second, "how long to wait for an answer")
+	cmd.Flags().StringVar(&ca, "tls-ca", "", "the cluster's CA: ask over HTTPS (a node run with --http-tls)")
 	return cmd
 }

@@ -32,6 +32,7 @@ seconds.`,
 			}
 			cfg.Logger = log
 			cfg.Join = splitList(join)
+			cfg.HTTPTLS = sec.HTTPTLS
 			if cfg.TLS, cfg.SecretKey, err = sec.load(); err != nil {
 				return err
 			}

@@ -32,6 +32,7 @@ type nodeSecurity struct {
 	GossipKey string `yaml:"gossip-key-file"`
 	Insecure  bool   `yaml:"insecure-plaintext"`
 	ACL       string `yaml:"acl"`
+	HTTPTLS   bool   `yaml:"http-tls"`
 }
 
 func (s *nodeSecurity) flags(cmd *cobra.Command) {
@@ -41,6 +42,7 @@ func (s *nodeSecurity) flags(cmd *cobra.Command) {
 	fl.StringVar(&s.TLSKey, "tls-key", "", "PEM file of this node's private key")
 	fl.StringVar(&s.GossipKey, "gossip-key-file", "", "file holding the gossip encryption key (16, 24 or 32 bytes, raw or base64): gossip is encrypted and unencrypted gossip refused")
 	fl.StringVar(&s.ACL, "acl", "", "access control policy file (YAML, read again when it changes): deny by default, callers named by their client certificates; needs --tls-*")
+	fl.BoolVar(&s.HTTPTLS, "http-tls", false, "serve --http (metrics, health) over HTTPS with the node's certificate; needs --tls-*")
 	fl.BoolVar(&s.Insecure, "insecure-plaintext", false, "serve gRPC and Raft without TLS, or gossip without a key, on addresses other than loopback (a network you trust): without it the node refuses to")
 }
 
@@ -56,6 +58,9 @@ func (s *nodeSecurity) fill(cmd *cobra.Command, from nodeSecurity) {
 	}
 	if !cmd.Flags().Changed("insecure-plaintext") && from.Insecure {
 		s.Insecure = true
+	}
+	if !cmd.Flags().Changed("http-tls") && from.HTTPTLS {
+		s.HTTPTLS = true
 	}
 }
 
