@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -13,7 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/raftmq/raftmq/client"
 	"github.com/raftmq/raftmq/cluster/clustertest"
@@ -83,8 +84,7 @@ func newDockerCluster(t *testing.T) *dockerCluster {
 	})
 	for _, names := range dockerGroups {
 		for _, name := range names {
-			conn, err := grpc.NewClient("passthrough:///"+name+":10911", grpc.WithTransportCredentials(insecure.NewCredentials()),
-				grpc.WithContextDialer(dockerDial))
+			conn, err := grpc.NewClient("passthrough:///"+name+":10911", dockerCreds(t), grpc.WithContextDialer(dockerDial))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -159,7 +159,22 @@ func (c *dockerCluster) nameServers() []string {
 }
 
 func (c *dockerCluster) clientOptions() []client.Option {
-	return []client.Option{client.WithDialer(dockerDial)}
+	return []client.Option{client.WithDialer(dockerDial), client.WithTLS(dockerTLS(c.t))}
+}
+
+// dockerTLS is the TLS of the drills' clients: the compose cluster's CA and
+// user admin's certificate (deploy/build.sh makes them).
+func dockerTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	cfg, err := client.NodeTLSConfig("../deploy/certs/ca.pem", "../deploy/certs/user-admin/cert.pem", "../deploy/certs/user-admin/key.pem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func dockerCreds(t *testing.T) grpc.DialOption {
+	return grpc.WithTransportCredentials(credentials.NewTLS(dockerTLS(t)))
 }
 
 func (c *dockerCluster) describe(name string) *pb.DescribeBrokerResponse {
@@ -206,7 +221,7 @@ func (c *dockerCluster) createTopic(t *testing.T, topic string, queues int32) {
 	}
 	// Wait until a name server routes it on both groups, so the load
 	// starts on the whole topic.
-	ns, err := grpc.NewClient("passthrough:///namesrv-2:9876", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(dockerDial))
+	ns, err := grpc.NewClient("passthrough:///namesrv-2:9876", dockerCreds(t), grpc.WithContextDialer(dockerDial))
 	if err != nil {
 		t.Fatal(err)
 	}
