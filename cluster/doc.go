@@ -23,7 +23,8 @@
 //   - membership.go, meta.go: gossip membership and the metadata members
 //     announce;
 //   - ops.go: the metrics, health and (when asked for) profiling endpoint;
-//   - status.go: gRPC error statuses with typed reasons;
+//   - status.go: gRPC error statuses with typed reasons, and the bound on
+//     the messages servers send back (BoundErrors);
 //   - cluster/pb: the gRPC contract.
 //
 // It knows no broker logic: the state machine is passed in.
