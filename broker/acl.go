@@ -83,23 +83,11 @@ var brokerAccess = map[string]cluster.AccessRule{
 	pb.Broker_ChecksumCommitlog_FullMethodName: func(any) cluster.Access { return cluster.Access{Admin: true, Node: cluster.NodeCluster} },
 }
 
-func admin(any) cluster.Access { return cluster.Access{Admin: true} }
+var admin = cluster.AdminOnly
 
-// unaryInterceptors and streamInterceptors run, in order: the bound on
-// error messages (over everything after it), access control when on, and
-// the refusal of a failed replica.
-func (b *Broker) unaryInterceptors() []grpc.UnaryServerInterceptor {
-	out := []grpc.UnaryServerInterceptor{cluster.BoundErrors}
-	if b.cfg.ACL != nil {
-		out = append(out, b.cfg.ACL.UnaryInterceptor(brokerAccess))
-	}
-	return append(out, b.refuseUnaryWhenFailed)
-}
-
-func (b *Broker) streamInterceptors() []grpc.StreamServerInterceptor {
-	out := []grpc.StreamServerInterceptor{cluster.BoundStreamErrors}
-	if b.cfg.ACL != nil {
-		out = append(out, b.cfg.ACL.StreamInterceptor(brokerAccess))
-	}
-	return append(out, b.refuseStreamWhenFailed)
+// serverInterceptors are cluster.ServerInterceptors, then the refusal of
+// a failed replica.
+func (b *Broker) serverInterceptors() ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor) {
+	unary, stream := cluster.ServerInterceptors(b.cfg.ACL, brokerAccess)
+	return append(unary, b.refuseUnaryWhenFailed), append(stream, b.refuseStreamWhenFailed)
 }

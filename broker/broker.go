@@ -106,10 +106,11 @@ func Start(cfg Config) (*Broker, error) {
 		store.Close()
 		return nil, err
 	}
+	unary, stream := b.serverInterceptors()
 	b.grpc = grpc.NewServer(
 		b.serverCreds(),
-		grpc.ChainUnaryInterceptor(b.unaryInterceptors()...),
-		grpc.ChainStreamInterceptor(b.streamInterceptors()...),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
 		grpc.MaxRecvMsgSize(cfg.EntryMaxBytes+1<<20),
 		grpc.MaxSendMsgSize(maxResponseSize(cfg)),

@@ -87,6 +87,9 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 // way the Raft entry and every replica's commitlog take these bytes.
 func (s *service) sendRecords(req *pb.SendMessageRequest) ([]byte, int, error) {
 	if len(req.Records) > 0 {
+		if len(req.Records) > s.b.cfg.EntryMaxBytes { // before reading any of it
+			return nil, 0, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("batch of %d bytes, limit %d", len(req.Records), s.b.cfg.EntryMaxBytes))
+		}
 		n, err := s.checkRecords(req)
 		return req.Records, n, err
 	}

@@ -24,19 +24,13 @@ func (b *Broker) serverCreds() grpc.ServerOption {
 // clientKey names the client of an RPC for per-client limits: the
 // identity its verified certificate names, or else its connection.
 func clientKey(ctx context.Context) string {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return ""
+	if id, ok := cluster.Caller(ctx); ok {
+		return id.String()
 	}
-	if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.VerifiedChains) > 0 {
-		if ids := cluster.Identities(info.State.VerifiedChains[0][0]); len(ids) > 0 {
-			return ids[0].String()
-		}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
 	}
-	if p.Addr == nil {
-		return ""
-	}
-	return p.Addr.String()
+	return ""
 }
 
 // dialCreds is the transport security of the replica's own calls to other

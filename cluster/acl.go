@@ -330,3 +330,19 @@ func CheckAccessTable(desc *grpc.ServiceDesc, table map[string]AccessRule) error
 	}
 	return nil
 }
+
+// AdminOnly is the rule of an RPC only admins may make.
+func AdminOnly(any) Access { return Access{Admin: true} }
+
+// ServerInterceptors are what every raftmq server runs first, in order:
+// the bound on error messages (over everything after it), then, with acl,
+// access control by table. A server appends its own after them.
+func ServerInterceptors(acl *ACL, table map[string]AccessRule) ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor) {
+	unary := []grpc.UnaryServerInterceptor{BoundErrors}
+	stream := []grpc.StreamServerInterceptor{BoundStreamErrors}
+	if acl != nil {
+		unary = append(unary, acl.UnaryInterceptor(table))
+		stream = append(stream, acl.StreamInterceptor(table))
+	}
+	return unary, stream
+}

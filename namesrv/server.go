@@ -158,8 +158,9 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS.ServerConfig())
 	}
+	unary, stream := cluster.ServerInterceptors(cfg.ACL, nameServerAccess)
 	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
-		grpc.ChainUnaryInterceptor(s.unaryInterceptors()...), grpc.ChainStreamInterceptor(s.streamInterceptors()...))
+		grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...))
 	pb.RegisterNameServerServer(s.grpc, &service{s: s})
 	if cfg.HTTPAddr != "" {
 		var opsTLS *tls.Config

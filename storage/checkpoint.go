@@ -34,6 +34,9 @@ const (
 )
 
 // emptyLog is the state of a log holding nothing from offset start on.
+// castagnoli is the CRC32-C table of the checkpoint file.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 func emptyLog(start int64) checkpoint {
 	return checkpoint{dispatched: start, last: -1, indexLast: -1}
 }

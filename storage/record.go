@@ -2,7 +2,6 @@ package storage
 
 import (
 	"fmt"
-	"hash/crc32"
 
 	"github.com/raftmq/raftmq/message"
 )
@@ -10,8 +9,6 @@ import (
 // Records are in package message's layout (message/record.go), which
 // producers, the broker and the store share. What follows is how the store
 // reads them: whatever fails to frame or check on disk is ErrCorrupt.
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // checkRecord verifies the framing and CRC of the stored record at the
 // start of b, and returns its size.
