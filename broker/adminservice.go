@@ -20,16 +20,16 @@ import (
 func (s *service) CreateTopic(ctx context.Context, req *pb.CreateTopicRequest) (*pb.CreateTopicResponse, error) {
 	b := s.b
 	t := req.Topic
-	if t == nil || !validName(t.Name) || t.Name == ScheduleTopic {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "topic name must match [A-Za-z0-9_%-]{1,127} and not be "+ScheduleTopic)
+	if t == nil || !validName(t.Name) || t.Name == message.ScheduleTopic {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "topic name must match "+message.TopicRule+" and not be "+message.ScheduleTopic)
 	}
 	if t.ReadQueues < 1 || t.WriteQueues < 1 || t.ReadQueues > b.cfg.MaxQueues || t.WriteQueues > b.cfg.MaxQueues {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("queue counts must be in [1, %d]", b.cfg.MaxQueues))
 	}
 	if t.Perm == 0 {
-		t.Perm = PermRead | PermWrite
+		t.Perm = message.PermRead | message.PermWrite
 	}
-	if t.Perm&^(PermRead|PermWrite) != 0 {
+	if t.Perm&^(message.PermRead|message.PermWrite) != 0 {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "perm is a sum of 4 (read) and 2 (write)")
 	}
 	if err := b.requireMaster(); err != nil {
@@ -47,7 +47,7 @@ func (s *service) CreateTopic(ctx context.Context, req *pb.CreateTopicRequest) (
 func (s *service) DeleteTopic(ctx context.Context, req *pb.DeleteTopicRequest) (*pb.DeleteTopicResponse, error) {
 	b := s.b
 	if !validName(req.Name) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "topic name must match [A-Za-z0-9_%-]{1,127}")
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "topic name must match "+message.TopicRule)
 	}
 	if err := b.requireMaster(); err != nil {
 		return nil, err
@@ -69,7 +69,7 @@ func (s *service) ListTopics(context.Context, *pb.ListTopicsRequest) (*pb.ListTo
 func (s *service) UpsertSubscriptionGroup(ctx context.Context, req *pb.UpsertSubscriptionGroupRequest) (*pb.UpsertSubscriptionGroupResponse, error) {
 	g := req.Group
 	if g == nil || !validName(g.Name) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match "+message.TopicRule)
 	}
 	if g.RetryMaxTimes < 0 || g.RetryQueues < 0 || g.RetryQueues > s.b.cfg.MaxQueues {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "retry settings out of range")
@@ -85,7 +85,7 @@ func (s *service) UpsertSubscriptionGroup(ctx context.Context, req *pb.UpsertSub
 
 func (s *service) DeleteSubscriptionGroup(ctx context.Context, req *pb.DeleteSubscriptionGroupRequest) (*pb.DeleteSubscriptionGroupResponse, error) {
 	if !validName(req.Name) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match "+message.TopicRule)
 	}
 	if err := s.b.requireMaster(); err != nil {
 		return nil, err
@@ -105,14 +105,14 @@ func (s *service) ListSubscriptionGroups(context.Context, *pb.ListSubscriptionGr
 
 func (s *service) QueryConsumerOffset(_ context.Context, req *pb.QueryConsumerOffsetRequest) (*pb.QueryConsumerOffsetResponse, error) {
 	if !validName(req.ConsumerGroup) || !validName(req.Topic) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group and topic names must match [A-Za-z0-9_%-]{1,127}")
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group and topic names must match "+message.TopicRule)
 	}
 	return &pb.QueryConsumerOffsetResponse{Offset: s.b.meta.offset(req.ConsumerGroup, req.Topic, req.QueueId)}, nil
 }
 
 func (s *service) UpdateConsumerOffset(ctx context.Context, req *pb.UpdateConsumerOffsetRequest) (*pb.UpdateConsumerOffsetResponse, error) {
 	if !validName(req.ConsumerGroup) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match "+message.TopicRule)
 	}
 	if n := len(req.Offsets); n > s.b.cfg.MaxOffsetsPerCommit {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("%d offsets in one commit, limit %d", n, s.b.cfg.MaxOffsetsPerCommit))
@@ -238,7 +238,7 @@ func (s *service) Heartbeat(_ context.Context, req *pb.HeartbeatRequest) (*pb.He
 	}
 	for _, g := range req.Groups {
 		if g == nil || !validName(g.Group) {
-			return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group names must match [A-Za-z0-9_%-]{1,127}")
+			return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group names must match "+message.TopicRule)
 		}
 	}
 	if req.Unregister {
@@ -251,7 +251,7 @@ func (s *service) Heartbeat(_ context.Context, req *pb.HeartbeatRequest) (*pb.He
 
 func (s *service) GetConsumerList(_ context.Context, req *pb.GetConsumerListRequest) (*pb.GetConsumerListResponse, error) {
 	if !validName(req.ConsumerGroup) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match "+message.TopicRule)
 	}
 	return &pb.GetConsumerListResponse{ClientIds: s.b.consumers.members(req.ConsumerGroup, time.Now())}, nil
 }

@@ -5,16 +5,15 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/storage"
 )
 
 var (
-	statusError = cluster.StatusError
+	statusError = pb.StatusError
 	// ReasonOf returns the ErrorReason and metadata of an error from a
-	// broker (see cluster.ReasonOf).
-	ReasonOf = cluster.ReasonOf
+	// broker (see pb.ReasonOf).
+	ReasonOf = pb.ReasonOf
 )
 
 func invalid(reason pb.ErrorReason, msg string) error {

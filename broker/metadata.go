@@ -10,12 +10,6 @@ import (
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
-// Topic permissions, as RocketMQ's.
-const (
-	PermRead  = 4
-	PermWrite = 2
-)
-
 type offsetKey struct {
 	group, topic string
 	queue        int32

@@ -35,9 +35,9 @@ func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.Pul
 	b := s.b
 	switch {
 	case !validName(req.ConsumerGroup):
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("consumer group %q must match [A-Za-z0-9_%%-]{1,127}", req.ConsumerGroup))
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("consumer group %q must match %s", req.ConsumerGroup, message.TopicRule))
 	case !validName(req.Topic):
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("topic %q must match [A-Za-z0-9_%%-]{1,127}", req.Topic))
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("topic %q must match %s", req.Topic, message.TopicRule))
 	case req.QueueOffset < 0 || req.MaxMessages < 0 || req.SuspendTimeoutMs < 0 || req.CommitOffset < 0:
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "offsets, max messages and suspend timeout must not be negative")
 	}
@@ -45,7 +45,7 @@ func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.Pul
 	if topic == nil {
 		return nil, statusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "topic "+req.Topic+" does not exist on "+b.cfg.Group, nil)
 	}
-	if topic.Perm&PermRead == 0 {
+	if topic.Perm&message.PermRead == 0 {
 		return nil, statusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, "topic "+req.Topic+" is not readable", nil)
 	}
 	if req.QueueId < 0 || req.QueueId >= topic.ReadQueues {

@@ -25,24 +25,6 @@ import (
 // schedule queue's new cursor, so a new master resumes exactly where the
 // old one stopped: nothing is lost or moved twice.
 
-// ScheduleTopic holds delayed messages, one queue per delay level.
-const ScheduleTopic = "SCHEDULE_TOPIC_XXXX"
-
-// Message properties of the retry path.
-const (
-	PropRealTopic      = "REAL_TOPIC"        // where a delayed message goes when due
-	PropRealQueue      = "REAL_QID"          // and to which queue
-	PropDelayLevel     = "DELAY"             // its delay level
-	PropRetryTopic     = "RETRY_TOPIC"       // the topic the message was first sent to
-	PropOriginMsgID    = "ORIGIN_MESSAGE_ID" // the id of its first copy
-	PropReconsumeTimes = "RECONSUME_TIME"    // how many times it was sent back
-)
-
-// RetryTopic and DLQTopic name a consumer group's retry and dead-letter
-// topics.
-func RetryTopic(group string) string { return "%RETRY%" + group }
-func DLQTopic(group string) string   { return "%DLQ%" + group }
-
 // DefaultDelayLevels are RocketMQ's.
 const DefaultDelayLevels = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
@@ -82,7 +64,7 @@ func (b *Broker) scheduleLoop(ctx context.Context) {
 // moveDue moves the due messages at the head of a delay level's queue.
 func (b *Broker) moveDue(ctx context.Context, level int32) error {
 	cursor := b.meta.scheduleOffset(level)
-	res, err := b.store.GetMessages(storage.GetRequest{Topic: ScheduleTopic, QueueID: level - 1, Offset: cursor,
+	res, err := b.store.GetMessages(storage.GetRequest{Topic: message.ScheduleTopic, QueueID: level - 1, Offset: cursor,
 		MaxMessages: b.cfg.PullMaxMessages, MaxBytes: b.cfg.PullMaxBytes})
 	if err != nil {
 		return err
@@ -105,10 +87,10 @@ func (b *Broker) moveDue(ctx context.Context, level int32) error {
 		for k, v := range r.Properties {
 			props[k] = v
 		}
-		topic, queue := props[PropRealTopic], props[PropRealQueue]
-		delete(props, PropRealTopic)
-		delete(props, PropRealQueue)
-		delete(props, PropDelayLevel)
+		topic, queue := props[message.PropertyRealTopic], props[message.PropertyRealQueue]
+		delete(props, message.PropertyRealTopic)
+		delete(props, message.PropertyRealQueue)
+		delete(props, message.PropertyDelayLevel)
 		qid, err := strconv.Atoi(queue)
 		if err != nil || !message.ValidTopic(topic) {
 			b.log.Warn("schedule service: dropping a delayed message without a destination", "offset", r.QueueOffset)
@@ -132,7 +114,7 @@ func (b *Broker) moveDue(ctx context.Context, level int32) error {
 func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBackRequest) (*pb.ConsumerSendBackResponse, error) {
 	b := s.b
 	if !validName(req.ConsumerGroup) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match [A-Za-z0-9_%-]{1,127}")
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match "+message.TopicRule)
 	}
 	if req.DelayLevel > int32(len(b.delays)) || req.MaxReconsumeTimes < 0 {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("delay level must be at most %d", len(b.delays)))
@@ -159,14 +141,14 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 	for k, v := range r.Properties {
 		props[k] = v
 	}
-	times, _ := strconv.Atoi(props[PropReconsumeTimes])
+	times, _ := strconv.Atoi(props[message.PropertyReconsumeTimes])
 	times++
-	props[PropReconsumeTimes] = strconv.Itoa(times)
-	if props[PropRetryTopic] == "" {
-		props[PropRetryTopic] = r.Topic
+	props[message.PropertyReconsumeTimes] = strconv.Itoa(times)
+	if props[message.PropertyRetryTopic] == "" {
+		props[message.PropertyRetryTopic] = r.Topic
 	}
-	if props[PropOriginMsgID] == "" {
-		props[PropOriginMsgID] = req.MsgId
+	if props[message.PropertyOriginMsgID] == "" {
+		props[message.PropertyOriginMsgID] = req.MsgId
 	}
 	maxTimes := req.MaxReconsumeTimes
 	if g := b.meta.group(req.ConsumerGroup); maxTimes == 0 && g != nil {
@@ -178,20 +160,20 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 	msg := &pb.Message{Tags: r.Tags, Keys: r.Keys, Properties: props, Body: r.Body, Flag: r.Flag, BornTimestamp: r.BornTime}
 	queue := int32(0)
 	if times > int(maxTimes) || req.DelayLevel < 0 {
-		msg.Topic = DLQTopic(req.ConsumerGroup)
+		msg.Topic = message.DLQTopic(req.ConsumerGroup)
 		if err := s.ensureTopic(ctx, msg.Topic); err != nil {
 			return nil, err
 		}
 	} else {
-		if err := s.ensureTopic(ctx, RetryTopic(req.ConsumerGroup)); err != nil {
+		if err := s.ensureTopic(ctx, message.RetryTopic(req.ConsumerGroup)); err != nil {
 			return nil, err
 		}
 		level := req.DelayLevel
 		if level == 0 {
 			level = min(int32(2+times), int32(len(b.delays)))
 		}
-		props[PropRealTopic], props[PropRealQueue], props[PropDelayLevel] = RetryTopic(req.ConsumerGroup), "0", strconv.Itoa(int(level))
-		msg.Topic, queue = ScheduleTopic, level-1
+		props[message.PropertyRealTopic], props[message.PropertyRealQueue], props[message.PropertyDelayLevel] = message.RetryTopic(req.ConsumerGroup), "0", strconv.Itoa(int(level))
+		msg.Topic, queue = message.ScheduleTopic, level-1
 	}
 	sm := message.Message{Topic: msg.Topic, QueueID: queue, Flag: msg.Flag, Tags: msg.Tags, Keys: msg.Keys,
 		Properties: props, Body: msg.Body, BornTime: msg.BornTimestamp}
@@ -213,6 +195,6 @@ func (s *service) ensureTopic(ctx context.Context, name string) error {
 	if s.b.meta.topic(name) != nil {
 		return nil
 	}
-	t := &pb.TopicConfig{Name: name, ReadQueues: 1, WriteQueues: 1, Perm: PermRead | PermWrite}
+	t := &pb.TopicConfig{Name: name, ReadQueues: 1, WriteQueues: 1, Perm: message.PermRead | message.PermWrite}
 	return s.b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_UpsertTopic{UpsertTopic: t}})
 }

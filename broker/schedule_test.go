@@ -46,15 +46,15 @@ func TestScheduledRetriesMoveExactlyOnceAcrossFailover(t *testing.T) {
 	waitFor(t, 10*time.Second, func() bool {
 		origins = map[string]int{}
 		for off := int64(0); ; {
-			res, err := g.client(nm).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: RetryTopic("cg"), QueueOffset: off, MaxMessages: 32})
+			res, err := g.client(nm).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: message.RetryTopic("cg"), QueueOffset: off, MaxMessages: 32})
 			if err != nil || res.Status != pb.PullStatus_PULL_FOUND {
 				break
 			}
 			for _, raw := range res.Records {
 				r, _ := message.Decode(raw)
-				origins[r.Properties[PropOriginMsgID]]++
+				origins[r.Properties[message.PropertyOriginMsgID]]++
 				retryCopy = message.FormatID("broker-a", r.Offset)
-				if r.Properties[PropReconsumeTimes] != "1" || r.Properties[PropRetryTopic] != "work" || r.Properties[PropRealTopic] != "" {
+				if r.Properties[message.PropertyReconsumeTimes] != "1" || r.Properties[message.PropertyRetryTopic] != "work" || r.Properties[message.PropertyRealTopic] != "" {
 					t.Errorf("moved message properties %v", r.Properties)
 				}
 			}
@@ -75,10 +75,10 @@ func TestScheduledRetriesMoveExactlyOnceAcrossFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, func() bool {
-		res, err := g.client(nm).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: DLQTopic("cg")})
+		res, err := g.client(nm).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: message.DLQTopic("cg")})
 		return err == nil && res.Status == pb.PullStatus_PULL_FOUND && len(res.Records) == 1
 	})
-	if _, err := g.client(nm).SendMessage(ctx, oneMessage(ScheduleTopic, 0, "x")); err == nil {
+	if _, err := g.client(nm).SendMessage(ctx, oneMessage(message.ScheduleTopic, 0, "x")); err == nil {
 		t.Fatal("a producer wrote into the schedule topic")
 	}
 }

@@ -29,8 +29,8 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	if !validName(req.Topic) {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("topic %q must match %s", req.Topic, message.TopicRule))
 	}
-	if req.Topic == ScheduleTopic {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, ScheduleTopic+" is reserved for delayed messages")
+	if req.Topic == message.ScheduleTopic {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, message.ScheduleTopic+" is reserved for delayed messages")
 	}
 	switch {
 	case len(req.Messages) == 0 && len(req.Records) == 0:
@@ -44,7 +44,7 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	if err != nil {
 		return nil, err
 	}
-	if topic.Perm&PermWrite == 0 {
+	if topic.Perm&message.PermWrite == 0 {
 		return nil, statusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, "topic "+req.Topic+" is not writable", nil)
 	}
 	if req.QueueId < 0 || req.QueueId >= topic.WriteQueues {
@@ -168,7 +168,7 @@ func (s *service) topicForSend(ctx context.Context, name string) (*pb.TopicConfi
 	if !b.cfg.AutoCreateTopics {
 		return nil, statusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "topic "+name+" does not exist on "+b.cfg.Group, nil)
 	}
-	t := &pb.TopicConfig{Name: name, ReadQueues: b.cfg.DefaultQueues, WriteQueues: b.cfg.DefaultQueues, Perm: PermRead | PermWrite}
+	t := &pb.TopicConfig{Name: name, ReadQueues: b.cfg.DefaultQueues, WriteQueues: b.cfg.DefaultQueues, Perm: message.PermRead | message.PermWrite}
 	if err := b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_UpsertTopic{UpsertTopic: t}}); err != nil {
 		return nil, err
 	}

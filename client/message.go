@@ -23,15 +23,10 @@ type Message struct {
 }
 
 // PropertyReconsumeTimes counts a message's redeliveries.
-const PropertyReconsumeTimes = "RECONSUME_TIME"
-
-// propRetryTopic is the topic a retried message was first sent to.
-const propRetryTopic = "RETRY_TOPIC"
-
-func retryTopic(group string) string { return "%RETRY%" + group }
+const PropertyReconsumeTimes = message.PropertyReconsumeTimes
 
 // DLQTopic names a consumer group's dead-letter topic.
-func DLQTopic(group string) string { return "%DLQ%" + group }
+func DLQTopic(group string) string { return message.DLQTopic(group) }
 
 // MessageQueue names one queue of a topic on a broker group.
 type MessageQueue struct {
@@ -72,7 +67,7 @@ func decodeMessage(raw []byte, group string) (*MessageExt, error) {
 		m.ReconsumeTimes = n
 	}
 	// A redelivery from a retry topic shows its first topic.
-	if orig := r.Properties[propRetryTopic]; orig != "" && strings.HasPrefix(r.Topic, "%RETRY%") {
+	if orig := r.Properties[message.PropertyRetryTopic]; orig != "" && strings.HasPrefix(r.Topic, message.RetryPrefix) {
 		m.Topic = orig
 	}
 	return m, nil

@@ -1,9 +1,28 @@
 // Package client is raftmq's Go SDK: route discovery through the name
 // servers, a producer (sync, async, one-way and batch sends, queue
-// selectors, retries) and a pull consumer (blocking and callback pulls,
-// offset helpers). It speaks the gRPC contract (cluster/pb) and the record
-// format of package message: it sends messages encoded as records and
-// decodes the records it receives.
+// selectors, retries), a pull consumer (blocking and callback pulls,
+// offset helpers) and a push consumer (rebalance, process queues, retry
+// and dead letters). It imports only the contract, cluster/pb (the gRPC
+// service and its error reasons) and message (the record format and the
+// contract's names), and gRPC: no Raft, gossip or storage, and it builds
+// for any GOOS (deps_test.go and .ci/run hold it to that). It sends
+// messages encoded as records and decodes the records it receives.
+//
+// Files:
+//   - options.go: the options every client takes (name servers, timeouts,
+//     fault isolation, TLS);
+//   - tls.go: TLS to the cluster's nodes, checked against its CA;
+//   - routes.go: connections, the name servers, cached topic routes;
+//   - faults.go: brokers isolated for a while after a failed send;
+//   - message.go: Message, MessageExt and MessageQueue, decoding records;
+//   - producer.go: sends, queue selection, retries;
+//   - pullconsumer.go: pulls and offsets by hand;
+//   - pushconsumer.go: the push consumer's pull loops, consumption,
+//     send-back, offset commits;
+//   - rebalance.go: the queue allocation strategies;
+//   - processqueue.go: the messages a queue holds in flight, and the
+//     offset it is safe to commit;
+//   - offsetstore.go: offsets on the brokers, or in a local file.
 package client
 
 import (

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
 )
@@ -157,7 +156,7 @@ func (p *Producer) writeQueues(ctx context.Context, topic string) ([]writeQueue,
 	if err == nil && p.faults.anyIsolated(route, time.Now()) {
 		route, err = p.r.routeWithin(ctx, topic, isolatedRouteRefresh)
 	}
-	if reason, _ := cluster.ReasonOf(err); reason == pb.ErrorReason_TOPIC_NOT_FOUND {
+	if reason, _ := pb.ReasonOf(err); reason == pb.ErrorReason_TOPIC_NOT_FOUND {
 		groups, gerr := p.r.clusterGroups(ctx)
 		if gerr != nil || len(groups) == 0 {
 			return nil, err
@@ -173,7 +172,7 @@ func (p *Producer) writeQueues(ctx context.Context, topic string) ([]writeQueue,
 	}
 	var out []writeQueue
 	for _, g := range route.Groups {
-		if g.Perm&2 == 0 {
+		if g.Perm&message.PermWrite == 0 {
 			continue
 		}
 		for q := int32(0); q < g.WriteQueues; q++ {
@@ -279,7 +278,7 @@ func (p *Producer) send(ctx context.Context, msgs []*Message, pick func([]Messag
 			p.faults.mark(addr, time.Now()) // no answer: steer round-robin sends elsewhere for a while
 		}
 		p.r.invalidate(topic)
-		if reason, meta := cluster.ReasonOf(err); reason == pb.ErrorReason_NOT_LEADER && meta["leader"] != "" && meta["leader"] != addr {
+		if reason, meta := pb.ReasonOf(err); reason == pb.ErrorReason_NOT_LEADER && meta["leader"] != "" && meta["leader"] != addr {
 			redirect, redirectQ = meta["leader"], mq
 			continue
 		}

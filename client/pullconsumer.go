@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 )
 
 // PullConsumer pulls queues explicitly: the application chooses queues and
@@ -79,7 +80,7 @@ func (c *PullConsumer) Queues(ctx context.Context, topic string) ([]MessageQueue
 	}
 	var out []MessageQueue
 	for _, g := range route.Groups {
-		if g.Perm&4 == 0 {
+		if g.Perm&message.PermRead == 0 {
 			continue
 		}
 		for q := int32(0); q < g.ReadQueues; q++ {

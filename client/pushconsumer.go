@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 )
 
 // ConsumeResult is what a listener says of the messages it was given.
@@ -227,7 +227,7 @@ func (c *PushConsumer) Start() error {
 	if !c.cfg.Broadcasting && !c.cfg.Orderly {
 		// Messages the group sends back come again through its retry
 		// topic (created by the broker on the first send-back).
-		c.subs[retryTopic(c.opts.group)] = "*"
+		c.subs[message.RetryTopic(c.opts.group)] = "*"
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.work = make(chan consumeTask, c.cfg.Workers)
@@ -436,7 +436,7 @@ func (c *PushConsumer) doRebalance() {
 	want := map[MessageQueue]string{} // queue -> expression
 	for topic, expr := range c.subs {
 		queues, err := c.pc.Queues(c.ctx, topic)
-		if reason, _ := cluster.ReasonOf(err); reason == pb.ErrorReason_TOPIC_NOT_FOUND {
+		if reason, _ := pb.ReasonOf(err); reason == pb.ErrorReason_TOPIC_NOT_FOUND {
 			// Not created yet (a retry topic before the first retry), or a
 			// name server that just restarted and has not learned it yet:
 			// keep whatever queues of it this member has.

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -110,7 +109,7 @@ func (r *router) nameServer(ctx context.Context, fn func(context.Context, pb.Nam
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err = fn(cctx, pb.NewNameServerClient(c))
 		cancel()
-		if reason, _ := cluster.ReasonOf(err); err == nil || reason == pb.ErrorReason_TOPIC_NOT_FOUND || ctx.Err() != nil {
+		if reason, _ := pb.ReasonOf(err); err == nil || reason == pb.ErrorReason_TOPIC_NOT_FOUND || ctx.Err() != nil {
 			if ctx.Err() == nil {
 				r.lastNameServer.Store(int32(n))
 			}
@@ -207,7 +206,7 @@ func masterAddr(replicas []*pb.ReplicaInfo) string {
 // retriable reports whether a failed call may succeed elsewhere or later:
 // not the master, unreachable, overloaded, timed out.
 func retriable(err error) bool {
-	reason, _ := cluster.ReasonOf(err)
+	reason, _ := pb.ReasonOf(err)
 	switch reason {
 	case pb.ErrorReason_NOT_LEADER, pb.ErrorReason_TOO_MANY_REQUESTS, pb.ErrorReason_TIMEOUT:
 		return true

@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 )
 
 // Access control, deny by default once a policy is given. Who calls is the
@@ -171,11 +172,11 @@ func (a *ACL) Close() {
 // needs need: nil, or a PermissionDenied or Unauthenticated status.
 func (a *ACL) Check(caller Identity, ok bool, need Access) error {
 	deny := func(why string) error {
-		return StatusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, why, nil)
+		return pb.StatusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, why, nil)
 	}
 	switch {
 	case !ok:
-		return StatusError(codes.Unauthenticated, pb.ErrorReason_NO_PERMISSION, "this cluster needs a client certificate (raftmq certs --users NAME)", nil)
+		return pb.StatusError(codes.Unauthenticated, pb.ErrorReason_NO_PERMISSION, "this cluster needs a client certificate (raftmq certs --users NAME)", nil)
 	case caller.Cluster != a.cluster:
 		return deny("the certificate is of cluster " + caller.Cluster)
 	case caller.Role == IdentityBroker || caller.Role == IdentityNameServer:
@@ -234,7 +235,7 @@ func matchAny(patterns []string, name string) bool {
 
 // retryTopicOf reports whether topic is the retry topic of one of groups.
 func retryTopicOf(groups []string, topic string) bool {
-	g, ok := strings.CutPrefix(topic, "%RETRY%")
+	g, ok := strings.CutPrefix(topic, message.RetryPrefix)
 	return ok && matchAny(groups, g)
 }
 
@@ -283,7 +284,7 @@ func (a *ACL) StreamInterceptor(table map[string]AccessRule) grpc.StreamServerIn
 func (a *ACL) authorize(ctx context.Context, table map[string]AccessRule, method string, req any) error {
 	rule, ok := table[method]
 	if !ok {
-		return StatusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, method+" is in no access rule", nil)
+		return pb.StatusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, method+" is in no access rule", nil)
 	}
 	caller, known := Caller(ctx)
 	return a.Check(caller, known, rule(req))

@@ -23,9 +23,11 @@
 //   - membership.go, meta.go: gossip membership and the metadata members
 //     announce;
 //   - ops.go: the metrics, health and (when asked for) profiling endpoint;
-//   - status.go: gRPC error statuses with typed reasons, and the bound on
-//     the messages servers send back (BoundErrors);
-//   - cluster/pb: the gRPC contract.
+//   - status.go: the bound on the messages servers send back
+//     (BoundErrors);
+//   - cluster/pb: the gRPC contract, with its error statuses (typed
+//     reasons: pb.StatusError, pb.ReasonOf), which the SDK imports
+//     without this package.
 //
 // It knows no broker logic: the state machine is passed in.
 package cluster

@@ -5,41 +5,9 @@ import (
 	"fmt"
 	"unicode/utf8"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/raftmq/raftmq/cluster/pb"
 )
-
-// ErrorDomain is the domain of every ErrorInfo detail raftmq sends.
-const ErrorDomain = "raftmq"
-
-// StatusError is a gRPC status with an ErrorInfo naming a pb.ErrorReason
-// and, for some reasons, metadata (a NOT_LEADER error's "leader").
-func StatusError(code codes.Code, reason pb.ErrorReason, msg string, meta map[string]string) error {
-	st := status.New(code, msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason.String(), Domain: ErrorDomain, Metadata: meta}); err == nil {
-		st = d
-	}
-	return st.Err()
-}
-
-// ReasonOf returns the ErrorReason and metadata of an error from a raftmq
-// server, or ERROR_REASON_UNSPECIFIED when it carries none.
-func ReasonOf(err error) (pb.ErrorReason, map[string]string) {
-	st, ok := status.FromError(err)
-	if !ok {
-		return pb.ErrorReason_ERROR_REASON_UNSPECIFIED, nil
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
-			return pb.ErrorReason(pb.ErrorReason_value[info.Reason]), info.Metadata
-		}
-	}
-	return pb.ErrorReason_ERROR_REASON_UNSPECIFIED, nil
-}
 
 // MaxErrorMessage bounds the message of a status a server sends: bad input
 // is echoed at most as a short prefix. (An oversized property name once

@@ -14,12 +14,12 @@ import (
 
 func TestBoundErrorCutsLongMessagesKeepingCodeAndReason(t *testing.T) {
 	long := "property " + strings.Repeat("é", 3<<20) + " too long"
-	err := boundError(StatusError(codes.InvalidArgument, pb.ErrorReason_ILLEGAL_ARGUMENT, long, map[string]string{"k": "v"}))
+	err := boundError(pb.StatusError(codes.InvalidArgument, pb.ErrorReason_ILLEGAL_ARGUMENT, long, map[string]string{"k": "v"}))
 	st, _ := status.FromError(err)
 	if st.Code() != codes.InvalidArgument || len(st.Message()) > MaxErrorMessage || !utf8.ValidString(st.Message()) {
 		t.Fatalf("code %v, %d bytes, valid UTF-8 %v", st.Code(), len(st.Message()), utf8.ValidString(st.Message()))
 	}
-	if reason, meta := ReasonOf(err); reason != pb.ErrorReason_ILLEGAL_ARGUMENT || meta["k"] != "v" {
+	if reason, meta := pb.ReasonOf(err); reason != pb.ErrorReason_ILLEGAL_ARGUMENT || meta["k"] != "v" {
 		t.Fatalf("reason %v, metadata %v", reason, meta)
 	}
 	if !strings.HasPrefix(st.Message(), "property éé") {
@@ -27,7 +27,7 @@ func TestBoundErrorCutsLongMessagesKeepingCodeAndReason(t *testing.T) {
 	}
 	// Short ones and plain errors pass as they are (a plain one stays
 	// Unknown, as gRPC would send it).
-	short := StatusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "no topic", nil)
+	short := pb.StatusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "no topic", nil)
 	if boundError(short) != short {
 		t.Fatal("a short status changed")
 	}

@@ -12,8 +12,11 @@
 // message into fields and encodes it again.
 //
 // Files:
-//   - message.go: Message and Record, the property names of the contract,
-//     the topic-name rule and tag hashes, the errors.
+//   - message.go: Message and Record, the unique-key property, the
+//     topic-name rule and tag hashes, the errors.
+//   - names.go: the other names the contract fixes, RocketMQ's: retry,
+//     dead-letter and schedule topics, the retry path's properties, the
+//     topic permission bits.
 //   - record.go: the record layout; encoding (Size, Append), framing and
 //     checking in place (Frame, View, Check), decoding (Decode), and the
 //     header fields a store reads and writes without decoding.

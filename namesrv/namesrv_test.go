@@ -164,7 +164,7 @@ func TestRoutesFollowTopicsMastersAndReplicas(t *testing.T) {
 	m := e.master()
 	if _, err := route(ns, "orders"); status.Code(err) != codes.NotFound {
 		t.Fatalf("unknown topic: %v", err)
-	} else if reason, _ := cluster.ReasonOf(err); reason != pb.ErrorReason_TOPIC_NOT_FOUND {
+	} else if reason, _ := pb.ReasonOf(err); reason != pb.ErrorReason_TOPIC_NOT_FOUND {
 		t.Fatalf("unknown topic reason: %v", reason)
 	}
 	bc := pb.NewBrokerClient(dial(t, e.bCfgs[m].GRPCAddr))

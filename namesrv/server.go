@@ -349,7 +349,7 @@ func (v *service) GetRoute(_ context.Context, req *pb.GetRouteRequest) (*pb.Rout
 			// A group's topic table is not fetched yet (this name server
 			// just started): "no such topic" could be wrong; let the
 			// client ask another name server or try again.
-			return nil, cluster.StatusError(codes.Unavailable, pb.ErrorReason_ERROR_REASON_UNSPECIFIED,
+			return nil, pb.StatusError(codes.Unavailable, pb.ErrorReason_ERROR_REASON_UNSPECIFIED,
 				"name server still learning the cluster's topics", nil)
 		}
 		return nil, topicNotFound(req.Topic)
@@ -394,7 +394,7 @@ func (v *service) WatchRoutes(req *pb.WatchRoutesRequest, stream grpc.ServerStre
 }
 
 func topicNotFound(topic string) error {
-	return cluster.StatusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "no route for topic "+topic, nil)
+	return pb.StatusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "no route for topic "+topic, nil)
 }
 
 // brokerCreds is the transport security of a call to the replica whose

@@ -1,6 +1,9 @@
 // Package pb is raftmq's gRPC contract: the Broker service, its messages,
 // and the broker group's Raft commands and snapshot, generated from
-// raftmq.proto. The generated files are committed; regenerate them with
+// raftmq.proto, and (status.go) the error statuses every server sends: a
+// gRPC status with an ErrorInfo naming an ErrorReason. The SDK imports
+// this package and message, nothing else of raftmq. The generated files
+// are committed; regenerate them with
 // `go generate ./cluster/pb` after installing protoc (Debian:
 // protobuf-compiler) and the plugins at the versions below:
 //

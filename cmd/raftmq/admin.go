@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
-	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -99,7 +98,7 @@ func (a *admin) nameServer(ctx context.Context, fn func(context.Context, pb.Name
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		err = fn(cctx, pb.NewNameServerClient(c))
 		cancel()
-		if reason, _ := cluster.ReasonOf(err); err == nil || reason == pb.ErrorReason_TOPIC_NOT_FOUND {
+		if reason, _ := pb.ReasonOf(err); err == nil || reason == pb.ErrorReason_TOPIC_NOT_FOUND {
 			return err
 		}
 	}
@@ -147,7 +146,7 @@ func (a *admin) onMaster(ctx context.Context, g *pb.ClusterGroup, fn func(contex
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err = fn(cctx, b)
 		cancel()
-		reason, meta := cluster.ReasonOf(err)
+		reason, meta := pb.ReasonOf(err)
 		if err == nil || reason != pb.ErrorReason_NOT_LEADER {
 			return err
 		}

@@ -18,7 +18,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/raftmq/raftmq/client"
-	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -117,7 +116,7 @@ func consume(ctx context.Context, pc *client.PullConsumer, topic, tag, from stri
 	// servers' routes within a second or two: wait for it a little.
 	mqs, err := pc.Queues(ctx, topic)
 	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); {
-		if reason, _ := cluster.ReasonOf(err); reason != pb.ErrorReason_TOPIC_NOT_FOUND {
+		if reason, _ := pb.ReasonOf(err); reason != pb.ErrorReason_TOPIC_NOT_FOUND {
 			break
 		}
 		select {

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -237,7 +236,7 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	bc := pb.NewBrokerClient(conn)
 	for {
 		_, err := bc.ConsumerSendBack(context.Background(), &pb.ConsumerSendBackRequest{ConsumerGroup: "g3", MsgId: ids[0], DelayLevel: -1})
-		if reason, meta := cluster.ReasonOf(err); reason == pb.ErrorReason_NOT_LEADER {
+		if reason, meta := pb.ReasonOf(err); reason == pb.ErrorReason_NOT_LEADER {
 			conn.Close()
 			if conn, err = grpc.NewClient(meta["leader"], grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/raftmq/raftmq/client"
+	"github.com/raftmq/raftmq/message"
 )
 
 func dlqCommand() *cobra.Command {
@@ -93,7 +94,7 @@ func resendDeadLetters(ctx context.Context, nameServers []string, group string) 
 					props[k] = v
 				}
 				props[client.PropertyReconsumeTimes] = "0"
-				msg := &client.Message{Topic: "%RETRY%" + group, Tags: m.Tags, Keys: m.Keys, Properties: props, Body: m.Body, Flag: m.Flag}
+				msg := &client.Message{Topic: message.RetryTopic(group), Tags: m.Tags, Keys: m.Keys, Properties: props, Body: m.Body, Flag: m.Flag}
 				if _, err := p.Send(ctx, msg); err != nil {
 					return sent, fmt.Errorf("resend %s: %w", m.MsgID, err)
 				}

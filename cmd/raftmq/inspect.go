@@ -186,7 +186,7 @@ func msgCommand() *cobra.Command {
 					fmt.Printf("msgId=%s topic=%s queue=%d queueOffset=%d tags=%s keys=%s storeTime=%s reconsumeTimes=%s body=%q\n",
 						message.FormatID(g.Group, r.Offset), r.Topic, r.QueueID, r.QueueOffset, r.Tags,
 						strings.Join(r.Keys, ","), time.UnixMilli(r.StoreTime).UTC().Format(time.RFC3339Nano),
-						orZero(r.Properties["RECONSUME_TIME"]), r.Body)
+						orZero(r.Properties[message.PropertyReconsumeTimes]), r.Body)
 				}
 				records = records[:0]
 			}
