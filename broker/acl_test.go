@@ -28,11 +28,14 @@ func TestEveryBrokerMethodHasAnAccessRule(t *testing.T) {
 
 const aclPolicy = `
 users:
-  root: {admin: true}
+  root:
+    admin: true
+    accessKeys: [{accessKey: root-key, secretKey: root-secret-0123456789}]
   app:
     publish: [orders]
     subscribe: [orders]
     groups: [g1]
+    accessKeys: [{accessKey: app-key, secretKey: app-secret-0123456789}]
 `
 
 // aclGroup is a one-replica group on TLS with access control, and a way to
@@ -51,7 +54,7 @@ func newACLGroup(t *testing.T) *aclGroup {
 	if err := os.WriteFile(policy, []byte(aclPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	acl, err := cluster.LoadACL(policy, "raftmq", "broker-a", time.Second, quiet)
+	acl, err := cluster.LoadACL(policy, cluster.Identity{Cluster: "raftmq", Role: cluster.IdentityBroker, Group: "broker-a", ID: "1"}, time.Second, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,9 +29,12 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/raftmq/raftmq/cluster/pb"
 )
 
 // Option configures a producer or consumer.
@@ -49,6 +52,8 @@ type options struct {
 	logger         *slog.Logger
 	dialer         func(ctx context.Context, addr string) (net.Conn, error)
 	tls            *tls.Config
+	accessKey      [2]string     // id, secret: WithAccessKey
+	signer         *pb.AccessKey // made from accessKey by buildOptions
 }
 
 func defaultOptions() options {
@@ -69,6 +74,15 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if len(o.nameServers) == 0 {
 		return o, errors.New("client: no name server (use WithNameServers)")
+	}
+	if o.accessKey != [2]string{} {
+		if o.tls == nil {
+			return o, errors.New("client: access keys sign for the server a certificate names: they need WithTLS")
+		}
+		var err error
+		if o.signer, err = pb.NewAccessKey(o.accessKey[0], o.accessKey[1]); err != nil {
+			return o, fmt.Errorf("client: %w", err)
+		}
 	}
 	return o, nil
 }

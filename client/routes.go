@@ -73,6 +73,9 @@ func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 	target, dialOpts := addr, []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
 		grpc.WithConnectParams(reconnect)}
+	if r.opts.signer != nil {
+		dialOpts = append(dialOpts, r.opts.signer.DialOptions()...)
+	}
 	if r.opts.dialer != nil {
 		// passthrough hands the address to the dialer unresolved.
 		target, dialOpts = "passthrough:///"+addr, append(dialOpts, grpc.WithContextDialer(r.opts.dialer))

@@ -15,6 +15,14 @@ import (
 // plaintext, which a secured cluster refuses.
 func WithTLS(cfg *tls.Config) Option { return func(o *options) { o.tls = cfg } }
 
+// WithAccessKey makes the client sign every request with an access key
+// and its secret (HMAC-SHA256 over the method, the server's certificate
+// identity, the request, a timestamp and a nonce), for clusters whose
+// access control policy gives the key's user its rights. It needs WithTLS.
+func WithAccessKey(accessKey, secretKey string) Option {
+	return func(o *options) { o.accessKey = [2]string{accessKey, secretKey} }
+}
+
 // NodeTLSConfig is a TLS 1.3 configuration for a raftmq cluster: it trusts
 // the CA certificates in caFile and accepts a server only when its
 // certificate, signed by them, names a raftmq node (a URI SAN

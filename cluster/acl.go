@@ -23,7 +23,8 @@ import (
 )
 
 // Access control, deny by default once a policy is given. Who calls is the
-// identity of the caller's verified client certificate (tls.go); what the
+// identity of the caller's verified client certificate (tls.go), or the
+// user whose access key signed the request (accesskey.go); what the
 // call needs is computed from the request by the server's method table
 // (every method has an entry; a method without one is refused); the
 // policy says what each user may do. One interceptor, unary and stream,
@@ -45,11 +46,21 @@ import (
 //	    publish: [orders, "audit-*"]       # topics it may send to ("x*": a prefix)
 //	    subscribe: [orders]                # topics it may consume and read offsets of
 //	    groups: [orders-consumers]         # consumer groups it may consume as
+//	    accessKeys:                        # keys it may sign requests with instead of a certificate
+//	      - {accessKey: orders-1, secretKey: "at least 16 bytes of secret"}
+//	accessKeyMaxAge: 5m                    # a signed request's timestamp this close to the node's clock
+//	accessKeySessions: 1024                # signing sessions one key may hold open on a node
 //
-// A user is the NAME of a client certificate's raftmq://CLUSTER/user/NAME.
-// A consumer group's retry topic (%RETRY%GROUP) comes with the group.
+// A user is the NAME of a client certificate's raftmq://CLUSTER/user/NAME,
+// or the owner of an access key. A consumer group's retry topic
+// (%RETRY%GROUP) comes with the group. The file holds secrets: keep it
+// readable by the node only.
 type ACLPolicy struct {
-	Users map[string]ACLUser `yaml:"users"`
+	Users             map[string]ACLUser `yaml:"users"`
+	AccessKeyMaxAge   time.Duration      `yaml:"accessKeyMaxAge"`
+	AccessKeySessions int                `yaml:"accessKeySessions"`
+
+	byKey map[string]keyOwner // the access keys of Users
 }
 
 // ACLUser is one user's rights.
@@ -58,6 +69,8 @@ type ACLUser struct {
 	Publish   []string `yaml:"publish"`
 	Subscribe []string `yaml:"subscribe"`
 	Groups    []string `yaml:"groups"`
+	// AccessKeys sign requests as this user (accesskey.go).
+	AccessKeys []ACLAccessKey `yaml:"accessKeys"`
 }
 
 // Access is what one call needs.
@@ -85,23 +98,26 @@ type AccessRule func(req any) Access
 
 // ACL enforces a policy file on one node.
 type ACL struct {
-	path           string
-	cluster, group string // the node's: whose nodes have node rights
-	log            *slog.Logger
-	policy         atomic.Pointer[ACLPolicy]
-	raw            []byte // the file as last loaded; guarded by mu
-	mu             sync.Mutex
-	stop           chan struct{}
-	done           chan struct{}
-	stopOnce       sync.Once
+	path     string
+	self     Identity // the node's: whose nodes have node rights
+	resource string   // self as signed requests name it
+	now      func() time.Time
+	replays  replays
+	log      *slog.Logger
+	policy   atomic.Pointer[ACLPolicy]
+	raw      []byte // the file as last loaded; guarded by mu
+	mu       sync.Mutex
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
 }
 
-// LoadACL reads the policy at path for a node of cluster (and of broker
-// group, "" for a name server) and checks it every reload interval for
-// changes until Close. A policy that does not parse is refused; on a
-// reload the last good one stays in force and the error is logged.
-func LoadACL(path, cluster, group string, reload time.Duration, log *slog.Logger) (*ACL, error) {
-	a := &ACL{path: path, cluster: cluster, group: group, log: log, stop: make(chan struct{}), done: make(chan struct{})}
+// LoadACL reads the policy at path for the node self (the identity its
+// certificate names) and checks it every reload interval for changes
+// until Close. A policy that does not parse is refused; on a reload the
+// last good one stays in force and the error is logged.
+func LoadACL(path string, self Identity, reload time.Duration, log *slog.Logger) (*ACL, error) {
+	a := &ACL{path: path, self: self, resource: pb.ResourceOf(self.URI()), now: time.Now, log: log, stop: make(chan struct{}), done: make(chan struct{})}
 	if err := a.reload(); err != nil {
 		return nil, err
 	}
@@ -120,6 +136,9 @@ func parsePolicy(b []byte) (*ACLPolicy, error) {
 		if name == "" || strings.ContainsAny(name, "/ \t") {
 			return nil, fmt.Errorf("user name %q: want a certificate's user name", name)
 		}
+	}
+	if err := p.indexAccessKeys(); err != nil {
+		return nil, err
 	}
 	return &p, nil
 }
@@ -158,6 +177,7 @@ func (a *ACL) watch(every time.Duration) {
 			if err := a.reload(); err != nil && a.log != nil {
 				a.log.Error("access control policy not reloaded; the last one stays in force", "err", err)
 			}
+			a.replays.forget(a.now(), a.policy.Load())
 		}
 	}
 }
@@ -176,11 +196,11 @@ func (a *ACL) Check(caller Identity, ok bool, need Access) error {
 	}
 	switch {
 	case !ok:
-		return pb.StatusError(codes.Unauthenticated, pb.ErrorReason_NO_PERMISSION, "this cluster needs a client certificate (raftmq certs --users NAME)", nil)
-	case caller.Cluster != a.cluster:
+		return pb.StatusError(codes.Unauthenticated, pb.ErrorReason_NO_PERMISSION, "this cluster needs a client certificate (raftmq certs --users NAME) or a request signed with an access key", nil)
+	case caller.Cluster != a.self.Cluster:
 		return deny("the certificate is of cluster " + caller.Cluster)
 	case caller.Role == IdentityBroker || caller.Role == IdentityNameServer:
-		if need.Node == NodeCluster || need.Node == NodeGroup && caller.Role == IdentityBroker && caller.Group == a.group && a.group != "" {
+		if need.Node == NodeCluster || need.Node == NodeGroup && caller.Role == IdentityBroker && a.self.Role == IdentityBroker && caller.Group == a.self.Group {
 			return nil
 		}
 		return deny(caller.String() + " is a node: it has node rights only")
@@ -287,6 +307,13 @@ func (a *ACL) authorize(ctx context.Context, table map[string]AccessRule, method
 		return pb.StatusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, method+" is in no access rule", nil)
 	}
 	caller, known := Caller(ctx)
+	if signed(ctx) {
+		var err error
+		if caller, err = a.verifySigned(ctx, method, req); err != nil {
+			return err
+		}
+		known = true
+	}
 	return a.Check(caller, known, rule(req))
 }
 

@@ -33,7 +33,7 @@ func writePolicy(t *testing.T, dir, body string) string {
 
 func loadTestACL(t *testing.T, body string) *ACL {
 	t.Helper()
-	a, err := LoadACL(writePolicy(t, t.TempDir(), body), "c1", "broker-a", 10*time.Millisecond, quiet)
+	a, err := LoadACL(writePolicy(t, t.TempDir(), body), replica("c1", "broker-a", "1"), 10*time.Millisecond, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestACLDecidesByIdentityAndRight(t *testing.T) {
 func TestACLReloadsWhenTheFileChanges(t *testing.T) {
 	dir := t.TempDir()
 	path := writePolicy(t, dir, testPolicy)
-	a, err := LoadACL(path, "c1", "broker-a", 10*time.Millisecond, quiet)
+	a, err := LoadACL(path, replica("c1", "broker-a", "1"), 10*time.Millisecond, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,11 +114,11 @@ func TestLoadACLRefusesBadPolicies(t *testing.T) {
 		"unknown field": "users:\n  app: {publsh: [x]}\n",
 		"bad user name": "users:\n  \"a/b\": {admin: true}\n",
 	} {
-		if _, err := LoadACL(writePolicy(t, t.TempDir(), body), "c1", "", time.Second, quiet); err == nil {
+		if _, err := LoadACL(writePolicy(t, t.TempDir(), body), Identity{Cluster: "c1", Role: IdentityNameServer, ID: "1"}, time.Second, quiet); err == nil {
 			t.Errorf("%s: loaded", name)
 		}
 	}
-	if _, err := LoadACL(filepath.Join(t.TempDir(), "missing.yaml"), "c1", "", time.Second, quiet); !errors.Is(err, os.ErrNotExist) {
+	if _, err := LoadACL(filepath.Join(t.TempDir(), "missing.yaml"), Identity{Cluster: "c1", Role: IdentityNameServer, ID: "1"}, time.Second, quiet); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v", err)
 	}
 }

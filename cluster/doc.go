@@ -13,6 +13,10 @@
 //     when it changes, the decision for a caller's identity and what a
 //     call needs, and the interceptor (unary and stream) that enforces a
 //     server's method table;
+//   - accesskey.go: requests signed with access keys (the format is
+//     cluster/pb's): the signature checked against the policy's secret and
+//     this node's identity, stale timestamps and replayed nonces refused,
+//     with a bounded window of what was seen per signing session;
 //   - logstore.go: the Raft log on hashicorp/raft-wal, raft-boltdb/v2 kept
 //     for Raft's stable state (term and vote), the one-time move of a bolt
 //     log into the WAL, and the completion of a segment rotation that a

@@ -81,12 +81,19 @@ func procClusterAddrs(t *testing.T) *procCluster {
 }
 
 // securePolicy is the secured cluster's access control: the drills' user
-// e2e is an admin, app may use topic sec as group sec only.
+// e2e is an admin, app may use topic sec as group sec only, by its
+// certificate or by its access key.
 const securePolicy = `
 users:
   e2e: {admin: true}
-  app: {publish: [sec], subscribe: [sec], groups: [sec]}
+  app:
+    publish: [sec]
+    subscribe: [sec]
+    groups: [sec]
+    accessKeys: [{accessKey: app-key, secretKey: ` + appSecret + `}]
 `
+
+const appSecret = "app-secret-key-0123456789"
 
 // newSecureProcCluster is a procCluster with TLS on every listener, mutual
 // TLS between the nodes, encrypted gossip and access control, from

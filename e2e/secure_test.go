@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -85,5 +86,30 @@ func TestSecuredClusterRefusesPlaintextClients(t *testing.T) {
 	}
 	if out, err := exec.Command(binPath, "topic", "route", "--namesrv", c.nsGRPC, "--name", "sec").CombinedOutput(); err == nil {
 		t.Fatalf("topic route without TLS succeeded:\n%s", out)
+	}
+
+	// Access keys instead of a certificate: the secret from the
+	// environment or a file, app's rights, and nothing with a wrong one.
+	withKey := func(secret string, args ...string) *exec.Cmd {
+		cmd := exec.Command(binPath, append(args, "--namesrv", c.nsGRPC, "--tls-ca", ca, "--access-key", "app-key")...)
+		cmd.Env = append(os.Environ(), "RAFTMQ_SECRET_KEY="+secret)
+		return cmd
+	}
+	if out, err := withKey(appSecret, "produce", "--topic", "sec", "--count", "2", "--body", "by-key").CombinedOutput(); err != nil {
+		t.Fatalf("produce signed with app's access key: %v\n%s", err, out)
+	}
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte(appSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = withKey("", "consume", "--topic", "sec", "--group", "sec", "--count", "5", "--timeout", "20s", "--secret-key-file", secretFile).CombinedOutput()
+	if err != nil || strings.Count(string(out), "by-key") != 2 {
+		t.Fatalf("consume signed with app's access key (its secret from a file): %v\n%s", err, out)
+	}
+	if out, err := withKey(appSecret, "topic", "create", "--name", "evil", "--queues", "1").CombinedOutput(); err == nil || !strings.Contains(string(out), "admin right") {
+		t.Fatalf("app's access key creating a topic: %v\n%s", err, out)
+	}
+	if out, err := withKey("not-the-secret-0123456789", "produce", "--topic", "sec", "--count", "1").CombinedOutput(); err == nil || !strings.Contains(string(out), "signature does not match") {
+		t.Fatalf("a wrong secret: %v\n%s", err, out)
 	}
 }

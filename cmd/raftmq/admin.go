@@ -75,11 +75,11 @@ func (a *admin) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := a.conns[addr]; ok {
 		return c, nil
 	}
-	creds, err := dialCreds()
+	opts, err := dialOptions()
 	if err != nil {
 		return nil, err
 	}
-	c, err := grpc.NewClient(addr, creds)
+	c, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, err
 	}

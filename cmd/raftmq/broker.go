@@ -195,7 +195,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if cfg.TLS, cfg.Gossip.SecretKey, err = f.nodeSecurity.load(); err != nil {
 		return err
 	}
-	if cfg.ACL, err = f.nodeSecurity.loadACL(f.Cluster, f.Group, log); err != nil {
+	if cfg.ACL, err = f.nodeSecurity.loadACL(cfg.TLS, log); err != nil {
 		return err
 	}
 	if cfg.ACL != nil {

@@ -36,7 +36,7 @@ seconds.`,
 			if cfg.TLS, cfg.SecretKey, err = sec.load(); err != nil {
 				return err
 			}
-			if cfg.ACL, err = sec.loadACL(cfg.Cluster, "", log); err != nil {
+			if cfg.ACL, err = sec.loadACL(cfg.TLS, log); err != nil {
 				return err
 			}
 			if cfg.ACL != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/raftmq/raftmq/client"
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/pb"
 )
 
 // Security settings of the commands: a node's certificate and gossip key
@@ -121,16 +122,16 @@ func (s nodeSecurity) load() (*cluster.TLS, []byte, error) {
 	return t, key, nil
 }
 
-// loadACL loads --acl for a node of cluster (and broker group; "" for a
-// name server): nil when not given.
-func (s nodeSecurity) loadACL(clusterName, group string, log *slog.Logger) (*cluster.ACL, error) {
+// loadACL loads --acl for the node whose TLS material is t: nil when not
+// given. The node's identity is the one its certificate names.
+func (s nodeSecurity) loadACL(t *cluster.TLS, log *slog.Logger) (*cluster.ACL, error) {
 	if s.ACL == "" {
 		return nil, nil
 	}
-	if s.TLSCert == "" {
-		return nil, errors.New("--acl needs --tls-ca, --tls-cert and --tls-key: client certificates name the callers")
+	if t == nil {
+		return nil, errors.New("--acl needs --tls-ca, --tls-cert and --tls-key: client certificates name the callers, and access keys sign for the node its certificate names")
 	}
-	return cluster.LoadACL(s.ACL, clusterName, group, 2*time.Second, log)
+	return cluster.LoadACL(s.ACL, t.Self, 2*time.Second, log)
 }
 
 // readGossipKey reads a key file: 16, 24 or 32 raw bytes, or their base64
@@ -155,14 +156,19 @@ func readGossipKey(path string) ([]byte, error) {
 }
 
 // clientTLSFiles are the client commands' --tls-ca, --tls-cert and
-// --tls-key (defaults $RAFTMQ_TLS_CA, $RAFTMQ_TLS_CERT, $RAFTMQ_TLS_KEY).
-var clientTLSFiles struct{ ca, cert, key string }
+// --tls-key (defaults $RAFTMQ_TLS_CA, $RAFTMQ_TLS_CERT, $RAFTMQ_TLS_KEY),
+// and their access key: --access-key (default $RAFTMQ_ACCESS_KEY) with
+// its secret from --secret-key-file or $RAFTMQ_SECRET_KEY (never a flag's
+// value, which other users of the host see in the process list).
+var clientTLSFiles struct{ ca, cert, key, accessKey, secretFile string }
 
 func clientTLSFlags(cmd *cobra.Command) {
 	fl := cmd.PersistentFlags()
 	fl.StringVar(&clientTLSFiles.ca, "tls-ca", os.Getenv("RAFTMQ_TLS_CA"), "PEM file of the cluster's CA: speak TLS to the name servers and brokers, and check that they are the cluster's nodes (default $RAFTMQ_TLS_CA)")
 	fl.StringVar(&clientTLSFiles.cert, "tls-cert", os.Getenv("RAFTMQ_TLS_CERT"), "PEM file of this client's certificate, if the cluster identifies clients by certificate (default $RAFTMQ_TLS_CERT)")
 	fl.StringVar(&clientTLSFiles.key, "tls-key", os.Getenv("RAFTMQ_TLS_KEY"), "PEM file of this client's key (default $RAFTMQ_TLS_KEY)")
+	fl.StringVar(&clientTLSFiles.accessKey, "access-key", os.Getenv("RAFTMQ_ACCESS_KEY"), "sign every request with this access key of the cluster's access control policy, instead of a client certificate; needs --tls-ca and the secret (default $RAFTMQ_ACCESS_KEY)")
+	fl.StringVar(&clientTLSFiles.secretFile, "secret-key-file", "", "file holding the access key's secret key (default: the secret in $RAFTMQ_SECRET_KEY)")
 }
 
 // clientTLS is the client commands' TLS configuration, nil for plaintext.
@@ -178,10 +184,40 @@ func clientTLS() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// clientAccessKey is the access key and its secret, or "" when none.
+func clientAccessKey() (id, secret string, err error) {
+	f := clientTLSFiles
+	if f.accessKey == "" {
+		if f.secretFile != "" {
+			return "", "", errors.New("--secret-key-file needs --access-key")
+		}
+		return "", "", nil
+	}
+	secret = os.Getenv("RAFTMQ_SECRET_KEY")
+	if f.secretFile != "" {
+		b, err := os.ReadFile(f.secretFile)
+		if err != nil {
+			return "", "", fmt.Errorf("--secret-key-file: %w", err)
+		}
+		secret = strings.TrimSpace(string(b))
+	}
+	if secret == "" {
+		return "", "", errors.New("--access-key needs its secret: --secret-key-file or $RAFTMQ_SECRET_KEY")
+	}
+	if clientTLSFiles.ca == "" {
+		return "", "", errors.New("--access-key needs --tls-ca: a signature names the server its certificate names")
+	}
+	return f.accessKey, secret, nil
+}
+
 // clientOptions are the SDK options every client command shares: the name
-// servers and the TLS flags.
+// servers, the TLS flags and the access key.
 func clientOptions(nameServers []string, more ...client.Option) ([]client.Option, error) {
 	cfg, err := clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	id, secret, err := clientAccessKey()
 	if err != nil {
 		return nil, err
 	}
@@ -189,14 +225,33 @@ func clientOptions(nameServers []string, more ...client.Option) ([]client.Option
 	if cfg != nil {
 		opts = append(opts, client.WithTLS(cfg))
 	}
+	if id != "" {
+		opts = append(opts, client.WithAccessKey(id, secret))
+	}
 	return append(opts, more...), nil
 }
 
-// dialCreds is the transport security of the admin commands' calls.
-func dialCreds() (grpc.DialOption, error) {
+// dialOptions are the transport security and signing of the admin
+// commands' calls.
+func dialOptions() ([]grpc.DialOption, error) {
 	cfg, err := clientTLS()
-	if err != nil || cfg == nil {
-		return grpc.WithTransportCredentials(insecure.NewCredentials()), err
+	if err != nil {
+		return nil, err
 	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
+	id, secret, err := clientAccessKey()
+	if err != nil {
+		return nil, err
+	}
+	if cfg == nil {
+		return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, nil
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg))}
+	if id != "" {
+		k, err := pb.NewAccessKey(id, secret)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, k.DialOptions()...)
+	}
+	return opts, nil
 }
