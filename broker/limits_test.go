@@ -110,3 +110,84 @@ func TestErrorsEchoAShortPrefixOfBadInput(t *testing.T) {
 		}
 	}
 }
+
+// One connection runs at most MaxConcurrentStreams RPCs at once: with its
+// streams taken by held pulls, its next call waits (gRPC queues it until
+// a stream frees) while another connection is served; when one held pull
+// ends, the waiting call runs.
+func TestStreamsPerConnectionAreCapped(t *testing.T) {
+	g := newGroup(t, 1, func(c *Config) { c.MaxConcurrentStreams = 2 })
+	g.createTopic("lp", 1)
+	hold := &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: "lp", SuspendTimeoutMs: 20_000}
+	conn, err := grpc.NewClient(g.cfgs[0].GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hog := pb.NewBrokerClient(conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, firstDone := context.WithCancel(ctx)
+	defer firstDone()
+	go hog.PullMessage(first, hold)
+	go hog.PullMessage(ctx, hold)
+	waitFor(t, 5*time.Second, func() bool { return g.brokers[0].holds.size() == 2 })
+
+	queued := make(chan error, 1)
+	go func() {
+		_, err := hog.GetQueueOffsets(ctx, &pb.GetQueueOffsetsRequest{Topic: "lp"})
+		queued <- err
+	}()
+	// While the hog's call waits for a stream, another connection is
+	// served at once.
+	if _, err := g.client(0).GetQueueOffsets(ctx, &pb.GetQueueOffsetsRequest{Topic: "lp"}); err != nil {
+		t.Fatalf("another connection: %v", err)
+	}
+	select {
+	case err := <-queued:
+		t.Fatalf("a third RPC ran on a connection capped at 2 streams: %v", err)
+	case <-time.After(200 * time.Millisecond): // it must still be waiting; nothing to poll for
+	}
+	firstDone() // a held pull ends: its stream frees
+	select {
+	case err := <-queued:
+		if err != nil {
+			t.Fatalf("the waiting RPC, once a stream freed: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting RPC did not run after a stream freed")
+	}
+}
+
+// The broker serves at most MaxConnections connections: the next one is
+// not served until one closes.
+func TestConnectionsAreCapped(t *testing.T) {
+	g := newGroup(t, 1, func(c *Config) { c.MaxConnections = 2 })
+	g.createTopic("c", 1) // over g's own connection: one of the two
+	ctx := context.Background()
+	dial := func() (*grpc.ClientConn, pb.BrokerClient) {
+		conn, err := grpc.NewClient(g.cfgs[0].GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn, pb.NewBrokerClient(conn)
+	}
+	second, c2 := dial()
+	if _, err := c2.GetQueueOffsets(ctx, &pb.GetQueueOffsetsRequest{Topic: "c"}); err != nil {
+		t.Fatalf("the second connection: %v", err)
+	}
+	_, c3 := dial()
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := c3.GetQueueOffsets(short, &pb.GetQueueOffsetsRequest{Topic: "c"}); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a third connection to a broker capped at 2: %v, want it to wait (DeadlineExceeded)", err)
+	}
+	second.Close()
+	waitFor(t, 5*time.Second, func() bool {
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err := c3.GetQueueOffsets(short, &pb.GetQueueOffsetsRequest{Topic: "c"})
+		return err == nil
+	})
+}
