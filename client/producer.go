@@ -25,7 +25,11 @@ type Producer struct {
 	rr     atomic.Uint64 // round-robin position over a topic's queues
 	faults *brokerFaults
 	state  lifecycle
-	wg     sync.WaitGroup // async and one-way sends in flight
+	// accepting is held shared while an async or one-way send is taken
+	// (state checked, wg added) and exclusively by Shutdown while it
+	// stops taking them, so none is taken after Shutdown began to wait.
+	accepting sync.RWMutex
+	wg        sync.WaitGroup // async and one-way sends in flight
 }
 
 // SendResult is where a message was stored.
@@ -48,10 +52,15 @@ func NewProducer(opts ...Option) (*Producer, error) {
 // Start readies the producer. It may be called once.
 func (p *Producer) Start() error { return p.state.start() }
 
-// Shutdown waits for async and one-way sends and closes the connections.
-// It may be called once; nothing of the producer runs after it.
+// Shutdown stops taking sends, waits for the async and one-way sends it
+// took (each is sent, within the send timeout, and its callback called)
+// and closes the connections. It may be called once; nothing of the
+// producer runs after it.
 func (p *Producer) Shutdown() error {
-	if err := p.state.shutdown(); err != nil {
+	p.accepting.Lock()
+	err := p.state.shutdown()
+	p.accepting.Unlock()
+	if err != nil {
 		return err
 	}
 	p.wg.Wait()
@@ -92,15 +101,22 @@ func (p *Producer) SendOrderly(ctx context.Context, m *Message, shardingKey stri
 }
 
 // SendAsync sends m in the background and calls cb with the outcome.
+// A send taken before Shutdown is sent even while Shutdown waits for it.
 func (p *Producer) SendAsync(ctx context.Context, m *Message, cb func(*SendResult, error)) error {
+	p.accepting.RLock()
+	defer p.accepting.RUnlock()
 	if err := p.state.running(); err != nil {
 		return err
 	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		res, err := p.Send(ctx, m)
-		cb(res, err)
+		res, err := p.sendTaken(ctx, []*Message{m}, nil)
+		if err != nil {
+			cb(nil, err)
+			return
+		}
+		cb(res[0], nil)
 	}()
 	return nil
 }
@@ -198,6 +214,12 @@ func (p *Producer) send(ctx context.Context, msgs []*Message, pick func([]Messag
 	if err := p.state.running(); err != nil {
 		return nil, err
 	}
+	return p.sendTaken(ctx, msgs, pick)
+}
+
+// sendTaken is send for a send already taken while the producer ran (an
+// async one): Shutdown waits for it rather than failing it.
+func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]MessageQueue) MessageQueue) ([]*SendResult, error) {
 	if err := p.checkMessages(msgs); err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -152,10 +153,14 @@ type PushConsumer struct {
 
 	work      chan consumeTask
 	rebalance chan struct{}
-	ctx       context.Context
-	cancel    context.CancelFunc
-	wg        sync.WaitGroup // loops
-	workers   sync.WaitGroup // listener goroutines and delayed retries
+	// retryAwaited: this member sent a message back, so the group's
+	// retry topic exists or soon will; until its route is known the
+	// rebalance counts the subscription unsettled and retries soon.
+	retryAwaited atomic.Bool
+	ctx          context.Context
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup // loops
+	workers      sync.WaitGroup // listener goroutines and delayed retries
 }
 
 type queueState struct {
@@ -250,19 +255,48 @@ func (c *PushConsumer) Start() error {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		t := time.NewTicker(c.cfg.RebalanceInterval)
-		defer t.Stop()
-		for {
-			c.doRebalance()
-			select {
-			case <-c.ctx.Done():
-				return
-			case <-t.C:
-			case <-c.rebalance:
-			}
-		}
+		c.rebalanceLoop()
 	}()
 	return nil
+}
+
+// Unsettled rebalances are retried after unsettledRetry, doubling up to
+// unsettledRetryMax: a consumer started before its topic's route is known,
+// or before the brokers list it, takes its queues within about half a
+// second of that changing, rather than at the next heartbeat (30 s) and
+// rebalance (20 s) (issue #14: a new topic's consumer sat at 0 queues for
+// ~40 s). A consumer of a topic that never appears asks the name server
+// twice a second.
+const (
+	unsettledRetry    = 50 * time.Millisecond
+	unsettledRetryMax = 500 * time.Millisecond
+)
+
+// rebalanceLoop rebalances every RebalanceInterval, when asked to
+// (trigger), and soon again, after a heartbeat, while a rebalance is
+// unsettled.
+func (c *PushConsumer) rebalanceLoop() {
+	retry := unsettledRetry
+	for {
+		wait := c.cfg.RebalanceInterval
+		if c.doRebalance() {
+			retry = unsettledRetry
+		} else {
+			// The route may now name replicas this member has not
+			// registered with: tell them before asking again.
+			c.heartbeat()
+			wait, retry = min(retry, wait), min(2*retry, unsettledRetryMax)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-c.rebalance:
+			t.Stop()
+		}
+	}
 }
 
 // loop runs f now and every d until Shutdown.
@@ -430,9 +464,14 @@ func (c *PushConsumer) members(ctx context.Context, topic string) ([]string, err
 }
 
 // doRebalance computes this member's share of every subscription and
-// starts and stops queues to match. A member the brokers do not list yet
-// (its first heartbeat is on the way) keeps what it has.
-func (c *PushConsumer) doRebalance() {
+// starts and stops queues to match, and reports whether it is settled. It
+// is not while a subscription has no route (but the group's retry topic
+// before this member sent anything back: it may never exist), or while
+// the brokers do not list this member (its first heartbeat is on the
+// way); such a member keeps what it has.
+func (c *PushConsumer) doRebalance() (settled bool) {
+	settled = true
+	retryTopic := message.RetryTopic(c.opts.group)
 	want := map[MessageQueue]string{} // queue -> expression
 	for topic, expr := range c.subs {
 		queues, err := c.pc.Queues(c.ctx, topic)
@@ -440,6 +479,9 @@ func (c *PushConsumer) doRebalance() {
 			// Not created yet (a retry topic before the first retry), or a
 			// name server that just restarted and has not learned it yet:
 			// keep whatever queues of it this member has.
+			if topic != retryTopic || c.retryAwaited.Load() {
+				settled = false
+			}
 			c.mu.Lock()
 			for mq := range c.queues {
 				if mq.Topic == topic {
@@ -451,14 +493,17 @@ func (c *PushConsumer) doRebalance() {
 		}
 		if err != nil {
 			c.opts.logger.Debug("rebalance: no route", "topic", topic, "err", err)
-			return
+			return false
+		}
+		if topic == retryTopic {
+			c.retryAwaited.Store(false)
 		}
 		mine := queues
 		if !c.cfg.Broadcasting {
 			members, err := c.members(c.ctx, topic)
 			if err != nil || sort.SearchStrings(members, c.cfg.ClientID) == len(members) ||
 				members[sort.SearchStrings(members, c.cfg.ClientID)] != c.cfg.ClientID {
-				return
+				return false
 			}
 			mine = c.cfg.Strategy(c.cfg.ClientID, members, queues)
 		}
@@ -481,17 +526,19 @@ func (c *PushConsumer) doRebalance() {
 		c.mu.Lock()
 		_, have := c.queues[mq]
 		c.mu.Unlock()
-		if !have {
-			c.startQueue(mq, expr)
+		if !have && !c.startQueue(mq, expr) {
+			settled = false
 		}
 	}
+	return settled
 }
 
 // startQueue starts pulling mq from the group's committed offset, or from
-// where ConsumeFrom says when there is none.
-func (c *PushConsumer) startQueue(mq MessageQueue, expr string) {
+// where ConsumeFrom says when there is none. It reports false when it
+// could not learn where to start, for the rebalance to try again soon.
+func (c *PushConsumer) startQueue(mq MessageQueue, expr string) bool {
 	if c.cfg.Orderly && !c.lock(mq) {
-		return // another member still holds it; the next rebalance tries again
+		return true // another member still holds it; the next rebalance tries again
 	}
 	off, err := c.offsets.fetch(c.ctx, mq)
 	if err == nil && off < 0 {
@@ -509,7 +556,7 @@ func (c *PushConsumer) startQueue(mq MessageQueue, expr string) {
 	}
 	if err != nil {
 		c.opts.logger.Debug("rebalance: no start offset", "queue", mq, "err", err)
-		return // the next rebalance tries again
+		return false
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
 	qs := &queueState{pq: newProcessQueue(off), tasks: c.work, cancel: cancel, done: make(chan struct{})}
@@ -535,6 +582,7 @@ func (c *PushConsumer) startQueue(mq MessageQueue, expr string) {
 		running.Wait()
 		close(qs.done)
 	}()
+	return true
 }
 
 // orderlyWorker consumes one queue in order; a batch the listener asks to
@@ -699,6 +747,13 @@ func (c *PushConsumer) sendBack(msgs []*MessageExt) bool {
 			c.opts.logger.Debug("send back failed; retrying locally", "msg", m.MsgID, "err", err)
 			return false
 		}
+	}
+	if !c.cfg.Broadcasting && !c.cfg.Orderly {
+		// The redelivery comes through the retry topic: subscribe to it as
+		// soon as its route is known (issue #14: the first retry came only
+		// at the next rebalance, 20 s later).
+		c.retryAwaited.Store(true)
+		c.trigger()
 	}
 	return true
 }

@@ -18,7 +18,11 @@ import (
 // certificate there must name that group and replica (brokerCreds), and
 // the replica's own answer must say the same: its group and id and, for a
 // master claim, that it is master at that term or a later one. Every
-// change of the claim is confirmed again before it counts.
+// change of the claim is confirmed again before it counts, but for one
+// that claims less than the confirmed one: a master become follower, at
+// the same address as the same replica, counts at once. A follower's term
+// is no part of its claim (routes do not depend on it), so elections do
+// not take followers out of routes while they are confirmed again.
 
 // claim is what of a broker member's gossip routes depend on.
 type claim struct {
@@ -30,7 +34,17 @@ type claim struct {
 }
 
 func claimOf(m cluster.MemberMeta) claim {
-	return claim{addr: m.GRPCAddr, group: m.Group, id: m.ReplicaID, leader: m.Leader, term: m.Term}
+	c := claim{addr: m.GRPCAddr, group: m.Group, id: m.ReplicaID, leader: m.Leader}
+	if m.Leader {
+		c.term = m.Term
+	}
+	return c
+}
+
+// within reports whether claim c claims nothing that confirmed does not:
+// the same, or the same replica at the same address as a follower.
+func (c claim) within(confirmed claim) bool {
+	return c == confirmed || !c.leader && c.addr == confirmed.addr && c.group == confirmed.group && c.id == confirmed.id
 }
 
 // countsLocked reports whether member m counts: its claim is confirmed,
@@ -40,7 +54,7 @@ func (t *routeTable) countsLocked(m cluster.MemberEvent) bool {
 		return true
 	}
 	c, ok := t.confirmed[m.Name]
-	return ok && c == claimOf(m.Meta)
+	return ok && claimOf(m.Meta).within(c)
 }
 
 // unconfirmed lists the broker members whose current claim is not
@@ -70,7 +84,7 @@ func (t *routeTable) confirm(name string, c claim) {
 		return
 	}
 	t.confirmed[name] = c
-	if claimOf(m.Meta) == c {
+	if claimOf(m.Meta).within(c) {
 		t.notifyLocked()
 	}
 }

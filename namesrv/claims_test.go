@@ -147,3 +147,29 @@ func TestEveryNameServerMethodHasAnAccessRule(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A claim counts without a new check only when it claims no more than the
+// confirmed one: a follower's changed term, or a master become follower;
+// a new term as master, another address or another replica id is checked
+// again.
+func TestClaimsWithinTheConfirmedOneCountAtOnce(t *testing.T) {
+	master := claimOf(cluster.MemberMeta{GRPCAddr: "a:1", Group: "g", ReplicaID: 1, Leader: true, Term: 3})
+	follower := claimOf(cluster.MemberMeta{GRPCAddr: "a:1", Group: "g", ReplicaID: 1, Term: 3})
+	for name, tc := range map[string]struct {
+		meta      cluster.MemberMeta
+		confirmed claim
+		within    bool
+	}{
+		"the same":                 {cluster.MemberMeta{GRPCAddr: "a:1", Group: "g", ReplicaID: 1, Leader: true, Term: 3}, master, true},
+		"a follower, a later term": {cluster.MemberMeta{GRPCAddr: "a:1", Group: "g", ReplicaID: 1, Term: 4}, follower, true},
+		"a master become follower": {cluster.MemberMeta{GRPCAddr: "a:1", Group: "g", ReplicaID: 1, Term: 4}, master, true},
+		"master at a later term":   {cluster.MemberMeta{GRPCAddr: "a:1", Group: "g", ReplicaID: 1, Leader: true, Term: 4}, master, false},
+		"a follower become master": {cluster.MemberMeta{GRPCAddr: "a:1", Group: "g", ReplicaID: 1, Leader: true, Term: 3}, follower, false},
+		"another address":          {cluster.MemberMeta{GRPCAddr: "b:1", Group: "g", ReplicaID: 1, Term: 3}, follower, false},
+		"another replica":          {cluster.MemberMeta{GRPCAddr: "a:1", Group: "g", ReplicaID: 2, Term: 3}, follower, false},
+	} {
+		if got := claimOf(tc.meta).within(tc.confirmed); got != tc.within {
+			t.Errorf("%s: within %v, want %v", name, got, tc.within)
+		}
+	}
+}

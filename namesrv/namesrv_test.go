@@ -236,18 +236,24 @@ func TestNameServerRestartAndTwoNameServersAgree(t *testing.T) {
 		t.Fatalf("topics: %v %v", names, err)
 	}
 	// Its metrics and health.
+	// (The second name server learns the pool on its own gossip: polled.)
 	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
-	resp, err := hc.Get("http://" + e.ns[1].OpsAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{"raftmq_namesrv_members 5", "raftmq_namesrv_groups 1", "raftmq_namesrv_groups_with_master 1", "raftmq_namesrv_topics 2"} {
-		if !strings.Contains(string(body), want) {
-			t.Fatalf("name server metrics lack %q:\n%s", want, body)
+	wants := []string{"raftmq_namesrv_members 5", "raftmq_namesrv_groups 1", "raftmq_namesrv_groups_with_master 1", "raftmq_namesrv_topics 2"}
+	var body []byte
+	clustertest.WaitFor(t, 5*time.Second, "the second name server's metrics", func() bool {
+		resp, err := hc.Get("http://" + e.ns[1].OpsAddr() + "/metrics")
+		if err != nil {
+			return false
 		}
-	}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range wants {
+			if !strings.Contains(string(body), want) {
+				return false
+			}
+		}
+		return true
+	})
 	if resp, err := hc.Get("http://" + e.ns[1].OpsAddr() + "/healthz"); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("healthz: %v %v", resp, err)
 	} else {
