@@ -79,16 +79,16 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		self:      cfg.ReplicaID,
-		store:     store,
-		meta:      newMetadata(),
-		holds:     newHoldService(cfg.MaxHeldPulls, cfg.MaxHeldPullsPerClient),
-		consumers: newConsumerTable(cfg.ConsumerExpiry),
-		locks:     newQueueLocks(),
-		delays:    delays,
+		cfg:    cfg,
+		log:    cfg.Logger,
+		self:   cfg.ReplicaID,
+		store:  store,
+		meta:   newMetadata(),
+		holds:  newHoldService(cfg.MaxHeldPulls, cfg.MaxHeldPullsPerClient),
+		locks:  newQueueLocks(),
+		delays: delays,
 	}
+	b.consumers = newConsumerTable(cfg.ConsumerExpiry, b.holds.groupChanged)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended, stopped: make(chan struct{})}
 	b.fsm.catchUp = b.catchUp
@@ -223,14 +223,29 @@ func (b *Broker) Close() error {
 }
 
 // TransferLeadership hands the master role to another replica (on SIGTERM,
-// before Close), so writers wait for no election.
+// before Close), so writers wait for no election. hashicorp/raft gives a
+// transfer one election timeout and then keeps the leadership ("leadership
+// transfer timeout"); a follower busy on a loaded machine can need longer,
+// so a timed-out transfer is tried again, up to transferTries times.
 func (b *Broker) TransferLeadership() error {
-	if b.node.Raft.State() != raft.Leader || !b.calls.begin() {
+	if !b.calls.begin() {
 		return nil
 	}
 	defer b.calls.end()
-	return b.node.Raft.LeadershipTransfer().Error()
+	var err error
+	for range transferTries {
+		if b.node.Raft.State() != raft.Leader {
+			return nil
+		}
+		if err = b.node.Raft.LeadershipTransfer().Error(); err == nil || errors.Is(err, raft.ErrNotLeader) {
+			return nil
+		}
+	}
+	return err
 }
+
+// transferTries bounds TransferLeadership's attempts.
+const transferTries = 3
 
 // leaderLoop is the only reader of Raft's leadership notifications. A new
 // leader first waits on a Barrier (every earlier entry applied: the store

@@ -14,11 +14,18 @@ import (
 // members (client ids) with their subscriptions, each dropped after
 // ConsumerExpiry without a heartbeat. It lives in memory on each replica
 // (clients heartbeat to every broker they use), as in RocketMQ.
+//
+// Each member is told when its group's members change, once: in a
+// heartbeat's answer or a pull's (noticeChange), whichever comes first;
+// and onChange (the hold service) answers the group's held pulls at once,
+// so a member long-polling hears of a join within a round trip rather
+// than at its next heartbeat.
 type consumerTable struct {
-	mu      sync.Mutex
-	expiry  time.Duration
-	groups  map[string]*consumerGroup
-	seenVer map[string]map[string]uint64 // client -> group -> version it last saw
+	mu       sync.Mutex
+	expiry   time.Duration
+	groups   map[string]*consumerGroup
+	seenVer  map[string]map[string]uint64 // client -> group -> version it last saw
+	onChange func(group string)           // called without mu held
 }
 
 type consumerGroup struct {
@@ -27,16 +34,55 @@ type consumerGroup struct {
 	version uint64               // bumped when members change
 }
 
-func newConsumerTable(expiry time.Duration) *consumerTable {
-	return &consumerTable{expiry: expiry, groups: map[string]*consumerGroup{}, seenVer: map[string]map[string]uint64{}}
+func newConsumerTable(expiry time.Duration, onChange func(group string)) *consumerTable {
+	return &consumerTable{expiry: expiry, groups: map[string]*consumerGroup{}, seenVer: map[string]map[string]uint64{}, onChange: onChange}
+}
+
+// notify calls onChange for each of groups; callers have released mu.
+func (t *consumerTable) notify(groups []string) {
+	for _, g := range groups {
+		if t.onChange != nil {
+			t.onChange(g)
+		}
+	}
+}
+
+// changedFor reports whether group's members changed since client last
+// heard, without telling it.
+func (t *consumerTable) changedFor(client, group string) bool {
+	if client == "" {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.groups[group]
+	v, ok := t.seenVer[client][group]
+	return g != nil && ok && v != g.version
+}
+
+// noticeChange is changedFor, and records that client has now heard.
+func (t *consumerTable) noticeChange(client, group string) bool {
+	if client == "" {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.groups[group]
+	seen := t.seenVer[client]
+	v, ok := seen[group]
+	if g == nil || !ok || v == g.version {
+		return false
+	}
+	seen[group] = g.version
+	return true
 }
 
 // heartbeat records a client's groups and returns the groups whose member
 // list changed since the client's previous heartbeat.
 func (t *consumerTable) heartbeat(client string, groups []*pb.ConsumerGroupInfo, now time.Time) []string {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.expireLocked(now)
+	bumped := t.expireLocked(now)
+	defer func() { t.mu.Unlock(); t.notify(bumped) }()
 	seen := t.seenVer[client]
 	if seen == nil {
 		seen = map[string]uint64{}
@@ -52,6 +98,7 @@ func (t *consumerTable) heartbeat(client string, groups []*pb.ConsumerGroupInfo,
 		g.info = proto.Clone(gi).(*pb.ConsumerGroupInfo)
 		if _, ok := g.members[client]; !ok {
 			g.version++
+			bumped = append(bumped, gi.Group)
 		}
 		g.members[client] = now
 		if v, ok := seen[gi.Group]; ok && v != g.version {
@@ -65,12 +112,14 @@ func (t *consumerTable) heartbeat(client string, groups []*pb.ConsumerGroupInfo,
 // unregister removes a client from groups.
 func (t *consumerTable) unregister(client string, groups []*pb.ConsumerGroupInfo) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	var bumped []string
+	defer func() { t.mu.Unlock(); t.notify(bumped) }()
 	for _, gi := range groups {
 		if g := t.groups[gi.Group]; g != nil {
 			if _, ok := g.members[client]; ok {
 				delete(g.members, client)
 				g.version++
+				bumped = append(bumped, gi.Group)
 			}
 			if len(g.members) == 0 {
 				delete(t.groups, gi.Group)
@@ -80,25 +129,32 @@ func (t *consumerTable) unregister(client string, groups []*pb.ConsumerGroupInfo
 	}
 }
 
-func (t *consumerTable) expireLocked(now time.Time) {
+// expireLocked drops members past expiry and returns the groups that
+// changed.
+func (t *consumerTable) expireLocked(now time.Time) (changed []string) {
 	for name, g := range t.groups {
+		n := len(g.members)
 		for c, last := range g.members {
 			if now.Sub(last) > t.expiry {
 				delete(g.members, c)
 				g.version++
 			}
 		}
+		if len(g.members) != n {
+			changed = append(changed, name)
+		}
 		if len(g.members) == 0 {
 			delete(t.groups, name)
 		}
 	}
+	return changed
 }
 
 // members returns a group's client ids, sorted.
 func (t *consumerTable) members(group string, now time.Time) []string {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.expireLocked(now)
+	bumped := t.expireLocked(now)
+	defer func() { t.mu.Unlock(); t.notify(bumped) }()
 	g := t.groups[group]
 	if g == nil {
 		return nil

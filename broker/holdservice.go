@@ -8,7 +8,8 @@ import (
 
 // holdService keeps the pulls that found nothing, per topic@queue, until a
 // message arrives for them, their suspend timeout passes, their client goes
-// away, or this replica stops being master (RocketMQ's
+// away, their consumer group's members change (the answer tells the
+// member to rebalance), or this replica stops being master (RocketMQ's
 // PullRequestHoldService). Each held pull belongs to the gRPC handler
 // goroutine that waits on it; waking it closes its channel, and the
 // handler reads the queue again and answers.
@@ -33,6 +34,7 @@ type queueKey struct {
 
 type heldPull struct {
 	client    string // who holds it (clientKey), for the per-client cap
+	group     string // the consumer group pulling
 	key       queueKey
 	offset    int64   // the offset the pull waits beyond
 	tagHashes []int64 // nil: any message wakes it
@@ -109,6 +111,23 @@ func (h *holdService) check(now time.Time, queueMax func(queueKey) int64) {
 		max := queueMax(k)
 		for _, p := range list {
 			if p.offset < max || !now.Before(p.deadline) {
+				h.wakeLocked(p)
+			}
+		}
+	}
+}
+
+// groupChanged answers the held pulls of a consumer group whose members
+// changed, so each member hears of it now rather than at its next
+// heartbeat or rebalance (issue #14: a joining member's queues were
+// consumed by the old member too for ~20 s). Members change seldom; the
+// pass is over every held pull.
+func (h *holdService) groupChanged(group string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, list := range h.held {
+		for _, p := range list {
+			if p.group == group {
 				h.wakeLocked(p)
 			}
 		}

@@ -75,20 +75,22 @@ func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.Pul
 		return nil, storeError(err)
 	}
 	suspend := min(time.Duration(req.SuspendTimeoutMs)*time.Millisecond, b.cfg.MaxSuspend)
-	if res.Status == storage.NoNewMessage && suspend > 0 && master {
-		if res, err = s.hold(ctx, get, suspend); err != nil {
+	if res.Status == storage.NoNewMessage && suspend > 0 && master && !b.consumers.changedFor(req.ClientId, req.ConsumerGroup) {
+		if res, err = s.hold(ctx, get, req.ConsumerGroup, suspend); err != nil {
 			return nil, err
 		}
 	}
-	return b.pullResponse(res, master, req.QueueId, req.QueueOffset), nil
+	resp := b.pullResponse(res, master, req.QueueId, req.QueueOffset)
+	resp.GroupChanged = b.consumers.noticeChange(req.ClientId, req.ConsumerGroup)
+	return resp, nil
 }
 
 // hold waits for the queue to grow past the pull's offset, then reads it
 // again. The pull is registered before the queue's end is checked once
 // more, so an arrival in between is never missed.
-func (s *service) hold(ctx context.Context, get storage.GetRequest, suspend time.Duration) (storage.GetResult, error) {
+func (s *service) hold(ctx context.Context, get storage.GetRequest, group string, suspend time.Duration) (storage.GetResult, error) {
 	b := s.b
-	p := &heldPull{client: clientKey(ctx), key: queueKey{get.Topic, get.QueueID}, offset: get.Offset, tagHashes: get.TagHashes, deadline: time.Now().Add(suspend)}
+	p := &heldPull{client: clientKey(ctx), group: group, key: queueKey{get.Topic, get.QueueID}, offset: get.Offset, tagHashes: get.TagHashes, deadline: time.Now().Add(suspend)}
 	if !b.holds.hold(p) {
 		// Over the cap: answer now; the client pulls again.
 		return b.store.GetMessages(get)

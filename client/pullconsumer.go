@@ -23,6 +23,9 @@ type PullConsumer struct {
 	r     *router
 	state lifecycle
 	wg    sync.WaitGroup
+	// clientID, set by a push consumer, goes with each pull so that the
+	// answer says when the group's members changed (PullResult.GroupChanged).
+	clientID string
 
 	mu      sync.Mutex
 	readsAt map[MessageQueue]string // queue -> replica address suggested for it
@@ -45,6 +48,9 @@ type PullResult struct {
 	MinOffset  int64
 	MaxOffset  int64
 	Messages   []*MessageExt
+	// GroupChanged: the group's members changed since this member last
+	// heard (push consumers rebalance on it).
+	GroupChanged bool
 }
 
 // NewPullConsumer makes a pull consumer of the group set by WithGroup.
@@ -166,7 +172,8 @@ func (c *PullConsumer) pull(ctx context.Context, mq MessageQueue, expr string, o
 		return nil, err
 	}
 	req := &pb.PullMessageRequest{ConsumerGroup: c.opts.group, Topic: mq.Topic, QueueId: mq.QueueID,
-		QueueOffset: offset, MaxMessages: max, SuspendTimeoutMs: suspend.Milliseconds(), Subscription: expr, CommitOffset: commit}
+		QueueOffset: offset, MaxMessages: max, SuspendTimeoutMs: suspend.Milliseconds(), Subscription: expr, CommitOffset: commit,
+		ClientId: c.clientID}
 	g, err := c.groupRoute(ctx, mq)
 	if err != nil {
 		return nil, err
@@ -199,7 +206,7 @@ func (c *PullConsumer) pull(ctx context.Context, mq MessageQueue, expr string, o
 		}
 	}
 	c.follow(mq, g, resp)
-	out := &PullResult{NextOffset: resp.NextBeginOffset, MinOffset: resp.MinOffset, MaxOffset: resp.MaxOffset}
+	out := &PullResult{NextOffset: resp.NextBeginOffset, MinOffset: resp.MinOffset, MaxOffset: resp.MaxOffset, GroupChanged: resp.GroupChanged}
 	switch resp.Status {
 	case pb.PullStatus_PULL_FOUND:
 		out.Status = PullFound

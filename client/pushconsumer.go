@@ -184,6 +184,7 @@ func NewPushConsumer(cfg PushConfig, opts ...Option) (*PushConsumer, error) {
 	}
 	c := &PushConsumer{opts: pc.opts, cfg: cfg.withDefaults(), pc: pc, subs: map[string]string{},
 		queues: map[MessageQueue]*queueState{}, committed: map[MessageQueue]int64{}}
+	pc.clientID = c.cfg.ClientID
 	c.offsets = remoteOffsets{pc}
 	if c.cfg.Broadcasting {
 		path := c.cfg.OffsetFile
@@ -679,6 +680,9 @@ func (c *PushConsumer) pullLoop(ctx context.Context, mq MessageQueue, expr strin
 				sleepCtx(ctx, c.cfg.ErrorBackoff)
 			}
 			continue
+		}
+		if r.GroupChanged {
+			c.trigger() // a member joined or left: hand queues over now
 		}
 		if r.Status == PullOffsetIllegal {
 			pq.mu.Lock()

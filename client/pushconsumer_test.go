@@ -72,22 +72,7 @@ func (c *testCluster) pushConsumer(cfg PushConfig, topic string, l MessageListen
 // n queues.
 func checkShares(t *testing.T, n int, consumers ...*PushConsumer) {
 	t.Helper()
-	clustertest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d consumers sharing %d queues", len(consumers), n), func() bool {
-		seen := map[MessageQueue]bool{}
-		for _, c := range consumers {
-			mine := c.Assigned()
-			if len(mine) == 0 {
-				return false
-			}
-			for _, mq := range mine {
-				if seen[mq] {
-					return false
-				}
-				seen[mq] = true
-			}
-		}
-		return len(seen) == n
-	})
+	checkSharesWithin(t, 10*time.Second, n, consumers...)
 }
 
 // Rebalance 1 -> 3 -> 1 under load: the queues are disjoint and all

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,4 +64,82 @@ func TestPushRetryTopicTakenAtOnce(t *testing.T) {
 	})
 	defer pc.Shutdown()
 	clustertest.WaitFor(t, 5*time.Second, "the redelivery through the retry topic", func() bool { return deliveries.Load() == 2 })
+}
+
+// A member joining a group takes its share within a round trip of its
+// first heartbeat: the brokers answer the group's held pulls at once, and
+// the old member hands the queues over (issue #14, bug 3: it kept all 4
+// for ~20 s, and half of the messages reached both). Messages sent once
+// the shares are split reach exactly one member; the ones sent while the
+// second member joins are counted, and duplicated at most as far as the
+// old member had them in flight (a pull batch per queue handed over).
+func TestJoiningMemberTakesItsShareAtOnce(t *testing.T) {
+	c := newCluster(t, 1, 1, nil)
+	c.createTopic("join", 4)
+	p := c.producer()
+	defer p.Shutdown()
+	seen := &tally{seen: map[string]int{}}
+	listener := func(_ context.Context, msgs []*MessageExt) ConsumeResult { seen.add(msgs); return ConsumeSuccess }
+	first := c.pushConsumer(defaultPush("first"), "join", listener)
+	defer first.Shutdown()
+	checkSharesWithin(t, 5*time.Second, 4, first)
+
+	stop := make(chan struct{})
+	sent := make(chan int)
+	go func() { // a steady trickle across the join
+		n := 0
+		defer func() { sent <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			if _, err := p.Send(context.Background(), &Message{Topic: "join", Body: []byte(fmt.Sprintf("during-%d", n))}); err == nil {
+				n++
+			}
+		}
+	}()
+	second := c.pushConsumer(defaultPush("second"), "join", listener)
+	defer second.Shutdown()
+	checkSharesWithin(t, 3*time.Second, 4, first, second) // the intervals are 20 s and 30 s
+	close(stop)
+	during := <-sent
+	clustertest.WaitFor(t, 5*time.Second, "the messages sent during the join consumed", func() bool { return seen.distinct() == during })
+	dups := seen.duplicates()
+	t.Logf("%d messages sent while the second member joined, %d delivered twice", during, dups)
+	if dups > 2*int(defaultPush("").withDefaults().PullBatch) {
+		t.Fatalf("%d duplicates at the handover of 2 queues, more than 2 pull batches in flight", dups)
+	}
+
+	for i := 0; i < 100; i++ {
+		if _, err := p.Send(context.Background(), &Message{Topic: "join", Body: []byte(fmt.Sprintf("after-%d", i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clustertest.WaitFor(t, 5*time.Second, "the messages sent after the handover consumed", func() bool { return seen.distinct() == during+100 })
+	if d := seen.duplicates(); d != dups {
+		t.Fatalf("%d messages sent after the handover reached both members", d-dups)
+	}
+}
+
+// checkSharesWithin is checkShares with a deadline of d.
+func checkSharesWithin(t *testing.T, d time.Duration, n int, consumers ...*PushConsumer) {
+	t.Helper()
+	clustertest.WaitFor(t, d, fmt.Sprintf("%d consumers sharing %d queues", len(consumers), n), func() bool {
+		seen := map[MessageQueue]bool{}
+		for _, c := range consumers {
+			mine := c.Assigned()
+			if len(mine) == 0 {
+				return false
+			}
+			for _, mq := range mine {
+				if seen[mq] {
+					return false
+				}
+				seen[mq] = true
+			}
+		}
+		return len(seen) == n
+	})
 }

@@ -529,8 +529,11 @@ type PullMessageRequest struct {
 	SuspendTimeoutMs int64                  `protobuf:"varint,6,opt,name=suspend_timeout_ms,json=suspendTimeoutMs,proto3" json:"suspend_timeout_ms,omitempty"` // > 0: hold the pull this long when nothing is there
 	Subscription     string                 `protobuf:"bytes,7,opt,name=subscription,proto3" json:"subscription,omitempty"`                                    // "*", "" or "TagA || TagB"
 	CommitOffset     int64                  `protobuf:"varint,8,opt,name=commit_offset,json=commitOffset,proto3" json:"commit_offset,omitempty"`               // >= 0: also commit this offset for the group
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The pulling member's client id (as in its heartbeats): the answer then
+	// says whether the group's members changed since it last heard.
+	ClientId      string `protobuf:"bytes,9,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PullMessageRequest) Reset() {
@@ -619,6 +622,13 @@ func (x *PullMessageRequest) GetCommitOffset() int64 {
 	return 0
 }
 
+func (x *PullMessageRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
 type PullMessageResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Status          PullStatus             `protobuf:"varint,1,opt,name=status,proto3,enum=raftmq.v1.PullStatus" json:"status,omitempty"`
@@ -633,8 +643,12 @@ type PullMessageResponse struct {
 	// master's replica id).
 	SuggestReplicaId int32 `protobuf:"varint,6,opt,name=suggest_replica_id,json=suggestReplicaId,proto3" json:"suggest_replica_id,omitempty"`
 	ReplicaId        int32 `protobuf:"varint,7,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"` // the replica that answered
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The group's members changed since client_id last heard (a heartbeat's
+	// answer or a pull's): rebalance now. A held pull of the group is
+	// answered at once when its members change.
+	GroupChanged  bool `protobuf:"varint,8,opt,name=group_changed,json=groupChanged,proto3" json:"group_changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PullMessageResponse) Reset() {
@@ -714,6 +728,13 @@ func (x *PullMessageResponse) GetReplicaId() int32 {
 		return x.ReplicaId
 	}
 	return 0
+}
+
+func (x *PullMessageResponse) GetGroupChanged() bool {
+	if x != nil {
+		return x.GroupChanged
+	}
+	return false
 }
 
 type QueryConsumerOffsetRequest struct {
@@ -4034,7 +4055,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x13SendMessageResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x19\n" +
 	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\x12/\n" +
-	"\aresults\x18\x03 \x03(\v2\x15.raftmq.v1.SendResultR\aresults\"\xa9\x02\n" +
+	"\aresults\x18\x03 \x03(\v2\x15.raftmq.v1.SendResultR\aresults\"\xc6\x02\n" +
 	"\x12PullMessageRequest\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x19\n" +
@@ -4043,7 +4064,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\fmax_messages\x18\x05 \x01(\x05R\vmaxMessages\x12,\n" +
 	"\x12suspend_timeout_ms\x18\x06 \x01(\x03R\x10suspendTimeoutMs\x12\"\n" +
 	"\fsubscription\x18\a \x01(\tR\fsubscription\x12#\n" +
-	"\rcommit_offset\x18\b \x01(\x03R\fcommitOffset\"\x95\x02\n" +
+	"\rcommit_offset\x18\b \x01(\x03R\fcommitOffset\x12\x1b\n" +
+	"\tclient_id\x18\t \x01(\tR\bclientId\"\xba\x02\n" +
 	"\x13PullMessageResponse\x12-\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x15.raftmq.v1.PullStatusR\x06status\x12*\n" +
 	"\x11next_begin_offset\x18\x02 \x01(\x03R\x0fnextBeginOffset\x12\x1d\n" +
@@ -4054,7 +4076,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\arecords\x18\x05 \x03(\fR\arecords\x12,\n" +
 	"\x12suggest_replica_id\x18\x06 \x01(\x05R\x10suggestReplicaId\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\a \x01(\x05R\treplicaId\"t\n" +
+	"replica_id\x18\a \x01(\x05R\treplicaId\x12#\n" +
+	"\rgroup_changed\x18\b \x01(\bR\fgroupChanged\"t\n" +
 	"\x1aQueryConsumerOffsetRequest\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x19\n" +

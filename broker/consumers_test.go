@@ -1,0 +1,69 @@
+package broker
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// A member hears once that its group's members changed, by whichever
+// answer comes first, and every change is announced to onChange: a join,
+// a goodbye, an expiry.
+func TestConsumerTableTellsEachMemberOfChangesOnce(t *testing.T) {
+	var changes []string
+	tab := newConsumerTable(time.Minute, func(g string) { changes = append(changes, g) })
+	g := []*pb.ConsumerGroupInfo{{Group: "g"}}
+	now := time.Unix(1000, 0)
+	tab.heartbeat("a", g, now)
+	if tab.changedFor("a", "g") || tab.noticeChange("a", "g") {
+		t.Fatal("the first member told of a change it made itself")
+	}
+	if changed := tab.heartbeat("b", g, now); len(changed) != 0 {
+		t.Fatalf("the joining member told %v", changed)
+	}
+	if !tab.changedFor("a", "g") || !tab.changedFor("a", "g") {
+		t.Fatal("changedFor does not report the join, or told the member")
+	}
+	if !tab.noticeChange("a", "g") || tab.noticeChange("a", "g") {
+		t.Fatal("the old member not told of the join exactly once")
+	}
+	if changed := tab.heartbeat("a", g, now); len(changed) != 0 {
+		t.Fatalf("a heartbeat after the pull told it: %v again", changed)
+	}
+	tab.unregister("b", g)
+	if changed := tab.heartbeat("a", g, now); !slices.Equal(changed, []string{"g"}) {
+		t.Fatalf("the goodbye reached a's heartbeat as %v", changed)
+	}
+	tab.heartbeat("c", g, now)
+	tab.members("g", now.Add(2*time.Minute)) // a and c expire
+	if want := []string{"g", "g", "g", "g", "g"}; !slices.Equal(changes, want) {
+		t.Fatalf("changes announced %v, want %v (a, b, b goodbye, c, expiry)", changes, want)
+	}
+	if tab.noticeChange("", "g") || tab.changedFor("", "g") {
+		t.Fatal("a pull without a client id told of a change")
+	}
+}
+
+// A change of a group's members answers that group's held pulls, and no
+// other group's.
+func TestHeldPullsOfAChangedGroupAreAnswered(t *testing.T) {
+	h := newHoldService(10, 10)
+	mine := &heldPull{client: "c1", group: "g", key: queueKey{"t", 0}, deadline: time.Now().Add(time.Minute)}
+	other := &heldPull{client: "c2", group: "h", key: queueKey{"t", 0}, deadline: time.Now().Add(time.Minute)}
+	if !h.hold(mine) || !h.hold(other) {
+		t.Fatal("not held")
+	}
+	h.groupChanged("g")
+	select {
+	case <-mine.wake:
+	default:
+		t.Fatal("the changed group's pull still held")
+	}
+	select {
+	case <-other.wake:
+		t.Fatal("another group's pull answered")
+	default:
+	}
+}
