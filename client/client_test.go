@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -112,8 +113,8 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Send(context.Background(), &Message{Topic: "t", Body: []byte("x")}); err == nil {
-		t.Fatal("send before Start")
+	if _, err := p.Send(context.Background(), &Message{Topic: "t", Body: []byte("x")}); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("send before Start: %v, want ErrNotRunning", err)
 	}
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
@@ -126,6 +127,9 @@ func TestLifecycle(t *testing.T) {
 	}
 	if p.Shutdown() == nil {
 		t.Fatal("second Shutdown")
+	}
+	if _, err := p.Send(context.Background(), &Message{Topic: "t", Body: []byte("x")}); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("send after Shutdown: %v, want ErrNotRunning", err)
 	}
 	if _, err := NewProducer(); err == nil {
 		t.Fatal("producer without name servers")

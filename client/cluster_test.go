@@ -15,6 +15,7 @@ import (
 	"github.com/raftmq/raftmq/broker"
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/namesrv"
 	"github.com/raftmq/raftmq/storage"
 )
@@ -122,15 +123,20 @@ func (c *testCluster) createTopic(topic string, queues int32) {
 	p := c.producer()
 	defer p.Shutdown()
 	for group := range c.brokers {
-		m := c.master(group)
-		addr := c.brokers[group][m].Addr()
-		b, err := p.r.broker(addr)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		if err := createTopicOn(b, topic, queues); err != nil {
-			c.t.Fatal(err)
-		}
+		// The master may change between finding it and the call (an
+		// election on a loaded machine: NOT_LEADER); find it again.
+		var lastErr error
+		clustertest.WaitFor(c.t, 10*time.Second, "topic "+topic+" created on "+group, func() bool {
+			b, err := p.r.broker(c.brokers[group][c.master(group)].Addr())
+			if err != nil {
+				c.t.Fatal(err)
+			}
+			lastErr = createTopicOn(b, topic, queues)
+			if reason, _ := pb.ReasonOf(lastErr); lastErr != nil && reason != pb.ErrorReason_NOT_LEADER {
+				c.t.Fatalf("creating %s on %s: %v", topic, group, lastErr)
+			}
+			return lastErr == nil
+		})
 	}
 	clustertest.WaitFor(c.t, 5*time.Second, "route of "+topic, func() bool {
 		r, err := p.r.refresh(context.Background(), topic)

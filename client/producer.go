@@ -381,9 +381,13 @@ func (l *lifecycle) shutdown() error {
 	return nil
 }
 
+// ErrNotRunning is what a producer or consumer answers before Start or
+// after Shutdown.
+var ErrNotRunning = errors.New("client: not started, or shut down")
+
 func (l *lifecycle) running() error {
 	if l.state.Load() != stateRunning {
-		return errors.New("client: not started, or shut down")
+		return ErrNotRunning
 	}
 	return nil
 }

@@ -114,7 +114,7 @@ func StartMembership(cfg MembershipConfig) (*Membership, error) {
 	// A restarted member may come back with another address at once.
 	mc.DeadNodeReclaimTime = time.Second
 	mc.SecretKey = cfg.SecretKey
-	mc.Logger = log.New(slogWriter{cfg.Logger.With("component", "gossip")}, "", 0)
+	mc.Logger = log.New(slogWriter{cfg.Logger, "gossip"}, "", 0)
 	m := &Membership{log: cfg.Logger, meta: meta, queue: newEventQueue()}
 	m.Events = m.queue.out
 	mc.Delegate = delegate{m}

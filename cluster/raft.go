@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -197,7 +199,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	hlog := hclog.New(&hclog.LoggerOptions{
 		Name:   "raft",
 		Level:  hclog.LevelFromString(cfg.LogLevel),
-		Output: slogWriter{cfg.Logger.With("member", cfg.ID)},
+		Output: slogWriter{cfg.Logger.With("member", cfg.ID), "raft"},
 	})
 
 	bolt, err := raftboltdb.New(raftboltdb.Options{
@@ -357,16 +359,40 @@ func (n *RaftNode) Close() error {
 	return err
 }
 
-// slogWriter carries hclog's lines into slog.
-type slogWriter struct{ log *slog.Logger }
+// slogWriter carries hclog's and memberlist's lines into slog, at the
+// level each line names ("[DEBUG]", "[WARN]", ...), so the logger's level
+// filters them (issue #14: memberlist's debug lines came out at INFO).
+type slogWriter struct {
+	log       *slog.Logger
+	component string
+}
 
 var _ io.Writer = slogWriter{}
 
 func (w slogWriter) Write(p []byte) (int, error) {
-	line := string(p)
-	for len(line) > 0 && (line[len(line)-1] == '\n') {
-		line = line[:len(line)-1]
-	}
-	w.log.Info(line, "component", "raft")
+	level, msg := parseLogLine(string(p))
+	w.log.Log(context.Background(), level, msg, "component", w.component)
 	return len(p), nil
+}
+
+// logLevels are the level tags of hclog and memberlist (which says ERR).
+var logLevels = []struct {
+	tag   string
+	level slog.Level
+}{
+	{"[TRACE]", slog.LevelDebug - 4}, {"[DEBUG]", slog.LevelDebug}, {"[INFO]", slog.LevelInfo},
+	{"[WARN]", slog.LevelWarn}, {"[ERROR]", slog.LevelError}, {"[ERR]", slog.LevelError},
+}
+
+// parseLogLine finds a line's level tag and returns the level and what
+// follows it (the timestamp before it dropped: slog has its own); a line
+// without one is INFO, whole.
+func parseLogLine(line string) (slog.Level, string) {
+	line = strings.TrimRight(line, "\n")
+	for _, l := range logLevels {
+		if i := strings.Index(line, l.tag); i >= 0 {
+			return l.level, strings.TrimSpace(line[i+len(l.tag):])
+		}
+	}
+	return slog.LevelInfo, line
 }

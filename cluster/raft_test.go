@@ -54,3 +54,22 @@ func TestPipelinedReplicationIsOffByDefault(t *testing.T) {
 		t.Fatal("MaxRPCsInFlight 2: pipelining still refused")
 	}
 }
+
+func TestLogLinesKeepTheirLevel(t *testing.T) {
+	for line, want := range map[string]struct {
+		level slog.Level
+		msg   string
+	}{
+		"[DEBUG] memberlist: Stream connection from=127.0.0.1:1\n":              {slog.LevelDebug, "memberlist: Stream connection from=127.0.0.1:1"},
+		"[ERR] memberlist: Failed to send\n":                                    {slog.LevelError, "memberlist: Failed to send"},
+		"2026-12-01T10:00:00.000Z [WARN]  raft: heartbeat timeout reached\n":    {slog.LevelWarn, "raft: heartbeat timeout reached"},
+		"2026-12-01T10:00:00.000Z [INFO]  raft: entering follower state: x=1\n": {slog.LevelInfo, "raft: entering follower state: x=1"},
+		"2026-12-01T10:00:00.000Z [ERROR] raft: failed to appendEntries\n":      {slog.LevelError, "raft: failed to appendEntries"},
+		"no tag at all": {slog.LevelInfo, "no tag at all"},
+	} {
+		level, msg := parseLogLine(line)
+		if level != want.level || msg != want.msg {
+			t.Errorf("%q: %v %q, want %v %q", line, level, msg, want.level, want.msg)
+		}
+	}
+}

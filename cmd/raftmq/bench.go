@@ -32,7 +32,7 @@ func benchCommand() *cobra.Command {
 		Use:   "bench",
 		Short: "measure produce, consume and end-to-end throughput and latency",
 		Long: `Like RocketMQ's benchmark and nats bench. A line each second shows the rate,
-average and max latency and failures; the summary gives totals, msgs/s, MB/s and
+average and max latency and failures of that second; the summary gives totals, msgs/s, MB/s and
 latency p50/p90/p99/p999/max. With --json the summary is one JSON object on the
 last line: msgs_per_sec, mb_per_sec, p50_ms, p90_ms, p99_ms, p999_ms, max_ms,
 sent, failed (consume reports received as sent).`,
@@ -59,21 +59,29 @@ sent, failed (consume reports received as sent).`,
 	return cmd
 }
 
+// benchRunProperty marks the messages of one e2e run.
+const benchRunProperty = "RAFTMQ_BENCH_RUN"
+
 // recorder counts and times operations from many goroutines.
 type recorder struct {
 	mu       sync.Mutex
 	hist     *hdrhistogram.Histogram // microseconds, whole run
 	window   *hdrhistogram.Histogram // microseconds, the current second
 	done     atomic.Int64
+	bytes    atomic.Int64 // bodies' bytes of the done messages
 	failed   atomic.Int64
 	lastDone int64
+	// lastFailed: the failures up to the last line; each line reports
+	// the last second's, as it does messages (the summary has the total).
+	lastFailed int64
 }
 
 func newRecorder() *recorder {
 	return &recorder{hist: hdrhistogram.New(1, 60_000_000, 3), window: hdrhistogram.New(1, 60_000_000, 3)}
 }
 
-func (r *recorder) record(n int, d time.Duration) {
+func (r *recorder) record(n int, bytes int64, d time.Duration) {
+	r.bytes.Add(bytes)
 	us := max(d.Microseconds(), 1)
 	r.mu.Lock()
 	for i := 0; i < n; i++ {
@@ -90,15 +98,15 @@ func (r *recorder) tick(elapsed time.Duration, total int64) {
 	avg, mx := r.window.Mean()/1000, float64(r.window.Max())/1000
 	r.window.Reset()
 	r.mu.Unlock()
-	done := r.done.Load()
-	rate := done - r.lastDone
-	r.lastDone = done
+	done, failed := r.done.Load(), r.failed.Load()
+	rate, failedRate := done-r.lastDone, failed-r.lastFailed
+	r.lastDone, r.lastFailed = done, failed
 	progress := ""
 	if total > 0 {
 		progress = fmt.Sprintf(" [%-20s] %3d%%", strings.Repeat("#", int(20*min(done, total)/total)), 100*min(done, total)/total)
 	}
 	fmt.Fprintf(os.Stderr, "%5.0fs %9d msgs/s  avg %7.2f ms  max %8.2f ms  failed %d%s\n",
-		elapsed.Seconds(), rate, avg, mx, r.failed.Load(), progress)
+		elapsed.Seconds(), rate, avg, mx, failedRate, progress)
 }
 
 func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
@@ -123,10 +131,17 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 	start := time.Now()
 	var wg sync.WaitGroup
 	var consumer *client.PushConsumer
+	// e2e counts only what this run sent: each message carries the run's
+	// id (benchRunProperty), and queues new to the group start at the
+	// run's start rather than at their end, so messages sent before the
+	// consumer has its queues (a topic the first send creates) count too.
+	// (Issue #14: on a new topic e2e waited forever; on a backlog it
+	// counted old messages as latency.)
+	runID := fmt.Sprintf("%d-%d", os.Getpid(), start.UnixNano())
 	if consume {
 		cfg := client.PushConfig{ConsumeFrom: client.ConsumeFromFirst, Workers: f.clients, BatchSize: 32}
 		if produce {
-			cfg.ConsumeFrom = client.ConsumeFromLast
+			cfg.ConsumeFrom, cfg.ConsumeFromTime = client.ConsumeFromTime, start.Add(-time.Second)
 		}
 		opts, err := clientOptions(nsAddrs, client.WithGroup(f.group))
 		if err != nil {
@@ -138,11 +153,16 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 		}
 		err = consumer.Subscribe(f.topic, "*", func(_ context.Context, msgs []*client.MessageExt) client.ConsumeResult {
 			for _, m := range msgs {
-				lat := time.Duration(0)
-				if produce { // e2e: the born time is the send time
+				// e2e: from the send (the born time); consume: from the
+				// store time, so a backlog shows as its age.
+				lat := time.Since(m.StoreTime)
+				if produce {
+					if m.Properties[benchRunProperty] != runID {
+						continue // not this run's
+					}
 					lat = time.Since(m.BornTime)
 				}
-				rec.record(1, lat)
+				rec.record(1, int64(len(m.Body)), lat)
 			}
 			if f.count > 0 && rec.done.Load() >= f.count && !produce {
 				cancel()
@@ -181,7 +201,7 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				produceLoop(ctx, p, f, body, prec, take)
+				produceLoop(ctx, p, f, body, runID, prec, take)
 			}()
 		}
 		if consume {
@@ -216,8 +236,11 @@ loop:
 }
 
 // produceLoop sends until ctx ends or take says the count is reached.
-func produceLoop(ctx context.Context, p *client.Producer, f benchFlags, body []byte, rec *recorder, take func(int64) bool) {
-	msg := func() *client.Message { return &client.Message{Topic: f.topic, Body: body} }
+func produceLoop(ctx context.Context, p *client.Producer, f benchFlags, body []byte, runID string, rec *recorder, take func(int64) bool) {
+	size := int64(len(body))
+	msg := func() *client.Message {
+		return &client.Message{Topic: f.topic, Body: body, Properties: map[string]string{benchRunProperty: runID}}
+	}
 	inflight := make(chan struct{}, 64) // async: bounded per client
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -234,7 +257,7 @@ func produceLoop(ctx context.Context, p *client.Producer, f benchFlags, body []b
 				}
 				continue
 			}
-			rec.record(1, time.Since(t))
+			rec.record(1, size, time.Since(t))
 		case "async":
 			if !take(1) {
 				return
@@ -255,7 +278,7 @@ func produceLoop(ctx context.Context, p *client.Producer, f benchFlags, body []b
 					}
 					return
 				}
-				rec.record(1, time.Since(t))
+				rec.record(1, size, time.Since(t))
 			})
 			if err != nil {
 				wg.Done()
@@ -277,7 +300,7 @@ func produceLoop(ctx context.Context, p *client.Producer, f benchFlags, body []b
 				}
 				continue
 			}
-			rec.record(f.batch, time.Since(t))
+			rec.record(f.batch, int64(f.batch)*size, time.Since(t))
 		}
 	}
 }
@@ -288,13 +311,17 @@ func printSummary(rec *recorder, elapsed time.Duration, f benchFlags) error {
 	q := func(p float64) float64 { return float64(h.ValueAtQuantile(p)) / 1000 }
 	sum := map[string]any{
 		"msgs_per_sec": float64(rec.done.Load()) / elapsed.Seconds(),
-		"mb_per_sec":   float64(rec.done.Load()) * float64(f.size) / elapsed.Seconds() / 1e6,
+		"mb_per_sec":   float64(rec.bytes.Load()) / elapsed.Seconds() / 1e6,
 		"p50_ms":       q(50), "p90_ms": q(90), "p99_ms": q(99), "p999_ms": q(99.9),
 		"max_ms": float64(h.Max()) / 1000,
 		"sent":   rec.done.Load(), "failed": rec.failed.Load(),
 	}
 	rec.mu.Unlock()
-	fmt.Printf("%d messages of %d B in %.1fs: %.0f msgs/s, %.2f MB/s, %d failed\n", sum["sent"], f.size, elapsed.Seconds(),
+	size := int64(0) // the bodies' mean size, as received or sent
+	if n := rec.done.Load(); n > 0 {
+		size = rec.bytes.Load() / n
+	}
+	fmt.Printf("%d messages of %d B in %.1fs: %.0f msgs/s, %.2f MB/s, %d failed\n", sum["sent"], size, elapsed.Seconds(),
 		sum["msgs_per_sec"], sum["mb_per_sec"], sum["failed"])
 	fmt.Printf("latency ms: p50 %.2f  p90 %.2f  p99 %.2f  p999 %.2f  max %.2f\n", sum["p50_ms"], sum["p90_ms"], sum["p99_ms"], sum["p999_ms"], sum["max_ms"])
 	if f.json {

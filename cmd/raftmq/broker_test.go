@@ -133,18 +133,21 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 
 func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 	bin := buildBinary(t)
-	for _, args := range [][]string{
-		{"broker"},
-		{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--peers", "x=1.2.3.4:5"},
-		{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--peers", "1=a:1,1=b:2"},
-		{"broker", "--group", "bad/name", "--id", "1", "--dir", t.TempDir()},
-		{"broker", "--config", "/nonexistent.yaml"},
-		{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--segment-size", "lots"},
-		{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--preallocate-ahead", "some"},
+	for _, tc := range []struct {
+		args []string
+		want string // what the error must say
+	}{
+		{[]string{"broker"}, "--group, --id (>= 1) and --dir are required"},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--peers", "x=1.2.3.4:5"}, `"x=1.2.3.4:5" is not ID=HOST:PORT`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--peers", "1=a:1,1=b:2"}, "replica 1 listed twice"},
+		{[]string{"broker", "--group", "bad/name", "--id", "1", "--dir", t.TempDir()}, `group name "bad/name" must match`},
+		{[]string{"broker", "--config", "/nonexistent.yaml"}, "/nonexistent.yaml: no such file"},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--segment-size", "lots"}, `--segment-size: "lots" is not a size`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--preallocate-ahead", "some"}, `--preallocate-ahead: "some" is not a size`},
 	} {
-		out, err := exec.Command(bin, args...).CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "raftmq:") {
-			t.Fatalf("%v: exit %v, output %q", args, err, out)
+		out, err := exec.Command(bin, tc.args...).CombinedOutput()
+		if _, exited := err.(*exec.ExitError); !exited || !strings.Contains(string(out), "raftmq: ") || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%v: exit %v, output %q; want a non-zero exit saying %q", tc.args, err, out, tc.want)
 		}
 	}
 }

@@ -78,7 +78,11 @@ func startDev(t *testing.T, bin, dir string, port, base int) (*exec.Cmd, string)
 // the command fails.
 func raftmq(t *testing.T, bin string, args ...string) string {
 	t.Helper()
-	out, err := exec.Command(bin, args...).CombinedOutput()
+	// A command that hangs fails the test at the deadline rather than
+	// hanging it.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("raftmq %v: %v\n%s", args, err, out)
 	}
@@ -267,6 +271,29 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Sent != 200 || sum.Failed != 0 || sum.MsgsPerSec <= 0 || sum.P99 <= 0 {
 		t.Fatalf("bench produce summary %+v (%v):\n%s", sum, err, out)
+	}
+	// bench consume reports the bytes it received (about 100 B each: the
+	// topic's messages, whatever --size says) and a real latency (store
+	// to receive).
+	out = raftmq(t, bin, "bench", "consume", "--namesrv", ns, "--topic", "keep", "--group", "bench-c", "--count", "200", "--size", "1024", "--json")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	var csum struct {
+		Sent     int64
+		MBPerSec float64 `json:"mb_per_sec"`
+		P50      float64 `json:"p50_ms"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &csum); err != nil || csum.Sent < 200 || csum.P50 <= 0 || csum.MBPerSec <= 0 || strings.Contains(out, "messages of 1024 B") {
+		t.Fatalf("bench consume summary %+v (%v):\n%s", csum, err, out)
+	}
+	// bench e2e on a topic nobody has sent to ends with what it sent
+	// (issue #14: it waited forever), and counts nothing else: run
+	// twice on one group, the second counts its own 100 only.
+	for run := 0; run < 2; run++ {
+		out = raftmq(t, bin, "bench", "e2e", "--namesrv", ns, "--topic", "fresh-e2e", "--group", "bench-e2e", "--count", "100", "--size", "64", "--json")
+		lines = strings.Split(strings.TrimSpace(out), "\n")
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Sent != 100 || sum.P99 <= 0 || sum.P99 > 10_000 {
+			t.Fatalf("bench e2e run %d summary %+v (%v):\n%s", run, sum, err, out)
+		}
 	}
 
 	dev.Process.Signal(syscall.SIGINT)
