@@ -361,7 +361,11 @@ func (n *RaftNode) Close() error {
 
 // slogWriter carries hclog's and memberlist's lines into slog, at the
 // level each line names ("[DEBUG]", "[WARN]", ...), so the logger's level
-// filters them (issue #14: memberlist's debug lines came out at INFO).
+// filters them (issue #14: memberlist's debug lines came out at INFO), but
+// at most at WARN: their errors are about peers ("failed to heartbeat",
+// a peer's connection refused), the trouble the cluster is built to ride
+// out, while raftmq logs its own failures, a failed store first, as the
+// node's ERROR lines (broker/storefail.go: one clear line).
 type slogWriter struct {
 	log       *slog.Logger
 	component string
@@ -371,7 +375,7 @@ var _ io.Writer = slogWriter{}
 
 func (w slogWriter) Write(p []byte) (int, error) {
 	level, msg := parseLogLine(string(p))
-	w.log.Log(context.Background(), level, msg, "component", w.component)
+	w.log.Log(context.Background(), min(level, slog.LevelWarn), msg, "component", w.component)
 	return len(p), nil
 }
 

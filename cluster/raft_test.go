@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,3 +75,27 @@ func TestLogLinesKeepTheirLevel(t *testing.T) {
 		}
 	}
 }
+
+// Raft's and memberlist's errors are about peers: logged at most at WARN
+// (the node's own failures are raftmq's ERROR lines); debug stays debug.
+func TestLibraryLinesAreAtMostWarnings(t *testing.T) {
+	var got []slog.Level
+	w := slogWriter{slog.New(levelRecorder{&got}), "raft"}
+	for _, line := range []string{"[ERROR] raft: failed to heartbeat\n", "[DEBUG] memberlist: stream\n", "[WARN] raft: slow\n"} {
+		w.Write([]byte(line))
+	}
+	if want := []slog.Level{slog.LevelWarn, slog.LevelDebug, slog.LevelWarn}; !slices.Equal(got, want) {
+		t.Fatalf("levels %v, want %v", got, want)
+	}
+}
+
+// levelRecorder is a slog handler that records each record's level.
+type levelRecorder struct{ levels *[]slog.Level }
+
+func (h levelRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h levelRecorder) Handle(_ context.Context, r slog.Record) error {
+	*h.levels = append(*h.levels, r.Level)
+	return nil
+}
+func (h levelRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h levelRecorder) WithGroup(string) slog.Handler      { return h }

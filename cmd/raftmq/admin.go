@@ -223,7 +223,7 @@ func topicCommand() *cobra.Command {
 		Use:   "create",
 		Short: "create a topic on a broker group (all groups when none is named)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return upsertTopic(cmd.Context(), ns, name, group, perm, queues, queues, queues, false)
+			return createTopic(cmd.Context(), ns, name, group, perm, queues)
 		},
 	}
 	create.Flags().StringVar(&name, "name", "", "topic name")
@@ -236,8 +236,38 @@ func topicCommand() *cobra.Command {
 	update := &cobra.Command{
 		Use:   "update",
 		Short: "change a topic's queues or permissions on the groups hosting it",
+		Long: `Change what is given of a topic (--perm, --queues, --read-queues,
+--write-queues) on each group hosting it, or on --group; the rest stays
+as it is. Each group's master is asked what it holds, so a topic created
+a moment ago is found before the name servers have learned it.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return upsertTopic(cmd.Context(), ns, uname, ugroup, uperm, uqueues, readQ, writeQ, true)
+			var change topicChange
+			fl := cmd.Flags()
+			if fl.Changed("perm") {
+				p, err := parsePerm(uperm)
+				if err != nil {
+					return err
+				}
+				change.perm = &p
+			}
+			for flag, v := range map[string]*int32{"queues": &uqueues, "read-queues": &readQ, "write-queues": &writeQ} {
+				if fl.Changed(flag) && *v < 1 {
+					return fmt.Errorf("--%s %d: queue counts must be at least 1", flag, *v)
+				}
+			}
+			if fl.Changed("queues") {
+				change.readQ, change.writeQ = &uqueues, &uqueues
+			}
+			if fl.Changed("read-queues") {
+				change.readQ = &readQ
+			}
+			if fl.Changed("write-queues") {
+				change.writeQ = &writeQ
+			}
+			if change == (topicChange{}) {
+				return errors.New("nothing to change: give --perm, --queues, --read-queues or --write-queues")
+			}
+			return updateTopic(cmd.Context(), ns, uname, ugroup, change)
 		},
 	}
 	update.Flags().StringVar(&uname, "name", "", "topic name")
@@ -253,16 +283,12 @@ func topicCommand() *cobra.Command {
 		Short: "delete a topic from the groups hosting it",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withCluster(cmd.Context(), ns, func(a *admin, info *pb.ClusterInfoResponse) (err error) {
-				groups := hosting(info, dname)
-				if dgroup != "" {
-					if groups, err = targetGroups(info, dgroup); err != nil {
-						return err
-					}
+				hosts, err := a.hostingNow(cmd.Context(), info, dname, dgroup)
+				if err != nil {
+					return err
 				}
-				if len(groups) == 0 {
-					return fmt.Errorf("topic %q is on no broker group", dname)
-				}
-				for _, g := range groups {
+				for _, h := range hosts {
+					g := h.group
 					err := a.onMaster(cmd.Context(), g, func(ctx context.Context, b pb.BrokerClient) error {
 						_, err := b.DeleteTopic(ctx, &pb.DeleteTopicRequest{Name: dname})
 						return err
@@ -347,7 +373,7 @@ func printRoute(r *pb.RouteResponse) {
 	}
 }
 
-func upsertTopic(ctx context.Context, ns, name, group, perm string, queues, readQ, writeQ int32, update bool) error {
+func createTopic(ctx context.Context, ns, name, group, perm string, queues int32) error {
 	if name == "" {
 		return errors.New("--name is required")
 	}
@@ -355,46 +381,112 @@ func upsertTopic(ctx context.Context, ns, name, group, perm string, queues, read
 	if err != nil {
 		return err
 	}
-	if readQ == 0 {
-		readQ = queues
-	}
-	if writeQ == 0 {
-		writeQ = queues
-	}
-	if readQ < 1 || writeQ < 1 {
+	if queues < 1 {
 		return errors.New("queue counts must be at least 1")
 	}
 	return withCluster(ctx, ns, func(a *admin, info *pb.ClusterInfoResponse) error {
-		return upsertOn(ctx, a, info, name, group, p, readQ, writeQ, update)
+		groups, err := targetGroups(info, group)
+		if err != nil {
+			return err
+		}
+		for _, g := range groups {
+			err := a.onMaster(ctx, g, func(ctx context.Context, b pb.BrokerClient) error {
+				_, err := b.CreateTopic(ctx, &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: name, ReadQueues: queues, WriteQueues: queues, Perm: p}})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("create topic %s on %s: %w", name, g.Group, err)
+			}
+			fmt.Printf("created topic %s on %s: %d read / %d write queues, perm %s\n", name, g.Group, queues, queues, permString(p))
+		}
+		return nil
 	})
 }
 
-func upsertOn(ctx context.Context, a *admin, info *pb.ClusterInfoResponse, name, group string, p, readQ, writeQ int32, update bool) error {
+// topicChange is what `topic update` was given; nil fields stay.
+type topicChange struct {
+	perm, readQ, writeQ *int32
+}
+
+// updateTopic applies change to topic name on each group hosting it (or
+// on group), starting from what each group's master holds.
+func updateTopic(ctx context.Context, ns, name, group string, change topicChange) error {
+	if name == "" {
+		return errors.New("--name is required")
+	}
+	return withCluster(ctx, ns, func(a *admin, info *pb.ClusterInfoResponse) error {
+		hosts, err := a.hostingNow(ctx, info, name, group)
+		if err != nil {
+			return err
+		}
+		for _, h := range hosts {
+			g, cur := h.group, h.topic
+			next := &pb.TopicConfig{Name: name, ReadQueues: cur.ReadQueues, WriteQueues: cur.WriteQueues, Perm: cur.Perm}
+			if change.perm != nil {
+				next.Perm = *change.perm
+			}
+			if change.readQ != nil {
+				next.ReadQueues = *change.readQ
+			}
+			if change.writeQ != nil {
+				next.WriteQueues = *change.writeQ
+			}
+			err = a.onMaster(ctx, g, func(ctx context.Context, b pb.BrokerClient) error {
+				_, err := b.CreateTopic(ctx, &pb.CreateTopicRequest{Update: true, Topic: next})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("update topic %s on %s: %w", name, g.Group, err)
+			}
+			fmt.Printf("updated topic %s on %s: %d read / %d write queues, perm %s\n", name, g.Group, next.ReadQueues, next.WriteQueues, permString(next.Perm))
+		}
+		return nil
+	})
+}
+
+// topicHost is a group hosting a topic, with the topic as its master
+// holds it.
+type topicHost struct {
+	group *pb.ClusterGroup
+	topic *pb.TopicConfig
+}
+
+// hostingNow asks the master of each group (or of group) whether it holds
+// topic name: the masters know a topic created a moment ago, the name
+// servers only at their next refresh.
+func (a *admin) hostingNow(ctx context.Context, info *pb.ClusterInfoResponse, name, group string) ([]topicHost, error) {
 	groups, err := targetGroups(info, group)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if update && group == "" {
-		if groups = hosting(info, name); len(groups) == 0 {
-			return fmt.Errorf("topic %q is on no broker group", name)
-		}
-	}
-	verb := "created"
-	if update {
-		verb = "updated"
-	}
+	var out []topicHost
 	for _, g := range groups {
+		var cur *pb.TopicConfig
 		err := a.onMaster(ctx, g, func(ctx context.Context, b pb.BrokerClient) error {
-			_, err := b.CreateTopic(ctx, &pb.CreateTopicRequest{Update: update,
-				Topic: &pb.TopicConfig{Name: name, ReadQueues: readQ, WriteQueues: writeQ, Perm: p}})
-			return err
+			resp, err := b.ListTopics(ctx, &pb.ListTopicsRequest{})
+			if err != nil {
+				return err
+			}
+			for _, t := range resp.Topics {
+				if t.Name == name {
+					cur = t
+				}
+			}
+			return nil
 		})
-		if err != nil {
-			return fmt.Errorf("%s topic %s on %s: %w", strings.TrimSuffix(verb, "d"), name, g.Group, err)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("topics of %s: %w", g.Group, err)
+		case cur == nil && group != "":
+			return nil, fmt.Errorf("topic %q is not on group %s", name, group)
+		case cur != nil:
+			out = append(out, topicHost{g, cur})
 		}
-		fmt.Printf("%s topic %s on %s: %d read / %d write queues, perm %s\n", verb, name, g.Group, readQ, writeQ, permString(p))
 	}
-	return nil
+	if len(out) == 0 {
+		return nil, fmt.Errorf("topic %q is on no broker group", name)
+	}
+	return out, nil
 }
 
 func clusterCommand() *cobra.Command {

@@ -135,7 +135,21 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	}
 	raftmq(t, bin, "topic", "update", "--namesrv", ns, "--name", "orders", "--queues", "2", "--perm", "r")
 	waitOutput(t, 2*time.Second, bin, "queues 2/2 perm r ", "topic", "route", "--namesrv", ns, "--name", "orders")
+	// One attribute alone changes only it (issue #14: --perm alone failed
+	// with "queue counts must be at least 1").
+	if out := raftmq(t, bin, "topic", "update", "--namesrv", ns, "--name", "orders", "--perm", "rw"); !strings.Contains(out, "2 read / 2 write queues, perm rw") {
+		t.Fatalf("topic update --perm alone:\n%s", out)
+	}
+	if out, err := exec.Command(bin, "topic", "update", "--namesrv", ns, "--name", "orders").CombinedOutput(); err == nil || !strings.Contains(string(out), "nothing to change") {
+		t.Fatalf("topic update with nothing to change: %v\n%s", err, out)
+	}
 	raftmq(t, bin, "topic", "create", "--namesrv", ns, "--name", "keep", "--queues", "3")
+	// Right after create, before the name server has learned it.
+	raftmq(t, bin, "topic", "create", "--namesrv", ns, "--name", "just-made", "--queues", "1")
+	if out := raftmq(t, bin, "topic", "update", "--namesrv", ns, "--name", "just-made", "--write-queues", "2"); !strings.Contains(out, "1 read / 2 write queues, perm rw") {
+		t.Fatalf("topic update right after create:\n%s", out)
+	}
+	raftmq(t, bin, "topic", "delete", "--namesrv", ns, "--name", "just-made")
 	raftmq(t, bin, "topic", "delete", "--namesrv", ns, "--name", "orders")
 	waitOutput(t, 2*time.Second, bin, "no route for topic orders", "topic", "route", "--namesrv", ns, "--name", "orders")
 
