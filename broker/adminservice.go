@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
+	"github.com/raftmq/raftmq/storage"
 )
 
 // Metadata changes go through Raft on the master; reads are served by any
@@ -170,6 +172,14 @@ func (s *service) QueryMessageById(_ context.Context, req *pb.QueryMessageByIdRe
 	}
 	rec, err := s.b.store.ReadMessage(off)
 	if err != nil {
+		// An id is the user's: one that names no record's start (never
+		// stored, past the end, inside another record, or removed by
+		// retention) is not found, said plainly rather than in the
+		// store's terms (issue #14).
+		if errors.Is(err, storage.ErrOffsetNotFound) || errors.Is(err, storage.ErrOffsetRemoved) || errors.Is(err, storage.ErrCorrupt) {
+			return nil, statusError(codes.NotFound, pb.ErrorReason_MESSAGE_NOT_FOUND,
+				fmt.Sprintf("no message with id %s on %s (retention may have removed it)", req.MsgId, s.b.cfg.Group), nil)
+		}
 		return nil, storeError(err)
 	}
 	return &pb.QueryMessageResponse{Records: [][]byte{rec}}, nil

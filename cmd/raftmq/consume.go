@@ -121,10 +121,15 @@ func consume(ctx context.Context, pc *client.PullConsumer, topic, tag, from stri
 		}
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-time.After(200 * time.Millisecond):
 		}
+		if ctx.Err() != nil {
+			break
+		}
 		mqs, err = pc.Queues(ctx, topic)
+	}
+	if reason, _ := pb.ReasonOf(err); reason == pb.ErrorReason_TOPIC_NOT_FOUND || err != nil && ctx.Err() != nil && len(mqs) == 0 {
+		return fmt.Errorf("topic %q does not exist: no name server routes it", topic)
 	}
 	if err != nil {
 		return err

@@ -244,6 +244,23 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	if out := raftmq(t, bin, "msg", "query", "--namesrv", ns, "--topic", "keep", "--key", "k1"); strings.Count(out, "msgId=") != 5 {
 		t.Fatalf("msg query --key:\n%s", out)
 	}
+	// Not found: a clear message and a non-zero exit (issue #14: storage
+	// internals; nothing at all and exit 0).
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"msg", "query", "--namesrv", ns, "--id", "broker-a@00000000FFFFFFFF"}, "no message with id broker-a@00000000FFFFFFFF on broker-a"},
+		{[]string{"msg", "query", "--namesrv", ns, "--id", "broker-a@0000000000000001"}, "no message with id broker-a@0000000000000001 on broker-a"},
+		{[]string{"msg", "query", "--namesrv", ns, "--topic", "keep", "--key", "no-such-key"}, `no message with key "no-such-key" in topic keep`},
+		{[]string{"msg", "query", "--namesrv", ns, "--topic", "no-such-topic", "--key", "k1"}, `topic "no-such-topic" does not exist`},
+		{[]string{"consume", "--namesrv", ns, "--topic", "no-such-topic", "--group", "g1", "--timeout", "2s"}, `topic "no-such-topic" does not exist`},
+	} {
+		out, err := exec.Command(bin, tc.args...).CombinedOutput()
+		if _, exited := err.(*exec.ExitError); !exited || !strings.Contains(string(out), tc.want) || strings.Contains(string(out), "rpc error") {
+			t.Errorf("%v: %v\n%s\nwant a non-zero exit saying %q", tc.args, err, out, tc.want)
+		}
+	}
 
 	// A dead letter comes back with dlq resend.
 	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", base+1), grpc.WithTransportCredentials(insecure.NewCredentials()))

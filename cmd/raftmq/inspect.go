@@ -149,6 +149,7 @@ func msgCommand() *cobra.Command {
 				return err
 			}
 			var records [][]byte
+			found := 0
 			var groups []*pb.ClusterGroup
 			if id != "" {
 				group, _, err := message.ParseID(id)
@@ -158,8 +159,8 @@ func msgCommand() *cobra.Command {
 				if groups, err = targetGroups(info, group); err != nil {
 					return err
 				}
-			} else {
-				groups = hosting(info, topic)
+			} else if groups = hosting(info, topic); len(groups) == 0 {
+				return fmt.Errorf("topic %q does not exist", topic)
 			}
 			for _, g := range groups {
 				err := a.onMaster(cmd.Context(), g, func(ctx context.Context, b pb.BrokerClient) error {
@@ -188,7 +189,11 @@ func msgCommand() *cobra.Command {
 						strings.Join(r.Keys, ","), time.UnixMilli(r.StoreTime).UTC().Format(time.RFC3339Nano),
 						orZero(r.Properties[message.PropertyReconsumeTimes]), r.Body)
 				}
+				found += len(records)
 				records = records[:0]
+			}
+			if found == 0 { // an id not found is the broker's NotFound, above
+				return fmt.Errorf("no message with key %q in topic %s", key, topic)
 			}
 			return nil
 		},

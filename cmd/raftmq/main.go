@@ -6,6 +6,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"regexp"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -19,7 +21,20 @@ func main() {
 	}
 	root.AddCommand(brokerCommand(), namesrvCommand(), devCommand(), topicCommand(), clusterCommand(), produceCommand(), consumeCommand(), groupCommand(), msgCommand(), dlqCommand(), healthCommand(), benchCommand(), certsCommand())
 	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "raftmq:", err)
+		fmt.Fprintln(os.Stderr, "raftmq:", userMessage(err))
 		os.Exit(1)
 	}
+}
+
+// grpcPrefix is what gRPC puts before a status's message.
+var grpcPrefix = regexp.MustCompile(`rpc error: code = (\w+) desc = `)
+
+// userMessage is err as a user reads it: a server's answer without gRPC's
+// "rpc error: code = NotFound desc =" framing, its code after it.
+func userMessage(err error) string {
+	msg := err.Error()
+	if m := grpcPrefix.FindStringSubmatch(msg); m != nil {
+		msg = strings.Replace(msg, m[0], "", 1) + " (" + m[1] + ")"
+	}
+	return msg
 }
