@@ -38,6 +38,9 @@ type brokerFlags struct {
 	Preallocate     string `yaml:"preallocate-ahead"`
 	RaftTimeout     string `yaml:"raft-timeout"`
 	LogLevel        string `yaml:"log-level"`
+	Retention       string `yaml:"retention"`
+	DiskMaxRatio    string `yaml:"disk-max-ratio"`
+	SlaveReadLag    string `yaml:"slave-read-lag"`
 	nodeSecurity    `yaml:",inline"`
 }
 
@@ -85,6 +88,9 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.SegmentSize, "segment-size", "1GiB", "commitlog segment size (every replica of a group must use the same): e.g. 64MiB, 1GiB")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
 	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&f.Retention, "retention", "72h", "commitlog segments last written longer ago are deleted (a duration, or off)")
+	fl.StringVar(&f.DiskMaxRatio, "disk-max-ratio", "0.75", "while the disk is fuller than this (0 to 1), the oldest segments are deleted whatever their age (1: never)")
+	fl.StringVar(&f.SlaveReadLag, "slave-read-lag", "20000", "a consumer more messages than this behind on a queue reads it from a slave (off: always from the master)")
 	f.nodeSecurity.flags(cmd)
 	return cmd
 }
@@ -123,6 +129,9 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("http", &f.HTTP, fromFile.HTTP)
 	set("preallocate-ahead", &f.Preallocate, fromFile.Preallocate)
 	set("raft-timeout", &f.RaftTimeout, fromFile.RaftTimeout)
+	set("retention", &f.Retention, fromFile.Retention)
+	set("disk-max-ratio", &f.DiskMaxRatio, fromFile.DiskMaxRatio)
+	set("slave-read-lag", &f.SlaveReadLag, fromFile.SlaveReadLag)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -154,6 +163,37 @@ func parsePeers(s string) (map[string]string, error) {
 		peers[id] = addr
 	}
 	return peers, nil
+}
+
+// retentionAndReads sets --retention, --disk-max-ratio and
+// --slave-read-lag on cfg.
+func (f brokerFlags) retentionAndReads(cfg *broker.Config) error {
+	switch f.Retention {
+	case "off":
+		cfg.Store.RetentionAge = -1
+	default:
+		d, err := time.ParseDuration(f.Retention)
+		if err != nil || d < time.Minute {
+			return fmt.Errorf("--retention %q: want a duration of at least 1m (e.g. 72h), or off", f.Retention)
+		}
+		cfg.Store.RetentionAge = d
+	}
+	r, err := strconv.ParseFloat(f.DiskMaxRatio, 64)
+	if err != nil || r <= 0 || r > 1 {
+		return fmt.Errorf("--disk-max-ratio %q: want a number above 0, at most 1 (1: never by disk use)", f.DiskMaxRatio)
+	}
+	cfg.Store.RetentionDiskRatio = r
+	switch f.SlaveReadLag {
+	case "off":
+		cfg.SlaveReadLag = -1
+	default:
+		n, err := strconv.ParseInt(f.SlaveReadLag, 10, 64)
+		if err != nil || n < 1 {
+			return fmt.Errorf("--slave-read-lag %q: want a positive number of messages, or off", f.SlaveReadLag)
+		}
+		cfg.SlaveReadLag = n
+	}
+	return nil
 }
 
 func runBroker(ctx context.Context, f brokerFlags) error {
@@ -219,6 +259,9 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		if cfg.Store.PreallocateAhead, err = parseSize(f.Preallocate); err != nil {
 			return fmt.Errorf("--preallocate-ahead: %w", err)
 		}
+	}
+	if err := f.retentionAndReads(&cfg); err != nil {
+		return err
 	}
 	b, err := broker.Start(cfg)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/raftmq/raftmq/broker"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
@@ -144,10 +145,40 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"broker", "--config", "/nonexistent.yaml"}, "/nonexistent.yaml: no such file"},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--segment-size", "lots"}, `--segment-size: "lots" is not a size`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--preallocate-ahead", "some"}, `--preallocate-ahead: "some" is not a size`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--retention", "forever"}, `--retention "forever": want a duration`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--disk-max-ratio", "1.5"}, `--disk-max-ratio "1.5": want a number above 0`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--slave-read-lag", "-3"}, `--slave-read-lag "-3": want a positive number`},
 	} {
 		out, err := exec.Command(bin, tc.args...).CombinedOutput()
 		if _, exited := err.(*exec.ExitError); !exited || !strings.Contains(string(out), "raftmq: ") || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%v: exit %v, output %q; want a non-zero exit saying %q", tc.args, err, out, tc.want)
 		}
+	}
+}
+
+// Retention and the slave-read threshold come from flags or the YAML file
+// (issue #14: the 72 h and 75% defaults could not be changed, and the YAML
+// refused them), the command line winning.
+func TestRetentionAndSlaveReadsFromFlagsAndConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "broker.yaml")
+	if err := os.WriteFile(path, []byte("retention: 24h\ndisk-max-ratio: 0.9\nslave-read-lag: off\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := brokerCommand()
+	if err := cmd.ParseFlags([]string{"--disk-max-ratio", "0.5"}); err != nil {
+		t.Fatal(err)
+	}
+	var f brokerFlags
+	f.Retention, f.DiskMaxRatio, f.SlaveReadLag = "72h", "0.5", "20000" // the flags' values
+	if err := loadConfigFile(path, &f, cmd); err != nil {
+		t.Fatal(err)
+	}
+	var cfg broker.Config
+	if err := f.retentionAndReads(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Store.RetentionAge != 24*time.Hour || cfg.Store.RetentionDiskRatio != 0.5 || cfg.SlaveReadLag != -1 {
+		t.Fatalf("retention %v, disk ratio %v, slave-read lag %d; want 24h (file), 0.5 (flag), off (file)",
+			cfg.Store.RetentionAge, cfg.Store.RetentionDiskRatio, cfg.SlaveReadLag)
 	}
 }

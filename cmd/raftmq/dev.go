@@ -19,15 +19,19 @@ import (
 // peers' addresses, so a restart must find them where they were), with
 // data under --dir.
 //
-// Ports: the name server serves gRPC on --port and gossips on --port+1;
-// replica r (1..K) of group g (0..N-1) uses base = --base-port + 100*g +
-// 10*(r-1): gRPC base+1, Raft base+2, gossip base+3.
+// Ports: devLayout, which `raftmq dev --help` prints.
 func devCommand() *cobra.Command {
 	var dir, level string
 	var groups, replicas, port, basePort int
+	var withHTTP bool
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "run a whole local cluster in one process (1 name server, 1 group of 3 replicas by default)",
+		Long: `Run a whole local cluster in one process, on 127.0.0.1, with data under
+--dir: a name server and --groups broker groups (broker-a, broker-b, ...)
+of --replicas replicas each. Topics are created on first send. Stop it
+with Ctrl-C; started again on the same --dir it comes back with its data.
+` + devLayout,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if groups < 1 || groups > 26 || replicas < 1 || replicas > 9 {
 				return fmt.Errorf("--groups must be 1..26 and --replicas 1..9")
@@ -36,15 +40,22 @@ func devCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ns, err := namesrv.Start(namesrv.Config{
+			nsCfg := namesrv.Config{
 				Name: "namesrv-dev", GRPCAddr: fmt.Sprintf("127.0.0.1:%d", port), GossipAddr: fmt.Sprintf("127.0.0.1:%d", port+1),
 				FastGossip: true, Logger: log,
-			})
+			}
+			if withHTTP {
+				nsCfg.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", port+2)
+			}
+			ns, err := namesrv.Start(nsCfg)
 			if err != nil {
 				return err
 			}
 			defer ns.Close()
 			fmt.Printf("namesrv %s\n", ns.Addr())
+			if withHTTP {
+				fmt.Printf("namesrv metrics http://%s/metrics\n", ns.OpsAddr())
+			}
 
 			var brokers []*broker.Broker
 			defer func() {
@@ -70,6 +81,9 @@ func devCommand() *cobra.Command {
 							Join: []string{fmt.Sprintf("127.0.0.1:%d", port+1)}, Fast: true},
 						Logger: log,
 					}
+					if withHTTP {
+						cfg.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", base+4)
+					}
 					cfg.Raft.BindAddr = peers[strconv.Itoa(r)]
 					cfg.Raft.Peers = peers
 					cfg.Raft.LogLevel = "error"
@@ -78,6 +92,9 @@ func devCommand() *cobra.Command {
 						return fmt.Errorf("start %s replica %d: %w", name, r, err)
 					}
 					brokers = append(brokers, b)
+					if withHTTP {
+						fmt.Printf("%s replica %d metrics http://%s/metrics\n", name, r, b.OpsAddr())
+					}
 				}
 			}
 			if err := waitForMasters(cmd.Context(), ns.Addr(), groups, 30*time.Second); err != nil {
@@ -96,8 +113,20 @@ func devCommand() *cobra.Command {
 	fl.IntVar(&port, "port", 9876, "name server gRPC port (gossip on the next)")
 	fl.IntVar(&basePort, "base-port", 10900, "first broker port (see the help for the layout)")
 	fl.StringVar(&level, "log-level", "warn", "debug, info, warn or error")
+	fl.BoolVar(&withHTTP, "http", false, "serve /metrics and /healthz on every node (ports below)")
 	return cmd
 }
+
+// devLayout is the dev cluster's port layout.
+const devLayout = `
+Ports (defaults --port 9876, --base-port 10900):
+  name server       gRPC --port, gossip --port+1, HTTP --port+2 (with --http)
+  replica r (1..9)  of group g (0 for broker-a, 1 for broker-b, ...):
+                    base = --base-port + 100*g + 10*(r-1)
+                    gRPC base+1, Raft base+2, gossip base+3, HTTP base+4 (with --http)
+  e.g. broker-a replica 1: gRPC 10901, Raft 10902, gossip 10903, HTTP 10904
+       broker-a replica 2: gRPC 10911 ...; broker-b replica 1: gRPC 11001 ...
+HTTP serves /metrics (Prometheus) and /healthz.`
 
 // waitForMasters waits until the name server knows n groups, each with a
 // master.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -44,9 +46,9 @@ func freeRange(t *testing.T, n int) int {
 
 // startDev runs `raftmq dev` and returns its name server address once the
 // cluster is ready (the example lines are printed).
-func startDev(t *testing.T, bin, dir string, port, base int) (*exec.Cmd, string) {
+func startDev(t *testing.T, bin, dir string, port, base int, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
-	cmd := exec.Command(bin, "dev", "--dir", dir, "--port", fmt.Sprint(port), "--base-port", fmt.Sprint(base))
+	cmd := exec.Command(bin, append([]string{"dev", "--dir", dir, "--port", fmt.Sprint(port), "--base-port", fmt.Sprint(base)}, extra...)...)
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -64,10 +66,15 @@ func startDev(t *testing.T, bin, dir string, port, base int) (*exec.Cmd, string)
 		t.Fatalf("first line %q (%v)", first, err)
 	}
 	addr := strings.TrimSpace(strings.TrimPrefix(first, "namesrv "))
-	for i := 0; i < 2; i++ {
+	for examples := 0; examples < 2; {
 		line, err := r.ReadString('\n')
-		if err != nil || !strings.Contains(line, "--namesrv "+addr) {
-			t.Fatalf("example line %q (%v)", line, err)
+		switch {
+		case err != nil:
+			t.Fatalf("dev's output ended before its example lines: %v", err)
+		case strings.Contains(line, "--namesrv "+addr):
+			examples++
+		case !strings.Contains(line, " metrics http://"): // --http's lines
+			t.Fatalf("unexpected line %q", line)
 		}
 	}
 	go io.Copy(io.Discard, r)
@@ -156,6 +163,31 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	// The replicas agree (the topic operations went through Raft, and
 	// these writes too).
 	raftmq(t, bin, "produce", "--namesrv", ns, "--topic", "checked", "--count", "20", "--size", "64")
+	// --mode batch: 20 messages in batches of 8, 8 and 4, each batch in
+	// one queue at consecutive offsets.
+	out = raftmq(t, bin, "produce", "--namesrv", ns, "--topic", "checked", "--count", "20", "--size", "64", "--mode", "batch", "--batch", "8")
+	acks := strings.Split(strings.TrimSpace(out), "\n")
+	if len(acks) != 20 {
+		t.Fatalf("produce --mode batch printed %d acks:\n%s", len(acks), out)
+	}
+	for i, line := range acks {
+		var id, group string
+		var queue, off, firstQueue, firstOff int64
+		first := acks[i-i%8]
+		if _, err := fmt.Sscanf(line, "OK %s %s %d %d", &id, &group, &queue, &off); err != nil {
+			t.Fatalf("ack %q: %v", line, err)
+		}
+		fmt.Sscanf(first, "OK %s %s %d %d", &id, &group, &firstQueue, &firstOff)
+		if queue != firstQueue || off != firstOff+int64(i%8) {
+			t.Fatalf("message %d of a batch at queue %d offset %d, the batch's first at %d/%d:\n%s", i, queue, off, firstQueue, firstOff, out)
+		}
+	}
+	// --mode oneway: every message handed over is stored before exit
+	// (issue #14: 2 of 3 were).
+	raftmq(t, bin, "produce", "--namesrv", ns, "--topic", "oneway", "--count", "3", "--size", "16", "--mode", "oneway")
+	if out := raftmq(t, bin, "consume", "--namesrv", ns, "--topic", "oneway", "--group", "ow", "--count", "3", "--timeout", "20s"); strings.Count(out, "message-") != 3 {
+		t.Fatalf("one-way sends stored:\n%s", out)
+	}
 	out = raftmq(t, bin, "cluster", "check", "--namesrv", ns)
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || strings.Count(out, " ok") != 3 || strings.Contains(out, " 0  ") {
 		t.Fatalf("cluster check:\n%s", out)
@@ -341,4 +373,29 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	// Back with its data.
 	_, ns = startDev(t, bin, dir, port, base)
 	waitOutput(t, 5*time.Second, bin, "group broker-a queues 3/3", "topic", "route", "--namesrv", ns, "--name", "keep")
+}
+
+// raftmq dev --http serves /metrics and /healthz on every node, at the
+// ports dev --help documents (name server --port+2, replica base+4).
+func TestDevServesMetricsWithHTTP(t *testing.T) {
+	bin := buildBinary(t)
+	base := freeRange(t, 100)
+	port := base + 90
+	startDev(t, bin, t.TempDir(), port, base, "--http")
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for _, addr := range []string{fmt.Sprintf("127.0.0.1:%d", port+2), fmt.Sprintf("127.0.0.1:%d", base+4), fmt.Sprintf("127.0.0.1:%d", base+24)} {
+		for _, path := range []string{"/healthz", "/metrics"} {
+			clustertest.WaitFor(t, 10*time.Second, addr+path, func() bool {
+				resp, err := hc.Get("http://" + addr + path)
+				if err != nil {
+					return false
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK
+			})
+		}
+	}
+	if out := raftmq(t, bin, "dev", "--help"); !strings.Contains(out, "gRPC base+1, Raft base+2, gossip base+3, HTTP base+4") {
+		t.Fatalf("dev --help has no port layout:\n%s", out)
+	}
 }

@@ -19,7 +19,7 @@ import (
 func produceCommand() *cobra.Command {
 	var (
 		ns, topic, tag, key, body, mode string
-		count, size                     int
+		count, size, batchSize          int
 		asJSON                          bool
 		timeout                         time.Duration
 	)
@@ -30,6 +30,9 @@ func produceCommand() *cobra.Command {
 with --count and --size, send that many generated bodies of that size; with
 neither, send each line of stdin as one message.
 
+--mode batch sends --batch messages at a time (the last batch may be
+shorter), each batch stored atomically, in order, in one queue.
+
 Each acknowledged message prints one line: OK <msgId> <group> <queue> <queueOffset>
 (one-way sends print nothing per message). With --json each prints one JSON
 object {"body","msgId","group","queue","queueOffset"}, and each failure one
@@ -38,8 +41,11 @@ with an "error" field. The exit status is 1 when any send failed.`,
 			if topic == "" {
 				return errors.New("--topic is required")
 			}
-			if mode != "sync" && mode != "async" && mode != "oneway" {
-				return fmt.Errorf("--mode %q: want sync, async or oneway", mode)
+			if mode != "sync" && mode != "async" && mode != "oneway" && mode != "batch" {
+				return fmt.Errorf("--mode %q: want sync, async, oneway or batch", mode)
+			}
+			if batchSize < 1 {
+				return fmt.Errorf("--batch %d: want at least 1", batchSize)
 			}
 			if body != "" && cmd.Flags().Changed("size") {
 				return errors.New("give --body or --size, not both")
@@ -82,7 +88,35 @@ with an "error" field. The exit status is 1 when any send failed.`,
 			}()
 			ctx := cmd.Context()
 			var wg sync.WaitGroup
+			var batch []string
+			flush := func() {
+				if len(batch) == 0 {
+					return
+				}
+				msgs := make([]*client.Message, len(batch))
+				for i, b := range batch {
+					msgs[i] = &client.Message{Topic: topic, Tags: tag, Body: []byte(b)}
+					if key != "" {
+						msgs[i].Keys = []string{key}
+					}
+				}
+				rs, err := p.SendBatch(ctx, msgs)
+				for i, b := range batch {
+					if err != nil {
+						out.print(b, nil, err)
+					} else {
+						out.print(b, rs[i], nil)
+					}
+				}
+				batch = batch[:0]
+			}
 			for b := range bodies {
+				if mode == "batch" {
+					if batch = append(batch, b); len(batch) == batchSize {
+						flush()
+					}
+					continue
+				}
 				m := &client.Message{Topic: topic, Tags: tag, Body: []byte(b)}
 				if key != "" {
 					m.Keys = []string{key}
@@ -107,6 +141,7 @@ with an "error" field. The exit status is 1 when any send failed.`,
 					}
 				}
 			}
+			flush()
 			wg.Wait()
 			if err := p.Shutdown(); err != nil {
 				return err
@@ -126,7 +161,8 @@ with an "error" field. The exit status is 1 when any send failed.`,
 	fl.StringVar(&body, "body", "", "message body")
 	fl.IntVar(&count, "count", 0, "number of messages")
 	fl.IntVar(&size, "size", 128, "body size of generated messages (with --count)")
-	fl.StringVar(&mode, "mode", "sync", "sync, async or oneway")
+	fl.StringVar(&mode, "mode", "sync", "sync, async, oneway or batch")
+	fl.IntVar(&batchSize, "batch", 32, "messages per batch (--mode batch)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per message")
 	fl.DurationVar(&timeout, "timeout", 3*time.Second, "per-send timeout, retries included")
 	return cmd
