@@ -45,12 +45,23 @@ func TestSignedRequestsRefusedWhenWrongReplayedOrStale(t *testing.T) {
 	if n := len(clustertest.Methods(t, "Broker")); n != len(pb.Broker_ServiceDesc.Methods)+len(pb.Broker_ServiceDesc.Streams) {
 		t.Fatalf("%d methods in the descriptor, %d in the service", n, len(pb.Broker_ServiceDesc.Methods)+len(pb.Broker_ServiceDesc.Streams))
 	}
+	// What a request could change: messages, topics, subscription
+	// groups, offsets. (Not the applied index: Raft's own entries, and
+	// when it counts them applied, move it on their own.)
 	state := func() string {
 		d, err := root.DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fmt.Sprintf("applied %d, commitlog %d, topics %d", d.AppliedIndex, d.CommitlogMaxOffset, len(d.Topics))
+		gs, err := root.ListSubscriptionGroups(ctx, &pb.ListSubscriptionGroupsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		off, err := root.QueryConsumerOffset(ctx, &pb.QueryConsumerOffsetRequest{ConsumerGroup: "g1", Topic: "orders"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("commitlog %d, topics %d, groups %d, g1's offset %d", d.CommitlogMaxOffset, len(d.Topics), len(gs.Groups), off.Offset)
 	}
 	clustertest.CheckSignedRequests(t, g.dialTLS(), "Broker", replicaResource,
 		clustertest.AccessKey{ID: "root-key", Secret: "root-secret-0123456789"}, clustertest.AccessKey{ID: "app-key", Secret: "app-secret-0123456789"}, state)

@@ -48,6 +48,14 @@ var brokerAccess = map[string]cluster.AccessRule{
 		}
 		return a
 	},
+	// A group's members to those who may consume as the group; every
+	// group's to admins.
+	pb.Broker_DescribeConsumerGroups_FullMethodName: func(r any) cluster.Access {
+		if g := r.(*pb.DescribeConsumerGroupsRequest).Group; g != "" {
+			return cluster.Access{Groups: []string{g}}
+		}
+		return cluster.Access{Admin: true}
+	},
 	pb.Broker_GetConsumerList_FullMethodName: func(r any) cluster.Access {
 		return cluster.Access{Groups: []string{r.(*pb.GetConsumerListRequest).ConsumerGroup}}
 	},

@@ -242,6 +242,14 @@ func (s *service) DescribeBroker(context.Context, *pb.DescribeBrokerRequest) (*p
 	return out, nil
 }
 
+// Bounds on one member's heartbeat, which the replica keeps until the
+// member expires.
+const (
+	maxGroupsPerHeartbeat     = 256
+	maxSubscriptionsPerMember = 1024
+	maxHeldPerMember          = 8192
+)
+
 func (s *service) Heartbeat(_ context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
 	if req.ClientId == "" || len(req.ClientId) > 255 {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "client id must be 1 to 255 bytes")
@@ -250,6 +258,14 @@ func (s *service) Heartbeat(_ context.Context, req *pb.HeartbeatRequest) (*pb.He
 		if g == nil || !validName(g.Group) {
 			return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group names must match "+message.TopicRule)
 		}
+		// What a heartbeat makes the replica keep is bounded.
+		if len(g.Subscriptions) > maxSubscriptionsPerMember || len(g.Held) > maxHeldPerMember {
+			return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("group %s: %d subscriptions and %d held queues, limits %d and %d",
+				g.Group, len(g.Subscriptions), len(g.Held), maxSubscriptionsPerMember, maxHeldPerMember))
+		}
+	}
+	if len(req.Groups) > maxGroupsPerHeartbeat {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("%d groups in one heartbeat, limit %d", len(req.Groups), maxGroupsPerHeartbeat))
 	}
 	if req.Unregister {
 		s.b.consumers.unregister(req.ClientId, req.Groups)
@@ -257,6 +273,13 @@ func (s *service) Heartbeat(_ context.Context, req *pb.HeartbeatRequest) (*pb.He
 	}
 	changed := s.b.consumers.heartbeat(req.ClientId, req.Groups, time.Now())
 	return &pb.HeartbeatResponse{ChangedGroups: changed}, nil
+}
+
+func (s *service) DescribeConsumerGroups(_ context.Context, req *pb.DescribeConsumerGroupsRequest) (*pb.DescribeConsumerGroupsResponse, error) {
+	if req.Group != "" && !validName(req.Group) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match "+message.TopicRule)
+	}
+	return &pb.DescribeConsumerGroupsResponse{Groups: s.b.consumers.describe(req.Group, time.Now())}, nil
 }
 
 func (s *service) GetConsumerList(_ context.Context, req *pb.GetConsumerListRequest) (*pb.GetConsumerListResponse, error) {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,9 +30,14 @@ type consumerTable struct {
 }
 
 type consumerGroup struct {
-	info    *pb.ConsumerGroupInfo
-	members map[string]time.Time // client id -> last heartbeat
-	version uint64               // bumped when members change
+	members map[string]*member // by client id
+	version uint64             // bumped when members change
+}
+
+// member is what a member's last heartbeat said.
+type member struct {
+	last time.Time
+	info *pb.ConsumerGroupInfo // its mode, subscriptions, held queues
 }
 
 func newConsumerTable(expiry time.Duration, onChange func(group string)) *consumerTable {
@@ -92,15 +98,14 @@ func (t *consumerTable) heartbeat(client string, groups []*pb.ConsumerGroupInfo,
 	for _, gi := range groups {
 		g := t.groups[gi.Group]
 		if g == nil {
-			g = &consumerGroup{members: map[string]time.Time{}}
+			g = &consumerGroup{members: map[string]*member{}}
 			t.groups[gi.Group] = g
 		}
-		g.info = proto.Clone(gi).(*pb.ConsumerGroupInfo)
 		if _, ok := g.members[client]; !ok {
 			g.version++
 			bumped = append(bumped, gi.Group)
 		}
-		g.members[client] = now
+		g.members[client] = &member{last: now, info: proto.Clone(gi).(*pb.ConsumerGroupInfo)}
 		if v, ok := seen[gi.Group]; ok && v != g.version {
 			changed = append(changed, gi.Group)
 		}
@@ -134,8 +139,8 @@ func (t *consumerTable) unregister(client string, groups []*pb.ConsumerGroupInfo
 func (t *consumerTable) expireLocked(now time.Time) (changed []string) {
 	for name, g := range t.groups {
 		n := len(g.members)
-		for c, last := range g.members {
-			if now.Sub(last) > t.expiry {
+		for c, m := range g.members {
+			if now.Sub(m.last) > t.expiry {
 				delete(g.members, c)
 				g.version++
 			}
@@ -164,6 +169,29 @@ func (t *consumerTable) members(group string, now time.Time) []string {
 		out = append(out, c)
 	}
 	slices.Sort(out)
+	return out
+}
+
+// describe is the members of group (every group when ""), as their last
+// heartbeats said, by group and client id.
+func (t *consumerTable) describe(group string, now time.Time) []*pb.ConsumerGroupMembers {
+	t.mu.Lock()
+	bumped := t.expireLocked(now)
+	defer func() { t.mu.Unlock(); t.notify(bumped) }()
+	var out []*pb.ConsumerGroupMembers
+	for name, g := range t.groups {
+		if group != "" && name != group {
+			continue
+		}
+		gm := &pb.ConsumerGroupMembers{Group: name}
+		for id, m := range g.members {
+			gm.Members = append(gm.Members, &pb.ConsumerMember{ClientId: id, Mode: m.info.Mode, LastHeartbeatMs: m.last.UnixMilli(),
+				Subscriptions: m.info.Subscriptions, Held: m.info.Held})
+		}
+		slices.SortFunc(gm.Members, func(a, b *pb.ConsumerMember) int { return strings.Compare(a.ClientId, b.ClientId) })
+		out = append(out, proto.Clone(gm).(*pb.ConsumerGroupMembers))
+	}
+	slices.SortFunc(out, func(a, b *pb.ConsumerGroupMembers) int { return strings.Compare(a.Group, b.Group) })
 	return out
 }
 

@@ -387,6 +387,9 @@ func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
 		info.Subscriptions = append(info.Subscriptions, &pb.Subscription{Topic: topic, Expression: expr})
 	}
 	sort.Slice(info.Subscriptions, func(i, j int) bool { return info.Subscriptions[i].Topic < info.Subscriptions[j].Topic })
+	if !unregister {
+		info.Held = c.held()
+	}
 	c.toEveryReplica(ctx, c.replicas(ctx), func(hctx context.Context, addr string, b pb.BrokerClient) {
 		resp, err := b.Heartbeat(hctx, &pb.HeartbeatRequest{ClientId: c.cfg.ClientID, Groups: []*pb.ConsumerGroupInfo{info}, Unregister: unregister})
 		if err != nil {
@@ -523,15 +526,35 @@ func (c *PushConsumer) doRebalance() (settled bool) {
 	for _, mq := range gone {
 		c.stopQueue(mq)
 	}
+	started := false
 	for mq, expr := range want {
 		c.mu.Lock()
 		_, have := c.queues[mq]
 		c.mu.Unlock()
-		if !have && !c.startQueue(mq, expr) {
-			settled = false
+		if !have {
+			ok := c.startQueue(mq, expr)
+			settled, started = settled && ok, started || ok
 		}
 	}
+	if len(gone) > 0 || started {
+		c.heartbeat() // the brokers' view of what this member holds (raftmq group describe)
+	}
 	return settled
+}
+
+// held lists the queues this member consumes, sorted.
+func (c *PushConsumer) held() []*pb.HeldQueue {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*pb.HeldQueue, 0, len(c.queues))
+	for mq := range c.queues {
+		out = append(out, &pb.HeldQueue{Topic: mq.Topic, BrokerGroup: mq.Group, QueueId: mq.QueueID})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		return a.Topic < b.Topic || a.Topic == b.Topic && (a.BrokerGroup < b.BrokerGroup || a.BrokerGroup == b.BrokerGroup && a.QueueId < b.QueueId)
+	})
+	return out
 }
 
 // startQueue starts pulling mq from the group's committed offset, or from

@@ -1046,6 +1046,9 @@ type ConsumerGroupInfo struct {
 	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
 	Mode          ConsumeMode            `protobuf:"varint,2,opt,name=mode,proto3,enum=raftmq.v1.ConsumeMode" json:"mode,omitempty"`
 	Subscriptions []*Subscription        `protobuf:"bytes,3,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	// The queues this member consumes now (a push consumer's share), for
+	// `raftmq group describe`; it heartbeats again when they change.
+	Held          []*HeldQueue `protobuf:"bytes,4,rep,name=held,proto3" json:"held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1101,6 +1104,73 @@ func (x *ConsumerGroupInfo) GetSubscriptions() []*Subscription {
 	return nil
 }
 
+func (x *ConsumerGroupInfo) GetHeld() []*HeldQueue {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+type HeldQueue struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	BrokerGroup   string                 `protobuf:"bytes,2,opt,name=broker_group,json=brokerGroup,proto3" json:"broker_group,omitempty"`
+	QueueId       int32                  `protobuf:"varint,3,opt,name=queue_id,json=queueId,proto3" json:"queue_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeldQueue) Reset() {
+	*x = HeldQueue{}
+	mi := &file_raftmq_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeldQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeldQueue) ProtoMessage() {}
+
+func (x *HeldQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeldQueue.ProtoReflect.Descriptor instead.
+func (*HeldQueue) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *HeldQueue) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *HeldQueue) GetBrokerGroup() string {
+	if x != nil {
+		return x.BrokerGroup
+	}
+	return ""
+}
+
+func (x *HeldQueue) GetQueueId() int32 {
+	if x != nil {
+		return x.QueueId
+	}
+	return 0
+}
+
 type HeartbeatRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	ClientId string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
@@ -1114,7 +1184,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_raftmq_proto_msgTypes[13]
+	mi := &file_raftmq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1196,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[13]
+	mi := &file_raftmq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1209,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{13}
+	return file_raftmq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HeartbeatRequest) GetClientId() string {
@@ -1173,7 +1243,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_raftmq_proto_msgTypes[14]
+	mi := &file_raftmq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1255,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[14]
+	mi := &file_raftmq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1268,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{14}
+	return file_raftmq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HeartbeatResponse) GetChangedGroups() []string {
@@ -1217,7 +1287,7 @@ type GetConsumerListRequest struct {
 
 func (x *GetConsumerListRequest) Reset() {
 	*x = GetConsumerListRequest{}
-	mi := &file_raftmq_proto_msgTypes[15]
+	mi := &file_raftmq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1299,7 @@ func (x *GetConsumerListRequest) String() string {
 func (*GetConsumerListRequest) ProtoMessage() {}
 
 func (x *GetConsumerListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[15]
+	mi := &file_raftmq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1312,7 @@ func (x *GetConsumerListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConsumerListRequest.ProtoReflect.Descriptor instead.
 func (*GetConsumerListRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{15}
+	return file_raftmq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetConsumerListRequest) GetConsumerGroup() string {
@@ -1261,7 +1331,7 @@ type GetConsumerListResponse struct {
 
 func (x *GetConsumerListResponse) Reset() {
 	*x = GetConsumerListResponse{}
-	mi := &file_raftmq_proto_msgTypes[16]
+	mi := &file_raftmq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1343,7 @@ func (x *GetConsumerListResponse) String() string {
 func (*GetConsumerListResponse) ProtoMessage() {}
 
 func (x *GetConsumerListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[16]
+	mi := &file_raftmq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,12 +1356,229 @@ func (x *GetConsumerListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConsumerListResponse.ProtoReflect.Descriptor instead.
 func (*GetConsumerListResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{16}
+	return file_raftmq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetConsumerListResponse) GetClientIds() []string {
 	if x != nil {
 		return x.ClientIds
+	}
+	return nil
+}
+
+// DescribeConsumerGroups: the members a replica knows from heartbeats.
+type DescribeConsumerGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"` // "": every group with members (an admin's right)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeConsumerGroupsRequest) Reset() {
+	*x = DescribeConsumerGroupsRequest{}
+	mi := &file_raftmq_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConsumerGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConsumerGroupsRequest) ProtoMessage() {}
+
+func (x *DescribeConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConsumerGroupsRequest.ProtoReflect.Descriptor instead.
+func (*DescribeConsumerGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DescribeConsumerGroupsRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+type ConsumerMember struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	ClientId        string                 `protobuf:"bytes,1,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Mode            ConsumeMode            `protobuf:"varint,2,opt,name=mode,proto3,enum=raftmq.v1.ConsumeMode" json:"mode,omitempty"`
+	Subscriptions   []*Subscription        `protobuf:"bytes,3,rep,name=subscriptions,proto3" json:"subscriptions,omitempty"`
+	Held            []*HeldQueue           `protobuf:"bytes,4,rep,name=held,proto3" json:"held,omitempty"`
+	LastHeartbeatMs int64                  `protobuf:"varint,5,opt,name=last_heartbeat_ms,json=lastHeartbeatMs,proto3" json:"last_heartbeat_ms,omitempty"` // unix milliseconds
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ConsumerMember) Reset() {
+	*x = ConsumerMember{}
+	mi := &file_raftmq_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerMember) ProtoMessage() {}
+
+func (x *ConsumerMember) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerMember.ProtoReflect.Descriptor instead.
+func (*ConsumerMember) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ConsumerMember) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *ConsumerMember) GetMode() ConsumeMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ConsumeMode_CONSUME_MODE_UNSPECIFIED
+}
+
+func (x *ConsumerMember) GetSubscriptions() []*Subscription {
+	if x != nil {
+		return x.Subscriptions
+	}
+	return nil
+}
+
+func (x *ConsumerMember) GetHeld() []*HeldQueue {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *ConsumerMember) GetLastHeartbeatMs() int64 {
+	if x != nil {
+		return x.LastHeartbeatMs
+	}
+	return 0
+}
+
+type ConsumerGroupMembers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Members       []*ConsumerMember      `protobuf:"bytes,2,rep,name=members,proto3" json:"members,omitempty"` // by client id
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsumerGroupMembers) Reset() {
+	*x = ConsumerGroupMembers{}
+	mi := &file_raftmq_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsumerGroupMembers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsumerGroupMembers) ProtoMessage() {}
+
+func (x *ConsumerGroupMembers) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsumerGroupMembers.ProtoReflect.Descriptor instead.
+func (*ConsumerGroupMembers) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ConsumerGroupMembers) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ConsumerGroupMembers) GetMembers() []*ConsumerMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type DescribeConsumerGroupsResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Groups        []*ConsumerGroupMembers `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"` // by group name
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeConsumerGroupsResponse) Reset() {
+	*x = DescribeConsumerGroupsResponse{}
+	mi := &file_raftmq_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeConsumerGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeConsumerGroupsResponse) ProtoMessage() {}
+
+func (x *DescribeConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeConsumerGroupsResponse.ProtoReflect.Descriptor instead.
+func (*DescribeConsumerGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DescribeConsumerGroupsResponse) GetGroups() []*ConsumerGroupMembers {
+	if x != nil {
+		return x.Groups
 	}
 	return nil
 }
@@ -1308,7 +1595,7 @@ type ConsumerSendBackRequest struct {
 
 func (x *ConsumerSendBackRequest) Reset() {
 	*x = ConsumerSendBackRequest{}
-	mi := &file_raftmq_proto_msgTypes[17]
+	mi := &file_raftmq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1607,7 @@ func (x *ConsumerSendBackRequest) String() string {
 func (*ConsumerSendBackRequest) ProtoMessage() {}
 
 func (x *ConsumerSendBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[17]
+	mi := &file_raftmq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1620,7 @@ func (x *ConsumerSendBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerSendBackRequest.ProtoReflect.Descriptor instead.
 func (*ConsumerSendBackRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{17}
+	return file_raftmq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ConsumerSendBackRequest) GetConsumerGroup() string {
@@ -1372,7 +1659,7 @@ type ConsumerSendBackResponse struct {
 
 func (x *ConsumerSendBackResponse) Reset() {
 	*x = ConsumerSendBackResponse{}
-	mi := &file_raftmq_proto_msgTypes[18]
+	mi := &file_raftmq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +1671,7 @@ func (x *ConsumerSendBackResponse) String() string {
 func (*ConsumerSendBackResponse) ProtoMessage() {}
 
 func (x *ConsumerSendBackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[18]
+	mi := &file_raftmq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +1684,7 @@ func (x *ConsumerSendBackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerSendBackResponse.ProtoReflect.Descriptor instead.
 func (*ConsumerSendBackResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{18}
+	return file_raftmq_proto_rawDescGZIP(), []int{23}
 }
 
 type LockQueuesRequest struct {
@@ -1412,7 +1699,7 @@ type LockQueuesRequest struct {
 
 func (x *LockQueuesRequest) Reset() {
 	*x = LockQueuesRequest{}
-	mi := &file_raftmq_proto_msgTypes[19]
+	mi := &file_raftmq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1711,7 @@ func (x *LockQueuesRequest) String() string {
 func (*LockQueuesRequest) ProtoMessage() {}
 
 func (x *LockQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[19]
+	mi := &file_raftmq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1724,7 @@ func (x *LockQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueuesRequest.ProtoReflect.Descriptor instead.
 func (*LockQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{19}
+	return file_raftmq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LockQueuesRequest) GetConsumerGroup() string {
@@ -1477,7 +1764,7 @@ type LockQueuesResponse struct {
 
 func (x *LockQueuesResponse) Reset() {
 	*x = LockQueuesResponse{}
-	mi := &file_raftmq_proto_msgTypes[20]
+	mi := &file_raftmq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1776,7 @@ func (x *LockQueuesResponse) String() string {
 func (*LockQueuesResponse) ProtoMessage() {}
 
 func (x *LockQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[20]
+	mi := &file_raftmq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1789,7 @@ func (x *LockQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueuesResponse.ProtoReflect.Descriptor instead.
 func (*LockQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{20}
+	return file_raftmq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LockQueuesResponse) GetLockedQueueIds() []int32 {
@@ -1524,7 +1811,7 @@ type UnlockQueuesRequest struct {
 
 func (x *UnlockQueuesRequest) Reset() {
 	*x = UnlockQueuesRequest{}
-	mi := &file_raftmq_proto_msgTypes[21]
+	mi := &file_raftmq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1823,7 @@ func (x *UnlockQueuesRequest) String() string {
 func (*UnlockQueuesRequest) ProtoMessage() {}
 
 func (x *UnlockQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[21]
+	mi := &file_raftmq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1836,7 @@ func (x *UnlockQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlockQueuesRequest.ProtoReflect.Descriptor instead.
 func (*UnlockQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{21}
+	return file_raftmq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UnlockQueuesRequest) GetConsumerGroup() string {
@@ -1588,7 +1875,7 @@ type UnlockQueuesResponse struct {
 
 func (x *UnlockQueuesResponse) Reset() {
 	*x = UnlockQueuesResponse{}
-	mi := &file_raftmq_proto_msgTypes[22]
+	mi := &file_raftmq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1887,7 @@ func (x *UnlockQueuesResponse) String() string {
 func (*UnlockQueuesResponse) ProtoMessage() {}
 
 func (x *UnlockQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[22]
+	mi := &file_raftmq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1900,7 @@ func (x *UnlockQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlockQueuesResponse.ProtoReflect.Descriptor instead.
 func (*UnlockQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{22}
+	return file_raftmq_proto_rawDescGZIP(), []int{27}
 }
 
 // Permission bits, as RocketMQ: 4 read, 2 write.
@@ -1629,7 +1916,7 @@ type TopicConfig struct {
 
 func (x *TopicConfig) Reset() {
 	*x = TopicConfig{}
-	mi := &file_raftmq_proto_msgTypes[23]
+	mi := &file_raftmq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1928,7 @@ func (x *TopicConfig) String() string {
 func (*TopicConfig) ProtoMessage() {}
 
 func (x *TopicConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[23]
+	mi := &file_raftmq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1941,7 @@ func (x *TopicConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicConfig.ProtoReflect.Descriptor instead.
 func (*TopicConfig) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{23}
+	return file_raftmq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TopicConfig) GetName() string {
@@ -1695,7 +1982,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_raftmq_proto_msgTypes[24]
+	mi := &file_raftmq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1994,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[24]
+	mi := &file_raftmq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +2007,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{24}
+	return file_raftmq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateTopicRequest) GetTopic() *TopicConfig {
@@ -1745,7 +2032,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_raftmq_proto_msgTypes[25]
+	mi := &file_raftmq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +2044,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[25]
+	mi := &file_raftmq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +2057,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{25}
+	return file_raftmq_proto_rawDescGZIP(), []int{30}
 }
 
 type DeleteTopicRequest struct {
@@ -1782,7 +2069,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_raftmq_proto_msgTypes[26]
+	mi := &file_raftmq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +2081,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[26]
+	mi := &file_raftmq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2094,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{26}
+	return file_raftmq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -1825,7 +2112,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_raftmq_proto_msgTypes[27]
+	mi := &file_raftmq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +2124,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[27]
+	mi := &file_raftmq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +2137,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{27}
+	return file_raftmq_proto_rawDescGZIP(), []int{32}
 }
 
 type ListTopicsRequest struct {
@@ -1861,7 +2148,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_raftmq_proto_msgTypes[28]
+	mi := &file_raftmq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1873,7 +2160,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[28]
+	mi := &file_raftmq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1886,7 +2173,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{28}
+	return file_raftmq_proto_rawDescGZIP(), []int{33}
 }
 
 type ListTopicsResponse struct {
@@ -1899,7 +2186,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_raftmq_proto_msgTypes[29]
+	mi := &file_raftmq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2198,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[29]
+	mi := &file_raftmq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2211,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{29}
+	return file_raftmq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicConfig {
@@ -1954,7 +2241,7 @@ type SubscriptionGroupConfig struct {
 
 func (x *SubscriptionGroupConfig) Reset() {
 	*x = SubscriptionGroupConfig{}
-	mi := &file_raftmq_proto_msgTypes[30]
+	mi := &file_raftmq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2253,7 @@ func (x *SubscriptionGroupConfig) String() string {
 func (*SubscriptionGroupConfig) ProtoMessage() {}
 
 func (x *SubscriptionGroupConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[30]
+	mi := &file_raftmq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2266,7 @@ func (x *SubscriptionGroupConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionGroupConfig.ProtoReflect.Descriptor instead.
 func (*SubscriptionGroupConfig) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{30}
+	return file_raftmq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SubscriptionGroupConfig) GetName() string {
@@ -2019,7 +2306,7 @@ type UpsertSubscriptionGroupRequest struct {
 
 func (x *UpsertSubscriptionGroupRequest) Reset() {
 	*x = UpsertSubscriptionGroupRequest{}
-	mi := &file_raftmq_proto_msgTypes[31]
+	mi := &file_raftmq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2318,7 @@ func (x *UpsertSubscriptionGroupRequest) String() string {
 func (*UpsertSubscriptionGroupRequest) ProtoMessage() {}
 
 func (x *UpsertSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[31]
+	mi := &file_raftmq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2331,7 @@ func (x *UpsertSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertSubscriptionGroupRequest.ProtoReflect.Descriptor instead.
 func (*UpsertSubscriptionGroupRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{31}
+	return file_raftmq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UpsertSubscriptionGroupRequest) GetGroup() *SubscriptionGroupConfig {
@@ -2062,7 +2349,7 @@ type UpsertSubscriptionGroupResponse struct {
 
 func (x *UpsertSubscriptionGroupResponse) Reset() {
 	*x = UpsertSubscriptionGroupResponse{}
-	mi := &file_raftmq_proto_msgTypes[32]
+	mi := &file_raftmq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2361,7 @@ func (x *UpsertSubscriptionGroupResponse) String() string {
 func (*UpsertSubscriptionGroupResponse) ProtoMessage() {}
 
 func (x *UpsertSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[32]
+	mi := &file_raftmq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2374,7 @@ func (x *UpsertSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertSubscriptionGroupResponse.ProtoReflect.Descriptor instead.
 func (*UpsertSubscriptionGroupResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{32}
+	return file_raftmq_proto_rawDescGZIP(), []int{37}
 }
 
 type DeleteSubscriptionGroupRequest struct {
@@ -2099,7 +2386,7 @@ type DeleteSubscriptionGroupRequest struct {
 
 func (x *DeleteSubscriptionGroupRequest) Reset() {
 	*x = DeleteSubscriptionGroupRequest{}
-	mi := &file_raftmq_proto_msgTypes[33]
+	mi := &file_raftmq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2398,7 @@ func (x *DeleteSubscriptionGroupRequest) String() string {
 func (*DeleteSubscriptionGroupRequest) ProtoMessage() {}
 
 func (x *DeleteSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[33]
+	mi := &file_raftmq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2411,7 @@ func (x *DeleteSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionGroupRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{33}
+	return file_raftmq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeleteSubscriptionGroupRequest) GetName() string {
@@ -2142,7 +2429,7 @@ type DeleteSubscriptionGroupResponse struct {
 
 func (x *DeleteSubscriptionGroupResponse) Reset() {
 	*x = DeleteSubscriptionGroupResponse{}
-	mi := &file_raftmq_proto_msgTypes[34]
+	mi := &file_raftmq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2441,7 @@ func (x *DeleteSubscriptionGroupResponse) String() string {
 func (*DeleteSubscriptionGroupResponse) ProtoMessage() {}
 
 func (x *DeleteSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[34]
+	mi := &file_raftmq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2454,7 @@ func (x *DeleteSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionGroupResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{34}
+	return file_raftmq_proto_rawDescGZIP(), []int{39}
 }
 
 type ListSubscriptionGroupsRequest struct {
@@ -2178,7 +2465,7 @@ type ListSubscriptionGroupsRequest struct {
 
 func (x *ListSubscriptionGroupsRequest) Reset() {
 	*x = ListSubscriptionGroupsRequest{}
-	mi := &file_raftmq_proto_msgTypes[35]
+	mi := &file_raftmq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2477,7 @@ func (x *ListSubscriptionGroupsRequest) String() string {
 func (*ListSubscriptionGroupsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[35]
+	mi := &file_raftmq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2490,7 @@ func (x *ListSubscriptionGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{35}
+	return file_raftmq_proto_rawDescGZIP(), []int{40}
 }
 
 type ListSubscriptionGroupsResponse struct {
@@ -2215,7 +2502,7 @@ type ListSubscriptionGroupsResponse struct {
 
 func (x *ListSubscriptionGroupsResponse) Reset() {
 	*x = ListSubscriptionGroupsResponse{}
-	mi := &file_raftmq_proto_msgTypes[36]
+	mi := &file_raftmq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2514,7 @@ func (x *ListSubscriptionGroupsResponse) String() string {
 func (*ListSubscriptionGroupsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[36]
+	mi := &file_raftmq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2527,7 @@ func (x *ListSubscriptionGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{36}
+	return file_raftmq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListSubscriptionGroupsResponse) GetGroups() []*SubscriptionGroupConfig {
@@ -2260,7 +2547,7 @@ type GetQueueOffsetsRequest struct {
 
 func (x *GetQueueOffsetsRequest) Reset() {
 	*x = GetQueueOffsetsRequest{}
-	mi := &file_raftmq_proto_msgTypes[37]
+	mi := &file_raftmq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2559,7 @@ func (x *GetQueueOffsetsRequest) String() string {
 func (*GetQueueOffsetsRequest) ProtoMessage() {}
 
 func (x *GetQueueOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[37]
+	mi := &file_raftmq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2572,7 @@ func (x *GetQueueOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{37}
+	return file_raftmq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetQueueOffsetsRequest) GetTopic() string {
@@ -2312,7 +2599,7 @@ type GetQueueOffsetsResponse struct {
 
 func (x *GetQueueOffsetsResponse) Reset() {
 	*x = GetQueueOffsetsResponse{}
-	mi := &file_raftmq_proto_msgTypes[38]
+	mi := &file_raftmq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2611,7 @@ func (x *GetQueueOffsetsResponse) String() string {
 func (*GetQueueOffsetsResponse) ProtoMessage() {}
 
 func (x *GetQueueOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[38]
+	mi := &file_raftmq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2624,7 @@ func (x *GetQueueOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{38}
+	return file_raftmq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetQueueOffsetsResponse) GetMinOffset() int64 {
@@ -2365,7 +2652,7 @@ type SearchOffsetByTimeRequest struct {
 
 func (x *SearchOffsetByTimeRequest) Reset() {
 	*x = SearchOffsetByTimeRequest{}
-	mi := &file_raftmq_proto_msgTypes[39]
+	mi := &file_raftmq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2664,7 @@ func (x *SearchOffsetByTimeRequest) String() string {
 func (*SearchOffsetByTimeRequest) ProtoMessage() {}
 
 func (x *SearchOffsetByTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[39]
+	mi := &file_raftmq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2677,7 @@ func (x *SearchOffsetByTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchOffsetByTimeRequest.ProtoReflect.Descriptor instead.
 func (*SearchOffsetByTimeRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{39}
+	return file_raftmq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SearchOffsetByTimeRequest) GetTopic() string {
@@ -2423,7 +2710,7 @@ type SearchOffsetByTimeResponse struct {
 
 func (x *SearchOffsetByTimeResponse) Reset() {
 	*x = SearchOffsetByTimeResponse{}
-	mi := &file_raftmq_proto_msgTypes[40]
+	mi := &file_raftmq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2722,7 @@ func (x *SearchOffsetByTimeResponse) String() string {
 func (*SearchOffsetByTimeResponse) ProtoMessage() {}
 
 func (x *SearchOffsetByTimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[40]
+	mi := &file_raftmq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2735,7 @@ func (x *SearchOffsetByTimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchOffsetByTimeResponse.ProtoReflect.Descriptor instead.
 func (*SearchOffsetByTimeResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{40}
+	return file_raftmq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SearchOffsetByTimeResponse) GetOffset() int64 {
@@ -2467,7 +2754,7 @@ type QueryMessageByIdRequest struct {
 
 func (x *QueryMessageByIdRequest) Reset() {
 	*x = QueryMessageByIdRequest{}
-	mi := &file_raftmq_proto_msgTypes[41]
+	mi := &file_raftmq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2766,7 @@ func (x *QueryMessageByIdRequest) String() string {
 func (*QueryMessageByIdRequest) ProtoMessage() {}
 
 func (x *QueryMessageByIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[41]
+	mi := &file_raftmq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2779,7 @@ func (x *QueryMessageByIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageByIdRequest.ProtoReflect.Descriptor instead.
 func (*QueryMessageByIdRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{41}
+	return file_raftmq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *QueryMessageByIdRequest) GetMsgId() string {
@@ -2515,7 +2802,7 @@ type QueryMessageByKeyRequest struct {
 
 func (x *QueryMessageByKeyRequest) Reset() {
 	*x = QueryMessageByKeyRequest{}
-	mi := &file_raftmq_proto_msgTypes[42]
+	mi := &file_raftmq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2814,7 @@ func (x *QueryMessageByKeyRequest) String() string {
 func (*QueryMessageByKeyRequest) ProtoMessage() {}
 
 func (x *QueryMessageByKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[42]
+	mi := &file_raftmq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2827,7 @@ func (x *QueryMessageByKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageByKeyRequest.ProtoReflect.Descriptor instead.
 func (*QueryMessageByKeyRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{42}
+	return file_raftmq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *QueryMessageByKeyRequest) GetTopic() string {
@@ -2587,7 +2874,7 @@ type QueryMessageResponse struct {
 
 func (x *QueryMessageResponse) Reset() {
 	*x = QueryMessageResponse{}
-	mi := &file_raftmq_proto_msgTypes[43]
+	mi := &file_raftmq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2886,7 @@ func (x *QueryMessageResponse) String() string {
 func (*QueryMessageResponse) ProtoMessage() {}
 
 func (x *QueryMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[43]
+	mi := &file_raftmq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2899,7 @@ func (x *QueryMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageResponse.ProtoReflect.Descriptor instead.
 func (*QueryMessageResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{43}
+	return file_raftmq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueryMessageResponse) GetRecords() [][]byte {
@@ -2630,7 +2917,7 @@ type DescribeBrokerRequest struct {
 
 func (x *DescribeBrokerRequest) Reset() {
 	*x = DescribeBrokerRequest{}
-	mi := &file_raftmq_proto_msgTypes[44]
+	mi := &file_raftmq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2929,7 @@ func (x *DescribeBrokerRequest) String() string {
 func (*DescribeBrokerRequest) ProtoMessage() {}
 
 func (x *DescribeBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[44]
+	mi := &file_raftmq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2942,7 @@ func (x *DescribeBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeBrokerRequest.ProtoReflect.Descriptor instead.
 func (*DescribeBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{44}
+	return file_raftmq_proto_rawDescGZIP(), []int{49}
 }
 
 type ReplicaInfo struct {
@@ -2670,7 +2957,7 @@ type ReplicaInfo struct {
 
 func (x *ReplicaInfo) Reset() {
 	*x = ReplicaInfo{}
-	mi := &file_raftmq_proto_msgTypes[45]
+	mi := &file_raftmq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +2969,7 @@ func (x *ReplicaInfo) String() string {
 func (*ReplicaInfo) ProtoMessage() {}
 
 func (x *ReplicaInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[45]
+	mi := &file_raftmq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +2982,7 @@ func (x *ReplicaInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaInfo.ProtoReflect.Descriptor instead.
 func (*ReplicaInfo) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{45}
+	return file_raftmq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReplicaInfo) GetId() int32 {
@@ -2746,7 +3033,7 @@ type DescribeBrokerResponse struct {
 
 func (x *DescribeBrokerResponse) Reset() {
 	*x = DescribeBrokerResponse{}
-	mi := &file_raftmq_proto_msgTypes[46]
+	mi := &file_raftmq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +3045,7 @@ func (x *DescribeBrokerResponse) String() string {
 func (*DescribeBrokerResponse) ProtoMessage() {}
 
 func (x *DescribeBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[46]
+	mi := &file_raftmq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +3058,7 @@ func (x *DescribeBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeBrokerResponse.ProtoReflect.Descriptor instead.
 func (*DescribeBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{46}
+	return file_raftmq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DescribeBrokerResponse) GetGroup() string {
@@ -2868,7 +3155,7 @@ type CopyCommitlogRequest struct {
 
 func (x *CopyCommitlogRequest) Reset() {
 	*x = CopyCommitlogRequest{}
-	mi := &file_raftmq_proto_msgTypes[47]
+	mi := &file_raftmq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +3167,7 @@ func (x *CopyCommitlogRequest) String() string {
 func (*CopyCommitlogRequest) ProtoMessage() {}
 
 func (x *CopyCommitlogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[47]
+	mi := &file_raftmq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2893,7 +3180,7 @@ func (x *CopyCommitlogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyCommitlogRequest.ProtoReflect.Descriptor instead.
 func (*CopyCommitlogRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{47}
+	return file_raftmq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CopyCommitlogRequest) GetFromOffset() int64 {
@@ -2920,7 +3207,7 @@ type CommitlogChunk struct {
 
 func (x *CommitlogChunk) Reset() {
 	*x = CommitlogChunk{}
-	mi := &file_raftmq_proto_msgTypes[48]
+	mi := &file_raftmq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3219,7 @@ func (x *CommitlogChunk) String() string {
 func (*CommitlogChunk) ProtoMessage() {}
 
 func (x *CommitlogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[48]
+	mi := &file_raftmq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3232,7 @@ func (x *CommitlogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitlogChunk.ProtoReflect.Descriptor instead.
 func (*CommitlogChunk) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{48}
+	return file_raftmq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CommitlogChunk) GetOffset() int64 {
@@ -2975,7 +3262,7 @@ type ChecksumCommitlogRequest struct {
 
 func (x *ChecksumCommitlogRequest) Reset() {
 	*x = ChecksumCommitlogRequest{}
-	mi := &file_raftmq_proto_msgTypes[49]
+	mi := &file_raftmq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3274,7 @@ func (x *ChecksumCommitlogRequest) String() string {
 func (*ChecksumCommitlogRequest) ProtoMessage() {}
 
 func (x *ChecksumCommitlogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[49]
+	mi := &file_raftmq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3287,7 @@ func (x *ChecksumCommitlogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumCommitlogRequest.ProtoReflect.Descriptor instead.
 func (*ChecksumCommitlogRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{49}
+	return file_raftmq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ChecksumCommitlogRequest) GetFromOffset() int64 {
@@ -3028,7 +3315,7 @@ type ChecksumCommitlogResponse struct {
 
 func (x *ChecksumCommitlogResponse) Reset() {
 	*x = ChecksumCommitlogResponse{}
-	mi := &file_raftmq_proto_msgTypes[50]
+	mi := &file_raftmq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3040,7 +3327,7 @@ func (x *ChecksumCommitlogResponse) String() string {
 func (*ChecksumCommitlogResponse) ProtoMessage() {}
 
 func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[50]
+	mi := &file_raftmq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3053,7 +3340,7 @@ func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumCommitlogResponse.ProtoReflect.Descriptor instead.
 func (*ChecksumCommitlogResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{50}
+	return file_raftmq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ChecksumCommitlogResponse) GetFromOffset() int64 {
@@ -3097,7 +3384,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_raftmq_proto_msgTypes[51]
+	mi := &file_raftmq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3396,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[51]
+	mi := &file_raftmq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3409,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{51}
+	return file_raftmq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RaftCommand) GetCommand() isRaftCommand_Command {
@@ -3253,7 +3540,7 @@ type MasterAnnounce struct {
 
 func (x *MasterAnnounce) Reset() {
 	*x = MasterAnnounce{}
-	mi := &file_raftmq_proto_msgTypes[52]
+	mi := &file_raftmq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3265,7 +3552,7 @@ func (x *MasterAnnounce) String() string {
 func (*MasterAnnounce) ProtoMessage() {}
 
 func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[52]
+	mi := &file_raftmq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3278,7 +3565,7 @@ func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterAnnounce.ProtoReflect.Descriptor instead.
 func (*MasterAnnounce) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{52}
+	return file_raftmq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MasterAnnounce) GetReplicaId() int32 {
@@ -3310,7 +3597,7 @@ type SendBatch struct {
 
 func (x *SendBatch) Reset() {
 	*x = SendBatch{}
-	mi := &file_raftmq_proto_msgTypes[53]
+	mi := &file_raftmq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3322,7 +3609,7 @@ func (x *SendBatch) String() string {
 func (*SendBatch) ProtoMessage() {}
 
 func (x *SendBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[53]
+	mi := &file_raftmq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3335,7 +3622,7 @@ func (x *SendBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatch.ProtoReflect.Descriptor instead.
 func (*SendBatch) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{53}
+	return file_raftmq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SendBatch) GetStoreTimestamp() int64 {
@@ -3369,7 +3656,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_raftmq_proto_msgTypes[54]
+	mi := &file_raftmq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3668,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[54]
+	mi := &file_raftmq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3681,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{54}
+	return file_raftmq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -3421,7 +3708,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_raftmq_proto_msgTypes[55]
+	mi := &file_raftmq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3720,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[55]
+	mi := &file_raftmq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3733,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{55}
+	return file_raftmq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *OffsetCommit) GetConsumerGroup() string {
@@ -3481,7 +3768,7 @@ type BrokerSnapshot struct {
 
 func (x *BrokerSnapshot) Reset() {
 	*x = BrokerSnapshot{}
-	mi := &file_raftmq_proto_msgTypes[56]
+	mi := &file_raftmq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3780,7 @@ func (x *BrokerSnapshot) String() string {
 func (*BrokerSnapshot) ProtoMessage() {}
 
 func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[56]
+	mi := &file_raftmq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3793,7 @@ func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerSnapshot.ProtoReflect.Descriptor instead.
 func (*BrokerSnapshot) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{56}
+	return file_raftmq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BrokerSnapshot) GetStoreRaftIndex() uint64 {
@@ -3574,7 +3861,7 @@ type GetRouteRequest struct {
 
 func (x *GetRouteRequest) Reset() {
 	*x = GetRouteRequest{}
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3586,7 +3873,7 @@ func (x *GetRouteRequest) String() string {
 func (*GetRouteRequest) ProtoMessage() {}
 
 func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3599,7 +3886,7 @@ func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRouteRequest.ProtoReflect.Descriptor instead.
 func (*GetRouteRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{57}
+	return file_raftmq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetRouteRequest) GetTopic() string {
@@ -3625,7 +3912,7 @@ type GroupRoute struct {
 
 func (x *GroupRoute) Reset() {
 	*x = GroupRoute{}
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3637,7 +3924,7 @@ func (x *GroupRoute) String() string {
 func (*GroupRoute) ProtoMessage() {}
 
 func (x *GroupRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3650,7 +3937,7 @@ func (x *GroupRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
 func (*GroupRoute) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{58}
+	return file_raftmq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GroupRoute) GetGroup() string {
@@ -3712,7 +3999,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3724,7 +4011,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3737,7 +4024,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{59}
+	return file_raftmq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RouteResponse) GetTopic() string {
@@ -3762,7 +4049,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3774,7 +4061,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3787,7 +4074,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{60}
+	return file_raftmq_proto_rawDescGZIP(), []int{65}
 }
 
 type ClusterGroup struct {
@@ -3804,7 +4091,7 @@ type ClusterGroup struct {
 
 func (x *ClusterGroup) Reset() {
 	*x = ClusterGroup{}
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3816,7 +4103,7 @@ func (x *ClusterGroup) String() string {
 func (*ClusterGroup) ProtoMessage() {}
 
 func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3829,7 +4116,7 @@ func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterGroup.ProtoReflect.Descriptor instead.
 func (*ClusterGroup) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{61}
+	return file_raftmq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ClusterGroup) GetGroup() string {
@@ -3885,7 +4172,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3897,7 +4184,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3910,7 +4197,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{62}
+	return file_raftmq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ClusterInfoResponse) GetCluster() string {
@@ -3943,7 +4230,7 @@ type ListTopicNamesResponse struct {
 
 func (x *ListTopicNamesResponse) Reset() {
 	*x = ListTopicNamesResponse{}
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3955,7 +4242,7 @@ func (x *ListTopicNamesResponse) String() string {
 func (*ListTopicNamesResponse) ProtoMessage() {}
 
 func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3968,7 +4255,7 @@ func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicNamesResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicNamesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{63}
+	return file_raftmq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListTopicNamesResponse) GetTopics() []string {
@@ -3987,7 +4274,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3999,7 +4286,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4012,7 +4299,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{64}
+	return file_raftmq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *WatchRoutesRequest) GetTopics() []string {
@@ -4096,11 +4383,16 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
 	"\n" +
 	"expression\x18\x02 \x01(\tR\n" +
-	"expression\"\x94\x01\n" +
+	"expression\"\xbe\x01\n" +
 	"\x11ConsumerGroupInfo\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12*\n" +
 	"\x04mode\x18\x02 \x01(\x0e2\x16.raftmq.v1.ConsumeModeR\x04mode\x12=\n" +
-	"\rsubscriptions\x18\x03 \x03(\v2\x17.raftmq.v1.SubscriptionR\rsubscriptions\"\x85\x01\n" +
+	"\rsubscriptions\x18\x03 \x03(\v2\x17.raftmq.v1.SubscriptionR\rsubscriptions\x12(\n" +
+	"\x04held\x18\x04 \x03(\v2\x14.raftmq.v1.HeldQueueR\x04held\"_\n" +
+	"\tHeldQueue\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12!\n" +
+	"\fbroker_group\x18\x02 \x01(\tR\vbrokerGroup\x12\x19\n" +
+	"\bqueue_id\x18\x03 \x01(\x05R\aqueueId\"\x85\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\tR\bclientId\x124\n" +
 	"\x06groups\x18\x02 \x03(\v2\x1c.raftmq.v1.ConsumerGroupInfoR\x06groups\x12\x1e\n" +
@@ -4113,7 +4405,20 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\"8\n" +
 	"\x17GetConsumerListResponse\x12\x1d\n" +
 	"\n" +
-	"client_ids\x18\x01 \x03(\tR\tclientIds\"\xa8\x01\n" +
+	"client_ids\x18\x01 \x03(\tR\tclientIds\"5\n" +
+	"\x1dDescribeConsumerGroupsRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\"\xee\x01\n" +
+	"\x0eConsumerMember\x12\x1b\n" +
+	"\tclient_id\x18\x01 \x01(\tR\bclientId\x12*\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x16.raftmq.v1.ConsumeModeR\x04mode\x12=\n" +
+	"\rsubscriptions\x18\x03 \x03(\v2\x17.raftmq.v1.SubscriptionR\rsubscriptions\x12(\n" +
+	"\x04held\x18\x04 \x03(\v2\x14.raftmq.v1.HeldQueueR\x04held\x12*\n" +
+	"\x11last_heartbeat_ms\x18\x05 \x01(\x03R\x0flastHeartbeatMs\"a\n" +
+	"\x14ConsumerGroupMembers\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x123\n" +
+	"\amembers\x18\x02 \x03(\v2\x19.raftmq.v1.ConsumerMemberR\amembers\"Y\n" +
+	"\x1eDescribeConsumerGroupsResponse\x127\n" +
+	"\x06groups\x18\x01 \x03(\v2\x1f.raftmq.v1.ConsumerGroupMembersR\x06groups\"\xa8\x01\n" +
 	"\x17ConsumerSendBackRequest\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x12\x15\n" +
 	"\x06msg_id\x18\x02 \x01(\tR\x05msgId\x12\x1f\n" +
@@ -4325,14 +4630,15 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x18CONSUME_MODE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"CLUSTERING\x10\x01\x12\x10\n" +
-	"\fBROADCASTING\x10\x022\xbf\x0f\n" +
+	"\fBROADCASTING\x10\x022\xae\x10\n" +
 	"\x06Broker\x12L\n" +
 	"\vSendMessage\x12\x1d.raftmq.v1.SendMessageRequest\x1a\x1e.raftmq.v1.SendMessageResponse\x12L\n" +
 	"\vPullMessage\x12\x1d.raftmq.v1.PullMessageRequest\x1a\x1e.raftmq.v1.PullMessageResponse\x12d\n" +
 	"\x13QueryConsumerOffset\x12%.raftmq.v1.QueryConsumerOffsetRequest\x1a&.raftmq.v1.QueryConsumerOffsetResponse\x12g\n" +
 	"\x14UpdateConsumerOffset\x12&.raftmq.v1.UpdateConsumerOffsetRequest\x1a'.raftmq.v1.UpdateConsumerOffsetResponse\x12F\n" +
 	"\tHeartbeat\x12\x1b.raftmq.v1.HeartbeatRequest\x1a\x1c.raftmq.v1.HeartbeatResponse\x12X\n" +
-	"\x0fGetConsumerList\x12!.raftmq.v1.GetConsumerListRequest\x1a\".raftmq.v1.GetConsumerListResponse\x12[\n" +
+	"\x0fGetConsumerList\x12!.raftmq.v1.GetConsumerListRequest\x1a\".raftmq.v1.GetConsumerListResponse\x12m\n" +
+	"\x16DescribeConsumerGroups\x12(.raftmq.v1.DescribeConsumerGroupsRequest\x1a).raftmq.v1.DescribeConsumerGroupsResponse\x12[\n" +
 	"\x10ConsumerSendBack\x12\".raftmq.v1.ConsumerSendBackRequest\x1a#.raftmq.v1.ConsumerSendBackResponse\x12I\n" +
 	"\n" +
 	"LockQueues\x12\x1c.raftmq.v1.LockQueuesRequest\x1a\x1d.raftmq.v1.LockQueuesResponse\x12O\n" +
@@ -4372,7 +4678,7 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 }
 
 var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
@@ -4390,152 +4696,165 @@ var file_raftmq_proto_goTypes = []any{
 	(*UpdateConsumerOffsetResponse)(nil),    // 13: raftmq.v1.UpdateConsumerOffsetResponse
 	(*Subscription)(nil),                    // 14: raftmq.v1.Subscription
 	(*ConsumerGroupInfo)(nil),               // 15: raftmq.v1.ConsumerGroupInfo
-	(*HeartbeatRequest)(nil),                // 16: raftmq.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),               // 17: raftmq.v1.HeartbeatResponse
-	(*GetConsumerListRequest)(nil),          // 18: raftmq.v1.GetConsumerListRequest
-	(*GetConsumerListResponse)(nil),         // 19: raftmq.v1.GetConsumerListResponse
-	(*ConsumerSendBackRequest)(nil),         // 20: raftmq.v1.ConsumerSendBackRequest
-	(*ConsumerSendBackResponse)(nil),        // 21: raftmq.v1.ConsumerSendBackResponse
-	(*LockQueuesRequest)(nil),               // 22: raftmq.v1.LockQueuesRequest
-	(*LockQueuesResponse)(nil),              // 23: raftmq.v1.LockQueuesResponse
-	(*UnlockQueuesRequest)(nil),             // 24: raftmq.v1.UnlockQueuesRequest
-	(*UnlockQueuesResponse)(nil),            // 25: raftmq.v1.UnlockQueuesResponse
-	(*TopicConfig)(nil),                     // 26: raftmq.v1.TopicConfig
-	(*CreateTopicRequest)(nil),              // 27: raftmq.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),             // 28: raftmq.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),              // 29: raftmq.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),             // 30: raftmq.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),               // 31: raftmq.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),              // 32: raftmq.v1.ListTopicsResponse
-	(*SubscriptionGroupConfig)(nil),         // 33: raftmq.v1.SubscriptionGroupConfig
-	(*UpsertSubscriptionGroupRequest)(nil),  // 34: raftmq.v1.UpsertSubscriptionGroupRequest
-	(*UpsertSubscriptionGroupResponse)(nil), // 35: raftmq.v1.UpsertSubscriptionGroupResponse
-	(*DeleteSubscriptionGroupRequest)(nil),  // 36: raftmq.v1.DeleteSubscriptionGroupRequest
-	(*DeleteSubscriptionGroupResponse)(nil), // 37: raftmq.v1.DeleteSubscriptionGroupResponse
-	(*ListSubscriptionGroupsRequest)(nil),   // 38: raftmq.v1.ListSubscriptionGroupsRequest
-	(*ListSubscriptionGroupsResponse)(nil),  // 39: raftmq.v1.ListSubscriptionGroupsResponse
-	(*GetQueueOffsetsRequest)(nil),          // 40: raftmq.v1.GetQueueOffsetsRequest
-	(*GetQueueOffsetsResponse)(nil),         // 41: raftmq.v1.GetQueueOffsetsResponse
-	(*SearchOffsetByTimeRequest)(nil),       // 42: raftmq.v1.SearchOffsetByTimeRequest
-	(*SearchOffsetByTimeResponse)(nil),      // 43: raftmq.v1.SearchOffsetByTimeResponse
-	(*QueryMessageByIdRequest)(nil),         // 44: raftmq.v1.QueryMessageByIdRequest
-	(*QueryMessageByKeyRequest)(nil),        // 45: raftmq.v1.QueryMessageByKeyRequest
-	(*QueryMessageResponse)(nil),            // 46: raftmq.v1.QueryMessageResponse
-	(*DescribeBrokerRequest)(nil),           // 47: raftmq.v1.DescribeBrokerRequest
-	(*ReplicaInfo)(nil),                     // 48: raftmq.v1.ReplicaInfo
-	(*DescribeBrokerResponse)(nil),          // 49: raftmq.v1.DescribeBrokerResponse
-	(*CopyCommitlogRequest)(nil),            // 50: raftmq.v1.CopyCommitlogRequest
-	(*CommitlogChunk)(nil),                  // 51: raftmq.v1.CommitlogChunk
-	(*ChecksumCommitlogRequest)(nil),        // 52: raftmq.v1.ChecksumCommitlogRequest
-	(*ChecksumCommitlogResponse)(nil),       // 53: raftmq.v1.ChecksumCommitlogResponse
-	(*RaftCommand)(nil),                     // 54: raftmq.v1.RaftCommand
-	(*MasterAnnounce)(nil),                  // 55: raftmq.v1.MasterAnnounce
-	(*SendBatch)(nil),                       // 56: raftmq.v1.SendBatch
-	(*StoredMessage)(nil),                   // 57: raftmq.v1.StoredMessage
-	(*OffsetCommit)(nil),                    // 58: raftmq.v1.OffsetCommit
-	(*BrokerSnapshot)(nil),                  // 59: raftmq.v1.BrokerSnapshot
-	(*GetRouteRequest)(nil),                 // 60: raftmq.v1.GetRouteRequest
-	(*GroupRoute)(nil),                      // 61: raftmq.v1.GroupRoute
-	(*RouteResponse)(nil),                   // 62: raftmq.v1.RouteResponse
-	(*GetClusterInfoRequest)(nil),           // 63: raftmq.v1.GetClusterInfoRequest
-	(*ClusterGroup)(nil),                    // 64: raftmq.v1.ClusterGroup
-	(*ClusterInfoResponse)(nil),             // 65: raftmq.v1.ClusterInfoResponse
-	(*ListTopicNamesResponse)(nil),          // 66: raftmq.v1.ListTopicNamesResponse
-	(*WatchRoutesRequest)(nil),              // 67: raftmq.v1.WatchRoutesRequest
-	nil,                                     // 68: raftmq.v1.Message.PropertiesEntry
-	nil,                                     // 69: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 70: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	(*HeldQueue)(nil),                       // 16: raftmq.v1.HeldQueue
+	(*HeartbeatRequest)(nil),                // 17: raftmq.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),               // 18: raftmq.v1.HeartbeatResponse
+	(*GetConsumerListRequest)(nil),          // 19: raftmq.v1.GetConsumerListRequest
+	(*GetConsumerListResponse)(nil),         // 20: raftmq.v1.GetConsumerListResponse
+	(*DescribeConsumerGroupsRequest)(nil),   // 21: raftmq.v1.DescribeConsumerGroupsRequest
+	(*ConsumerMember)(nil),                  // 22: raftmq.v1.ConsumerMember
+	(*ConsumerGroupMembers)(nil),            // 23: raftmq.v1.ConsumerGroupMembers
+	(*DescribeConsumerGroupsResponse)(nil),  // 24: raftmq.v1.DescribeConsumerGroupsResponse
+	(*ConsumerSendBackRequest)(nil),         // 25: raftmq.v1.ConsumerSendBackRequest
+	(*ConsumerSendBackResponse)(nil),        // 26: raftmq.v1.ConsumerSendBackResponse
+	(*LockQueuesRequest)(nil),               // 27: raftmq.v1.LockQueuesRequest
+	(*LockQueuesResponse)(nil),              // 28: raftmq.v1.LockQueuesResponse
+	(*UnlockQueuesRequest)(nil),             // 29: raftmq.v1.UnlockQueuesRequest
+	(*UnlockQueuesResponse)(nil),            // 30: raftmq.v1.UnlockQueuesResponse
+	(*TopicConfig)(nil),                     // 31: raftmq.v1.TopicConfig
+	(*CreateTopicRequest)(nil),              // 32: raftmq.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),             // 33: raftmq.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),              // 34: raftmq.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),             // 35: raftmq.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),               // 36: raftmq.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),              // 37: raftmq.v1.ListTopicsResponse
+	(*SubscriptionGroupConfig)(nil),         // 38: raftmq.v1.SubscriptionGroupConfig
+	(*UpsertSubscriptionGroupRequest)(nil),  // 39: raftmq.v1.UpsertSubscriptionGroupRequest
+	(*UpsertSubscriptionGroupResponse)(nil), // 40: raftmq.v1.UpsertSubscriptionGroupResponse
+	(*DeleteSubscriptionGroupRequest)(nil),  // 41: raftmq.v1.DeleteSubscriptionGroupRequest
+	(*DeleteSubscriptionGroupResponse)(nil), // 42: raftmq.v1.DeleteSubscriptionGroupResponse
+	(*ListSubscriptionGroupsRequest)(nil),   // 43: raftmq.v1.ListSubscriptionGroupsRequest
+	(*ListSubscriptionGroupsResponse)(nil),  // 44: raftmq.v1.ListSubscriptionGroupsResponse
+	(*GetQueueOffsetsRequest)(nil),          // 45: raftmq.v1.GetQueueOffsetsRequest
+	(*GetQueueOffsetsResponse)(nil),         // 46: raftmq.v1.GetQueueOffsetsResponse
+	(*SearchOffsetByTimeRequest)(nil),       // 47: raftmq.v1.SearchOffsetByTimeRequest
+	(*SearchOffsetByTimeResponse)(nil),      // 48: raftmq.v1.SearchOffsetByTimeResponse
+	(*QueryMessageByIdRequest)(nil),         // 49: raftmq.v1.QueryMessageByIdRequest
+	(*QueryMessageByKeyRequest)(nil),        // 50: raftmq.v1.QueryMessageByKeyRequest
+	(*QueryMessageResponse)(nil),            // 51: raftmq.v1.QueryMessageResponse
+	(*DescribeBrokerRequest)(nil),           // 52: raftmq.v1.DescribeBrokerRequest
+	(*ReplicaInfo)(nil),                     // 53: raftmq.v1.ReplicaInfo
+	(*DescribeBrokerResponse)(nil),          // 54: raftmq.v1.DescribeBrokerResponse
+	(*CopyCommitlogRequest)(nil),            // 55: raftmq.v1.CopyCommitlogRequest
+	(*CommitlogChunk)(nil),                  // 56: raftmq.v1.CommitlogChunk
+	(*ChecksumCommitlogRequest)(nil),        // 57: raftmq.v1.ChecksumCommitlogRequest
+	(*ChecksumCommitlogResponse)(nil),       // 58: raftmq.v1.ChecksumCommitlogResponse
+	(*RaftCommand)(nil),                     // 59: raftmq.v1.RaftCommand
+	(*MasterAnnounce)(nil),                  // 60: raftmq.v1.MasterAnnounce
+	(*SendBatch)(nil),                       // 61: raftmq.v1.SendBatch
+	(*StoredMessage)(nil),                   // 62: raftmq.v1.StoredMessage
+	(*OffsetCommit)(nil),                    // 63: raftmq.v1.OffsetCommit
+	(*BrokerSnapshot)(nil),                  // 64: raftmq.v1.BrokerSnapshot
+	(*GetRouteRequest)(nil),                 // 65: raftmq.v1.GetRouteRequest
+	(*GroupRoute)(nil),                      // 66: raftmq.v1.GroupRoute
+	(*RouteResponse)(nil),                   // 67: raftmq.v1.RouteResponse
+	(*GetClusterInfoRequest)(nil),           // 68: raftmq.v1.GetClusterInfoRequest
+	(*ClusterGroup)(nil),                    // 69: raftmq.v1.ClusterGroup
+	(*ClusterInfoResponse)(nil),             // 70: raftmq.v1.ClusterInfoResponse
+	(*ListTopicNamesResponse)(nil),          // 71: raftmq.v1.ListTopicNamesResponse
+	(*WatchRoutesRequest)(nil),              // 72: raftmq.v1.WatchRoutesRequest
+	nil,                                     // 73: raftmq.v1.Message.PropertiesEntry
+	nil,                                     // 74: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 75: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
-	68, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
+	73, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
 	3,  // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
 	5,  // 2: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
 	1,  // 3: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
 	11, // 4: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
 	2,  // 5: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
 	14, // 6: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
-	15, // 7: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
-	26, // 8: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
-	26, // 9: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
-	33, // 10: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	33, // 11: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	48, // 12: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
-	26, // 13: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
-	56, // 14: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
-	26, // 15: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
-	58, // 16: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
-	33, // 17: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	55, // 18: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
-	57, // 19: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	69, // 20: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	3,  // 21: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	11, // 22: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	26, // 23: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	58, // 24: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	33, // 25: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	55, // 26: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	70, // 27: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	48, // 28: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	61, // 29: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	48, // 30: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	64, // 31: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	4,  // 32: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	7,  // 33: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	9,  // 34: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	12, // 35: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	16, // 36: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	18, // 37: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	20, // 38: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	22, // 39: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	24, // 40: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	27, // 41: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	29, // 42: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	31, // 43: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	34, // 44: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	36, // 45: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	38, // 46: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	40, // 47: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	42, // 48: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	44, // 49: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	45, // 50: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	47, // 51: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	50, // 52: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	52, // 53: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	60, // 54: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	63, // 55: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	31, // 56: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	67, // 57: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	6,  // 58: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	8,  // 59: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	10, // 60: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	13, // 61: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	17, // 62: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	19, // 63: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	21, // 64: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	23, // 65: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	25, // 66: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	28, // 67: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	30, // 68: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	32, // 69: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	35, // 70: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	37, // 71: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	39, // 72: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	41, // 73: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	43, // 74: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	46, // 75: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	46, // 76: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	49, // 77: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	51, // 78: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	53, // 79: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	62, // 80: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	65, // 81: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	66, // 82: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	62, // 83: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	58, // [58:84] is the sub-list for method output_type
-	32, // [32:58] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	16, // 7: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
+	15, // 8: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
+	2,  // 9: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
+	14, // 10: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
+	16, // 11: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
+	22, // 12: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
+	23, // 13: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
+	31, // 14: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
+	31, // 15: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
+	38, // 16: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	38, // 17: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	53, // 18: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
+	31, // 19: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
+	61, // 20: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
+	31, // 21: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
+	63, // 22: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
+	38, // 23: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	60, // 24: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
+	62, // 25: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	74, // 26: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	3,  // 27: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	11, // 28: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	31, // 29: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	63, // 30: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	38, // 31: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	60, // 32: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	75, // 33: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	53, // 34: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	66, // 35: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	53, // 36: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	69, // 37: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	4,  // 38: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	7,  // 39: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	9,  // 40: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	12, // 41: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	17, // 42: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	19, // 43: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	21, // 44: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	25, // 45: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	27, // 46: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	29, // 47: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	32, // 48: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	34, // 49: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	36, // 50: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	39, // 51: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	41, // 52: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	43, // 53: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	45, // 54: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	47, // 55: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	49, // 56: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	50, // 57: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	52, // 58: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	55, // 59: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	57, // 60: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	65, // 61: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	68, // 62: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	36, // 63: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	72, // 64: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	6,  // 65: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	8,  // 66: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	10, // 67: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	13, // 68: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	18, // 69: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	20, // 70: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	24, // 71: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	26, // 72: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	28, // 73: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	30, // 74: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	33, // 75: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	35, // 76: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	37, // 77: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	40, // 78: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	42, // 79: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	44, // 80: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	46, // 81: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	48, // 82: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	51, // 83: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	51, // 84: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	54, // 85: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	56, // 86: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	58, // 87: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	67, // 88: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	70, // 89: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	71, // 90: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	67, // 91: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	65, // [65:92] is the sub-list for method output_type
+	38, // [38:65] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -4543,7 +4862,7 @@ func file_raftmq_proto_init() {
 	if File_raftmq_proto != nil {
 		return
 	}
-	file_raftmq_proto_msgTypes[51].OneofWrappers = []any{
+	file_raftmq_proto_msgTypes[56].OneofWrappers = []any{
 		(*RaftCommand_Send)(nil),
 		(*RaftCommand_UpsertTopic)(nil),
 		(*RaftCommand_DeleteTopic)(nil),
@@ -4558,7 +4877,7 @@ func file_raftmq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   68,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

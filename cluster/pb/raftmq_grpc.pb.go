@@ -36,6 +36,7 @@ const (
 	Broker_UpdateConsumerOffset_FullMethodName    = "/raftmq.v1.Broker/UpdateConsumerOffset"
 	Broker_Heartbeat_FullMethodName               = "/raftmq.v1.Broker/Heartbeat"
 	Broker_GetConsumerList_FullMethodName         = "/raftmq.v1.Broker/GetConsumerList"
+	Broker_DescribeConsumerGroups_FullMethodName  = "/raftmq.v1.Broker/DescribeConsumerGroups"
 	Broker_ConsumerSendBack_FullMethodName        = "/raftmq.v1.Broker/ConsumerSendBack"
 	Broker_LockQueues_FullMethodName              = "/raftmq.v1.Broker/LockQueues"
 	Broker_UnlockQueues_FullMethodName            = "/raftmq.v1.Broker/UnlockQueues"
@@ -64,6 +65,7 @@ type BrokerClient interface {
 	UpdateConsumerOffset(ctx context.Context, in *UpdateConsumerOffsetRequest, opts ...grpc.CallOption) (*UpdateConsumerOffsetResponse, error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	GetConsumerList(ctx context.Context, in *GetConsumerListRequest, opts ...grpc.CallOption) (*GetConsumerListResponse, error)
+	DescribeConsumerGroups(ctx context.Context, in *DescribeConsumerGroupsRequest, opts ...grpc.CallOption) (*DescribeConsumerGroupsResponse, error)
 	ConsumerSendBack(ctx context.Context, in *ConsumerSendBackRequest, opts ...grpc.CallOption) (*ConsumerSendBackResponse, error)
 	LockQueues(ctx context.Context, in *LockQueuesRequest, opts ...grpc.CallOption) (*LockQueuesResponse, error)
 	UnlockQueues(ctx context.Context, in *UnlockQueuesRequest, opts ...grpc.CallOption) (*UnlockQueuesResponse, error)
@@ -145,6 +147,16 @@ func (c *brokerClient) GetConsumerList(ctx context.Context, in *GetConsumerListR
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetConsumerListResponse)
 	err := c.cc.Invoke(ctx, Broker_GetConsumerList_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brokerClient) DescribeConsumerGroups(ctx context.Context, in *DescribeConsumerGroupsRequest, opts ...grpc.CallOption) (*DescribeConsumerGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeConsumerGroupsResponse)
+	err := c.cc.Invoke(ctx, Broker_DescribeConsumerGroups_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -330,6 +342,7 @@ type BrokerServer interface {
 	UpdateConsumerOffset(context.Context, *UpdateConsumerOffsetRequest) (*UpdateConsumerOffsetResponse, error)
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	GetConsumerList(context.Context, *GetConsumerListRequest) (*GetConsumerListResponse, error)
+	DescribeConsumerGroups(context.Context, *DescribeConsumerGroupsRequest) (*DescribeConsumerGroupsResponse, error)
 	ConsumerSendBack(context.Context, *ConsumerSendBackRequest) (*ConsumerSendBackResponse, error)
 	LockQueues(context.Context, *LockQueuesRequest) (*LockQueuesResponse, error)
 	UnlockQueues(context.Context, *UnlockQueuesRequest) (*UnlockQueuesResponse, error)
@@ -374,6 +387,9 @@ func (UnimplementedBrokerServer) Heartbeat(context.Context, *HeartbeatRequest) (
 }
 func (UnimplementedBrokerServer) GetConsumerList(context.Context, *GetConsumerListRequest) (*GetConsumerListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetConsumerList not implemented")
+}
+func (UnimplementedBrokerServer) DescribeConsumerGroups(context.Context, *DescribeConsumerGroupsRequest) (*DescribeConsumerGroupsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeConsumerGroups not implemented")
 }
 func (UnimplementedBrokerServer) ConsumerSendBack(context.Context, *ConsumerSendBackRequest) (*ConsumerSendBackResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ConsumerSendBack not implemented")
@@ -548,6 +564,24 @@ func _Broker_GetConsumerList_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(BrokerServer).GetConsumerList(ctx, req.(*GetConsumerListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Broker_DescribeConsumerGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeConsumerGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).DescribeConsumerGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_DescribeConsumerGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).DescribeConsumerGroups(ctx, req.(*DescribeConsumerGroupsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -863,6 +897,10 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetConsumerList",
 			Handler:    _Broker_GetConsumerList_Handler,
+		},
+		{
+			MethodName: "DescribeConsumerGroups",
+			Handler:    _Broker_DescribeConsumerGroups_Handler,
 		},
 		{
 			MethodName: "ConsumerSendBack",

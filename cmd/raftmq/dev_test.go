@@ -359,6 +359,24 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 		}
 	}
 
+	// group list / describe: a push consumer (bench consume's) is a
+	// member holding the topic's 3 queues.
+	member := exec.Command(bin, "bench", "consume", "--namesrv", ns, "--topic", "keep", "--group", "gdesc", "--duration", "60s")
+	if err := member.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { member.Process.Kill(); member.Wait() }()
+	waitOutput(t, 10*time.Second, bin, "keep broker-a/0,1,2", "group", "describe", "--namesrv", ns, "--group", "gdesc")
+	if out := raftmq(t, bin, "group", "describe", "--namesrv", ns, "--group", "gdesc"); !strings.Contains(out, "clustering") || !strings.Contains(out, "keep(*)") {
+		t.Fatalf("group describe:\n%s", out)
+	}
+	waitOutput(t, 5*time.Second, bin, "gdesc", "group", "list", "--namesrv", ns)
+	if out, err := exec.Command(bin, "group", "describe", "--namesrv", ns, "--group", "nobody").CombinedOutput(); err == nil || !strings.Contains(string(out), `consumer group "nobody" has no live members`) {
+		t.Fatalf("group describe of a group without members: %v\n%s", err, out)
+	}
+	member.Process.Kill()
+	member.Wait()
+
 	dev.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)
 	go func() { done <- dev.Wait() }()

@@ -18,7 +18,7 @@ import (
 
 func groupCommand() *cobra.Command {
 	var ns string
-	cmd := &cobra.Command{Use: "group", Short: "inspect consumer groups"}
+	cmd := &cobra.Command{Use: "group", Short: "inspect consumer groups: members, queues held, progress"}
 	namesrvFlag(cmd, &ns)
 	var group, topic string
 	progress := &cobra.Command{
@@ -39,6 +39,7 @@ group has none for the queue (its lag counts from the queue's minimum).`,
 	progress.Flags().StringVar(&group, "group", "", "consumer group")
 	progress.Flags().StringVar(&topic, "topic", "", "only this topic")
 	cmd.AddCommand(progress)
+	cmd.AddCommand(groupMembersCommands(&ns)...)
 	return cmd
 }
 
