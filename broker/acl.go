@@ -70,6 +70,7 @@ var brokerAccess = map[string]cluster.AccessRule{
 		q := r.(*pb.UnlockQueuesRequest)
 		return cluster.Access{Subscribe: []string{q.Topic}, Groups: []string{q.ConsumerGroup}}
 	},
+	pb.Broker_ResetConsumerOffset_FullMethodName:     admin,
 	pb.Broker_CreateTopic_FullMethodName:             admin,
 	pb.Broker_DeleteTopic_FullMethodName:             admin,
 	pb.Broker_ListTopics_FullMethodName:              admin,

@@ -136,7 +136,19 @@ func (s *service) UpdateConsumerOffset(ctx context.Context, req *pb.UpdateConsum
 	if err := s.b.requireMaster(); err != nil {
 		return nil, err
 	}
-	cmd := &pb.RaftCommand{Command: &pb.RaftCommand_CommitOffsets{CommitOffsets: &pb.OffsetCommit{ConsumerGroup: req.ConsumerGroup, Offsets: req.Offsets}}}
+	// A queue whose offset was reset takes no commit until the group has
+	// pulled it once (resets.go): the member's commit is of its old
+	// position.
+	offs := make([]*pb.QueueOffset, 0, len(req.Offsets))
+	for _, o := range req.Offsets {
+		if !s.b.resets.holds(offsetKey{req.ConsumerGroup, o.Topic, o.QueueId}) {
+			offs = append(offs, o)
+		}
+	}
+	if len(offs) == 0 {
+		return &pb.UpdateConsumerOffsetResponse{}, nil
+	}
+	cmd := &pb.RaftCommand{Command: &pb.RaftCommand_CommitOffsets{CommitOffsets: &pb.OffsetCommit{ConsumerGroup: req.ConsumerGroup, Offsets: offs}}}
 	if err := s.b.apply(ctx, cmd); err != nil {
 		return nil, err
 	}

@@ -46,6 +46,7 @@ type Broker struct {
 	holds     *holdService
 	offsets   *offsetCommitter
 	consumers *consumerTable
+	resets    *offsetResets // the master's notices of reset offsets (resets.go)
 	locks     *queueLocks
 
 	// master: leader and past the Barrier that makes its state complete.
@@ -86,9 +87,10 @@ func Start(cfg Config) (*Broker, error) {
 		meta:   newMetadata(),
 		holds:  newHoldService(cfg.MaxHeldPulls, cfg.MaxHeldPullsPerClient),
 		locks:  newQueueLocks(),
+		resets: newOffsetResets(),
 		delays: delays,
 	}
-	b.consumers = newConsumerTable(cfg.ConsumerExpiry, b.holds.groupChanged)
+	b.consumers = newConsumerTable(cfg.ConsumerExpiry, b.holds.wakeGroup)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended, stopped: make(chan struct{})}
 	b.fsm.catchUp = b.catchUp
@@ -262,6 +264,7 @@ func (b *Broker) leaderLoop(ctx context.Context) {
 				if b.master.Swap(false) {
 					b.log.Info("no longer master")
 				}
+				b.resets.clear()
 				b.holds.wakeAll()
 				continue
 			}

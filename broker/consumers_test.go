@@ -55,7 +55,7 @@ func TestHeldPullsOfAChangedGroupAreAnswered(t *testing.T) {
 	if !h.hold(mine) || !h.hold(other) {
 		t.Fatal("not held")
 	}
-	h.groupChanged("g")
+	h.wakeGroup("g")
 	select {
 	case <-mine.wake:
 	default:

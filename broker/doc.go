@@ -6,7 +6,8 @@
 // topics, subscription groups, consumer offsets (metadata.go, offsets.go)
 // — the in-memory consumer and lock tables, and the notice to a group's
 // members that its members changed, in heartbeat and pull answers and by
-// answering its held pulls at once (consumers.go), catch-up of
+// answering its held pulls at once (consumers.go), resets of a group's
+// offsets and the notice that moves its live members (resets.go), catch-up of
 // a replica behind the Raft log by snapshot plus commitlog copy
 // (catchup.go), the stop of a replica whose store failed
 // (storefail.go), the transport security of its gRPC server and of its

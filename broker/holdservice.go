@@ -9,7 +9,8 @@ import (
 // holdService keeps the pulls that found nothing, per topic@queue, until a
 // message arrives for them, their suspend timeout passes, their client goes
 // away, their consumer group's members change (the answer tells the
-// member to rebalance), or this replica stops being master (RocketMQ's
+// member to rebalance) or its offsets are reset, or this replica stops
+// being master (RocketMQ's
 // PullRequestHoldService). Each held pull belongs to the gRPC handler
 // goroutine that waits on it; waking it closes its channel, and the
 // handler reads the queue again and answers.
@@ -117,12 +118,12 @@ func (h *holdService) check(now time.Time, queueMax func(queueKey) int64) {
 	}
 }
 
-// groupChanged answers the held pulls of a consumer group whose members
+// wakeGroup answers the held pulls of a consumer group: its members
 // changed, so each member hears of it now rather than at its next
 // heartbeat or rebalance (issue #14: a joining member's queues were
-// consumed by the old member too for ~20 s). Members change seldom; the
-// pass is over every held pull.
-func (h *holdService) groupChanged(group string) {
+// consumed by the old member too for ~20 s), or its offsets were reset
+// (resets.go). Both are seldom; the pass is over every held pull.
+func (h *holdService) wakeGroup(group string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, list := range h.held {

@@ -31,6 +31,18 @@ func (c *offsetCommitter) add(group, topic string, queue int32, offset int64) {
 	c.mu.Unlock()
 }
 
+// forget drops the pending commits of group on topic (their offsets were
+// just reset).
+func (c *offsetCommitter) forget(group, topic string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.pending {
+		if k.group == group && k.topic == topic {
+			delete(c.pending, k)
+		}
+	}
+}
+
 func (c *offsetCommitter) run(ctx context.Context) {
 	t := time.NewTicker(c.b.cfg.OffsetCommitInterval)
 	defer t.Stop()

@@ -56,6 +56,11 @@ func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.Pul
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, err.Error())
 	}
 	master := b.master.Load()
+	if master {
+		if resp, moved := b.movedByReset(req); moved {
+			return resp, nil // its commit is of the position before the reset
+		}
+	}
 	if req.CommitOffset > 0 && master {
 		b.offsets.add(req.ConsumerGroup, req.Topic, req.QueueId, req.CommitOffset)
 	}
@@ -78,6 +83,11 @@ func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.Pul
 	if res.Status == storage.NoNewMessage && suspend > 0 && master && !b.consumers.changedFor(req.ClientId, req.ConsumerGroup) {
 		if res, err = s.hold(ctx, get, req.ConsumerGroup, suspend); err != nil {
 			return nil, err
+		}
+	}
+	if master {
+		if resp, moved := b.movedByReset(req); moved { // reset while it was held
+			return resp, nil
 		}
 	}
 	resp := b.pullResponse(res, master, req.QueueId, req.QueueOffset)

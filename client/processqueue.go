@@ -46,8 +46,8 @@ func (pq *processQueue) remove(msgs []*MessageExt) int64 {
 	pq.mu.Lock()
 	defer pq.mu.Unlock()
 	for _, m := range msgs {
-		if _, ok := pq.msgs[m.QueueOffset]; !ok {
-			continue
+		if held, ok := pq.msgs[m.QueueOffset]; !ok || held != m {
+			continue // not held, or the same offset pulled again after a move
 		}
 		delete(pq.msgs, m.QueueOffset)
 		pq.bytes -= int64(len(m.Body))
@@ -81,6 +81,17 @@ func (pq *processQueue) load() (count int, bytes int64, span int64) {
 		span = pq.offsets[n-1] - pq.offsets[0]
 	}
 	return len(pq.offsets), pq.bytes, span
+}
+
+// moveTo forgets what the queue holds and goes on from next: the broker
+// said the offset moved (an offset reset, or messages retention removed).
+// Messages already handed to the listener are still consumed; removing
+// them later changes nothing here.
+func (pq *processQueue) moveTo(next int64) {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	clear(pq.msgs)
+	pq.offsets, pq.bytes, pq.next = pq.offsets[:0], 0, next
 }
 
 func (pq *processQueue) drop() {

@@ -708,9 +708,7 @@ func (c *PushConsumer) pullLoop(ctx context.Context, mq MessageQueue, expr strin
 			c.trigger() // a member joined or left: hand queues over now
 		}
 		if r.Status == PullOffsetIllegal {
-			pq.mu.Lock()
-			pq.next = r.NextOffset
-			pq.mu.Unlock()
+			pq.moveTo(r.NextOffset) // reset, or past what retention removed
 			continue
 		}
 		pq.put(r.Messages, r.NextOffset)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/pb"
 )
 
 // defaultPush is a push consumer at the default rebalance (20 s) and
@@ -142,4 +143,71 @@ func checkSharesWithin(t *testing.T, d time.Duration, n int, consumers ...*PushC
 		}
 		return len(seen) == n
 	})
+}
+
+// A live member picks up a reset of its group's offsets without a restart
+// (raftmq group reset-offset): reset to earliest, it consumes everything
+// again; reset to latest, it skips what is stored and consumes only what
+// comes after; its commits of the old position do not undo the reset.
+func TestLiveMemberFollowsAnOffsetReset(t *testing.T) {
+	c := newCluster(t, 1, 1, nil)
+	c.createTopic("rewind", 2)
+	p := c.producer()
+	defer p.Shutdown()
+	send := func(prefix string, n int) {
+		for i := 0; i < n; i++ {
+			if _, err := p.Send(context.Background(), &Message{Topic: "rewind", Body: []byte(fmt.Sprintf("%s-%d", prefix, i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send("first", 10)
+	seen := &tally{seen: map[string]int{}}
+	pc := c.pushConsumer(defaultPush("m"), "rewind", func(_ context.Context, msgs []*MessageExt) ConsumeResult {
+		seen.add(msgs)
+		return ConsumeSuccess
+	})
+	defer pc.Shutdown()
+	master, err := p.r.broker(c.brokers["broker-a"][c.master("broker-a")].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := func() int64 {
+		var sum int64
+		for q := int32(0); q < 2; q++ {
+			r, err := master.QueryConsumerOffset(context.Background(), &pb.QueryConsumerOffsetRequest{ConsumerGroup: "pg", Topic: "rewind", QueueId: q})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum += max(r.Offset, 0)
+		}
+		return sum
+	}
+	clustertest.WaitFor(t, 10*time.Second, "the first 10 consumed and committed", func() bool { return seen.distinct() == 10 && committed() == 10 })
+
+	resp, err := master.ResetConsumerOffset(context.Background(), &pb.ResetConsumerOffsetRequest{ConsumerGroup: "pg", Topic: "rewind",
+		To: &pb.ResetConsumerOffsetRequest_Earliest{Earliest: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Offsets) != 2 || resp.Offsets[0].Offset != 0 || resp.Offsets[1].Offset != 0 {
+		t.Fatalf("reset to earliest: %v", resp.Offsets)
+	}
+	// The member's pulls are held (nothing new): the reset answers them,
+	// well within the 20 s rebalance and 30 s heartbeat.
+	clustertest.WaitFor(t, 5*time.Second, "the 10 consumed again after the reset", func() bool { return seen.duplicates() == 10 })
+	clustertest.WaitFor(t, 10*time.Second, "the offsets committed again", func() bool { return committed() == 10 })
+
+	send("stored", 5)
+	clustertest.WaitFor(t, 5*time.Second, "the next 5 consumed", func() bool { return seen.distinct() == 15 })
+	if _, err := master.ResetConsumerOffset(context.Background(), &pb.ResetConsumerOffsetRequest{ConsumerGroup: "pg", Topic: "rewind",
+		To: &pb.ResetConsumerOffsetRequest_Latest{Latest: true}}); err != nil {
+		t.Fatal(err)
+	}
+	send("after", 5)
+	clustertest.WaitFor(t, 5*time.Second, "the 5 sent after the reset to latest consumed", func() bool { return seen.distinct() == 20 })
+	if d := seen.duplicates(); d != 10 {
+		t.Fatalf("%d duplicates after the reset to latest, want the 10 of the reset to earliest only", d)
+	}
+	clustertest.WaitFor(t, 10*time.Second, "the offsets at the end", func() bool { return committed() == 20 })
 }

@@ -21,6 +21,8 @@
 //     for Raft's stable state (term and vote), the one-time move of a bolt
 //     log into the WAL, and the completion of a segment rotation that a
 //     crash interrupted;
+//   - stablestore.go: Raft's stable store (term and vote), closed only
+//     once no write is in flight (a heartbeat handled as the node closes);
 //   - walfiler.go: raft-wal's segment filer, mended: it finds the tail that
 //     interrupted rotation left sealed, and sealed segments let go of their
 //     write buffers;

@@ -183,6 +183,7 @@ type RaftNode struct {
 	transport *raft.NetworkTransport
 	logStore  *wal.WAL
 	boltStore *raftboltdb.BoltStore
+	stable    *closingStable // boltStore as Raft's stable store, closed safely (stablestore.go)
 	stopped   atomic.Bool
 }
 
@@ -285,12 +286,13 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		closeAll()
 		return nil, fmt.Errorf("cluster: raft log cache: %w", err)
 	}
-	r, err := raft.NewRaft(rc, fsm, logs, bolt, snaps, transport)
+	stable := newClosingStable(bolt, bolt.Close)
+	r, err := raft.NewRaft(rc, fsm, logs, stable, snaps, transport)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
-	return &RaftNode{Raft: r, LeaderChanges: notify, transport: transport, logStore: logStore, boltStore: bolt}, nil
+	return &RaftNode{Raft: r, LeaderChanges: notify, transport: transport, logStore: logStore, boltStore: bolt, stable: stable}, nil
 }
 
 // Configuration is the Raft configuration of peers (id to address), every
@@ -353,7 +355,7 @@ func (n *RaftNode) Close() error {
 	if lerr := n.logStore.Close(); err == nil {
 		err = lerr
 	}
-	if berr := n.boltStore.Close(); err == nil {
+	if berr := n.stable.Close(); err == nil {
 		err = berr
 	}
 	return err

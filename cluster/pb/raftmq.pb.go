@@ -989,6 +989,184 @@ func (*UpdateConsumerOffsetResponse) Descriptor() ([]byte, []int) {
 	return file_raftmq_proto_rawDescGZIP(), []int{10}
 }
 
+// ResetConsumerOffset moves a group's offsets on every queue of a topic on
+// this broker group, replicated like any commit; the group's members
+// pulling those queues are told on their next pull (PULL_OFFSET_MOVED to
+// the new offset) and their commits for them are ignored until then.
+type ResetConsumerOffsetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConsumerGroup string                 `protobuf:"bytes,1,opt,name=consumer_group,json=consumerGroup,proto3" json:"consumer_group,omitempty"`
+	Topic         string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	// Types that are valid to be assigned to To:
+	//
+	//	*ResetConsumerOffsetRequest_Earliest
+	//	*ResetConsumerOffsetRequest_Latest
+	//	*ResetConsumerOffsetRequest_TimestampMs
+	//	*ResetConsumerOffsetRequest_Offset
+	To            isResetConsumerOffsetRequest_To `protobuf_oneof:"to"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetConsumerOffsetRequest) Reset() {
+	*x = ResetConsumerOffsetRequest{}
+	mi := &file_raftmq_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetConsumerOffsetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetConsumerOffsetRequest) ProtoMessage() {}
+
+func (x *ResetConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetConsumerOffsetRequest.ProtoReflect.Descriptor instead.
+func (*ResetConsumerOffsetRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ResetConsumerOffsetRequest) GetConsumerGroup() string {
+	if x != nil {
+		return x.ConsumerGroup
+	}
+	return ""
+}
+
+func (x *ResetConsumerOffsetRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ResetConsumerOffsetRequest) GetTo() isResetConsumerOffsetRequest_To {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *ResetConsumerOffsetRequest) GetEarliest() bool {
+	if x != nil {
+		if x, ok := x.To.(*ResetConsumerOffsetRequest_Earliest); ok {
+			return x.Earliest
+		}
+	}
+	return false
+}
+
+func (x *ResetConsumerOffsetRequest) GetLatest() bool {
+	if x != nil {
+		if x, ok := x.To.(*ResetConsumerOffsetRequest_Latest); ok {
+			return x.Latest
+		}
+	}
+	return false
+}
+
+func (x *ResetConsumerOffsetRequest) GetTimestampMs() int64 {
+	if x != nil {
+		if x, ok := x.To.(*ResetConsumerOffsetRequest_TimestampMs); ok {
+			return x.TimestampMs
+		}
+	}
+	return 0
+}
+
+func (x *ResetConsumerOffsetRequest) GetOffset() int64 {
+	if x != nil {
+		if x, ok := x.To.(*ResetConsumerOffsetRequest_Offset); ok {
+			return x.Offset
+		}
+	}
+	return 0
+}
+
+type isResetConsumerOffsetRequest_To interface {
+	isResetConsumerOffsetRequest_To()
+}
+
+type ResetConsumerOffsetRequest_Earliest struct {
+	Earliest bool `protobuf:"varint,3,opt,name=earliest,proto3,oneof"` // each queue's first offset
+}
+
+type ResetConsumerOffsetRequest_Latest struct {
+	Latest bool `protobuf:"varint,4,opt,name=latest,proto3,oneof"` // each queue's end: skip everything stored
+}
+
+type ResetConsumerOffsetRequest_TimestampMs struct {
+	TimestampMs int64 `protobuf:"varint,5,opt,name=timestamp_ms,json=timestampMs,proto3,oneof"` // the first message stored at or after it
+}
+
+type ResetConsumerOffsetRequest_Offset struct {
+	Offset int64 `protobuf:"varint,6,opt,name=offset,proto3,oneof"` // this offset on every queue, within [min, max]
+}
+
+func (*ResetConsumerOffsetRequest_Earliest) isResetConsumerOffsetRequest_To() {}
+
+func (*ResetConsumerOffsetRequest_Latest) isResetConsumerOffsetRequest_To() {}
+
+func (*ResetConsumerOffsetRequest_TimestampMs) isResetConsumerOffsetRequest_To() {}
+
+func (*ResetConsumerOffsetRequest_Offset) isResetConsumerOffsetRequest_To() {}
+
+type ResetConsumerOffsetResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offsets       []*QueueOffset         `protobuf:"bytes,1,rep,name=offsets,proto3" json:"offsets,omitempty"` // the new offset of each queue
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetConsumerOffsetResponse) Reset() {
+	*x = ResetConsumerOffsetResponse{}
+	mi := &file_raftmq_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetConsumerOffsetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetConsumerOffsetResponse) ProtoMessage() {}
+
+func (x *ResetConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetConsumerOffsetResponse.ProtoReflect.Descriptor instead.
+func (*ResetConsumerOffsetResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ResetConsumerOffsetResponse) GetOffsets() []*QueueOffset {
+	if x != nil {
+		return x.Offsets
+	}
+	return nil
+}
+
 type Subscription struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -999,7 +1177,7 @@ type Subscription struct {
 
 func (x *Subscription) Reset() {
 	*x = Subscription{}
-	mi := &file_raftmq_proto_msgTypes[11]
+	mi := &file_raftmq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1189,7 @@ func (x *Subscription) String() string {
 func (*Subscription) ProtoMessage() {}
 
 func (x *Subscription) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[11]
+	mi := &file_raftmq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1202,7 @@ func (x *Subscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
 func (*Subscription) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{11}
+	return file_raftmq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Subscription) GetTopic() string {
@@ -1055,7 +1233,7 @@ type ConsumerGroupInfo struct {
 
 func (x *ConsumerGroupInfo) Reset() {
 	*x = ConsumerGroupInfo{}
-	mi := &file_raftmq_proto_msgTypes[12]
+	mi := &file_raftmq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1245,7 @@ func (x *ConsumerGroupInfo) String() string {
 func (*ConsumerGroupInfo) ProtoMessage() {}
 
 func (x *ConsumerGroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[12]
+	mi := &file_raftmq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1258,7 @@ func (x *ConsumerGroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroupInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerGroupInfo) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{12}
+	return file_raftmq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConsumerGroupInfo) GetGroup() string {
@@ -1122,7 +1300,7 @@ type HeldQueue struct {
 
 func (x *HeldQueue) Reset() {
 	*x = HeldQueue{}
-	mi := &file_raftmq_proto_msgTypes[13]
+	mi := &file_raftmq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1312,7 @@ func (x *HeldQueue) String() string {
 func (*HeldQueue) ProtoMessage() {}
 
 func (x *HeldQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[13]
+	mi := &file_raftmq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1325,7 @@ func (x *HeldQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldQueue.ProtoReflect.Descriptor instead.
 func (*HeldQueue) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{13}
+	return file_raftmq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HeldQueue) GetTopic() string {
@@ -1184,7 +1362,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_raftmq_proto_msgTypes[14]
+	mi := &file_raftmq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1196,7 +1374,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[14]
+	mi := &file_raftmq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1209,7 +1387,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{14}
+	return file_raftmq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HeartbeatRequest) GetClientId() string {
@@ -1243,7 +1421,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_raftmq_proto_msgTypes[15]
+	mi := &file_raftmq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1433,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[15]
+	mi := &file_raftmq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1446,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{15}
+	return file_raftmq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeartbeatResponse) GetChangedGroups() []string {
@@ -1287,7 +1465,7 @@ type GetConsumerListRequest struct {
 
 func (x *GetConsumerListRequest) Reset() {
 	*x = GetConsumerListRequest{}
-	mi := &file_raftmq_proto_msgTypes[16]
+	mi := &file_raftmq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1477,7 @@ func (x *GetConsumerListRequest) String() string {
 func (*GetConsumerListRequest) ProtoMessage() {}
 
 func (x *GetConsumerListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[16]
+	mi := &file_raftmq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1490,7 @@ func (x *GetConsumerListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConsumerListRequest.ProtoReflect.Descriptor instead.
 func (*GetConsumerListRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{16}
+	return file_raftmq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetConsumerListRequest) GetConsumerGroup() string {
@@ -1331,7 +1509,7 @@ type GetConsumerListResponse struct {
 
 func (x *GetConsumerListResponse) Reset() {
 	*x = GetConsumerListResponse{}
-	mi := &file_raftmq_proto_msgTypes[17]
+	mi := &file_raftmq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1343,7 +1521,7 @@ func (x *GetConsumerListResponse) String() string {
 func (*GetConsumerListResponse) ProtoMessage() {}
 
 func (x *GetConsumerListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[17]
+	mi := &file_raftmq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1356,7 +1534,7 @@ func (x *GetConsumerListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConsumerListResponse.ProtoReflect.Descriptor instead.
 func (*GetConsumerListResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{17}
+	return file_raftmq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetConsumerListResponse) GetClientIds() []string {
@@ -1376,7 +1554,7 @@ type DescribeConsumerGroupsRequest struct {
 
 func (x *DescribeConsumerGroupsRequest) Reset() {
 	*x = DescribeConsumerGroupsRequest{}
-	mi := &file_raftmq_proto_msgTypes[18]
+	mi := &file_raftmq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1566,7 @@ func (x *DescribeConsumerGroupsRequest) String() string {
 func (*DescribeConsumerGroupsRequest) ProtoMessage() {}
 
 func (x *DescribeConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[18]
+	mi := &file_raftmq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1579,7 @@ func (x *DescribeConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConsumerGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConsumerGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{18}
+	return file_raftmq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DescribeConsumerGroupsRequest) GetGroup() string {
@@ -1424,7 +1602,7 @@ type ConsumerMember struct {
 
 func (x *ConsumerMember) Reset() {
 	*x = ConsumerMember{}
-	mi := &file_raftmq_proto_msgTypes[19]
+	mi := &file_raftmq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1614,7 @@ func (x *ConsumerMember) String() string {
 func (*ConsumerMember) ProtoMessage() {}
 
 func (x *ConsumerMember) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[19]
+	mi := &file_raftmq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1627,7 @@ func (x *ConsumerMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerMember.ProtoReflect.Descriptor instead.
 func (*ConsumerMember) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{19}
+	return file_raftmq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ConsumerMember) GetClientId() string {
@@ -1497,7 +1675,7 @@ type ConsumerGroupMembers struct {
 
 func (x *ConsumerGroupMembers) Reset() {
 	*x = ConsumerGroupMembers{}
-	mi := &file_raftmq_proto_msgTypes[20]
+	mi := &file_raftmq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1687,7 @@ func (x *ConsumerGroupMembers) String() string {
 func (*ConsumerGroupMembers) ProtoMessage() {}
 
 func (x *ConsumerGroupMembers) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[20]
+	mi := &file_raftmq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1700,7 @@ func (x *ConsumerGroupMembers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroupMembers.ProtoReflect.Descriptor instead.
 func (*ConsumerGroupMembers) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{20}
+	return file_raftmq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ConsumerGroupMembers) GetGroup() string {
@@ -1548,7 +1726,7 @@ type DescribeConsumerGroupsResponse struct {
 
 func (x *DescribeConsumerGroupsResponse) Reset() {
 	*x = DescribeConsumerGroupsResponse{}
-	mi := &file_raftmq_proto_msgTypes[21]
+	mi := &file_raftmq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1738,7 @@ func (x *DescribeConsumerGroupsResponse) String() string {
 func (*DescribeConsumerGroupsResponse) ProtoMessage() {}
 
 func (x *DescribeConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[21]
+	mi := &file_raftmq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1751,7 @@ func (x *DescribeConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConsumerGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConsumerGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{21}
+	return file_raftmq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DescribeConsumerGroupsResponse) GetGroups() []*ConsumerGroupMembers {
@@ -1595,7 +1773,7 @@ type ConsumerSendBackRequest struct {
 
 func (x *ConsumerSendBackRequest) Reset() {
 	*x = ConsumerSendBackRequest{}
-	mi := &file_raftmq_proto_msgTypes[22]
+	mi := &file_raftmq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1785,7 @@ func (x *ConsumerSendBackRequest) String() string {
 func (*ConsumerSendBackRequest) ProtoMessage() {}
 
 func (x *ConsumerSendBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[22]
+	mi := &file_raftmq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1798,7 @@ func (x *ConsumerSendBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerSendBackRequest.ProtoReflect.Descriptor instead.
 func (*ConsumerSendBackRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{22}
+	return file_raftmq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ConsumerSendBackRequest) GetConsumerGroup() string {
@@ -1659,7 +1837,7 @@ type ConsumerSendBackResponse struct {
 
 func (x *ConsumerSendBackResponse) Reset() {
 	*x = ConsumerSendBackResponse{}
-	mi := &file_raftmq_proto_msgTypes[23]
+	mi := &file_raftmq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1849,7 @@ func (x *ConsumerSendBackResponse) String() string {
 func (*ConsumerSendBackResponse) ProtoMessage() {}
 
 func (x *ConsumerSendBackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[23]
+	mi := &file_raftmq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1862,7 @@ func (x *ConsumerSendBackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerSendBackResponse.ProtoReflect.Descriptor instead.
 func (*ConsumerSendBackResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{23}
+	return file_raftmq_proto_rawDescGZIP(), []int{25}
 }
 
 type LockQueuesRequest struct {
@@ -1699,7 +1877,7 @@ type LockQueuesRequest struct {
 
 func (x *LockQueuesRequest) Reset() {
 	*x = LockQueuesRequest{}
-	mi := &file_raftmq_proto_msgTypes[24]
+	mi := &file_raftmq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1889,7 @@ func (x *LockQueuesRequest) String() string {
 func (*LockQueuesRequest) ProtoMessage() {}
 
 func (x *LockQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[24]
+	mi := &file_raftmq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1902,7 @@ func (x *LockQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueuesRequest.ProtoReflect.Descriptor instead.
 func (*LockQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{24}
+	return file_raftmq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LockQueuesRequest) GetConsumerGroup() string {
@@ -1764,7 +1942,7 @@ type LockQueuesResponse struct {
 
 func (x *LockQueuesResponse) Reset() {
 	*x = LockQueuesResponse{}
-	mi := &file_raftmq_proto_msgTypes[25]
+	mi := &file_raftmq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1954,7 @@ func (x *LockQueuesResponse) String() string {
 func (*LockQueuesResponse) ProtoMessage() {}
 
 func (x *LockQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[25]
+	mi := &file_raftmq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +1967,7 @@ func (x *LockQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueuesResponse.ProtoReflect.Descriptor instead.
 func (*LockQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{25}
+	return file_raftmq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LockQueuesResponse) GetLockedQueueIds() []int32 {
@@ -1811,7 +1989,7 @@ type UnlockQueuesRequest struct {
 
 func (x *UnlockQueuesRequest) Reset() {
 	*x = UnlockQueuesRequest{}
-	mi := &file_raftmq_proto_msgTypes[26]
+	mi := &file_raftmq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2001,7 @@ func (x *UnlockQueuesRequest) String() string {
 func (*UnlockQueuesRequest) ProtoMessage() {}
 
 func (x *UnlockQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[26]
+	mi := &file_raftmq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2014,7 @@ func (x *UnlockQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlockQueuesRequest.ProtoReflect.Descriptor instead.
 func (*UnlockQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{26}
+	return file_raftmq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UnlockQueuesRequest) GetConsumerGroup() string {
@@ -1875,7 +2053,7 @@ type UnlockQueuesResponse struct {
 
 func (x *UnlockQueuesResponse) Reset() {
 	*x = UnlockQueuesResponse{}
-	mi := &file_raftmq_proto_msgTypes[27]
+	mi := &file_raftmq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2065,7 @@ func (x *UnlockQueuesResponse) String() string {
 func (*UnlockQueuesResponse) ProtoMessage() {}
 
 func (x *UnlockQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[27]
+	mi := &file_raftmq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2078,7 @@ func (x *UnlockQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlockQueuesResponse.ProtoReflect.Descriptor instead.
 func (*UnlockQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{27}
+	return file_raftmq_proto_rawDescGZIP(), []int{29}
 }
 
 // Permission bits, as RocketMQ: 4 read, 2 write.
@@ -1916,7 +2094,7 @@ type TopicConfig struct {
 
 func (x *TopicConfig) Reset() {
 	*x = TopicConfig{}
-	mi := &file_raftmq_proto_msgTypes[28]
+	mi := &file_raftmq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2106,7 @@ func (x *TopicConfig) String() string {
 func (*TopicConfig) ProtoMessage() {}
 
 func (x *TopicConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[28]
+	mi := &file_raftmq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2119,7 @@ func (x *TopicConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicConfig.ProtoReflect.Descriptor instead.
 func (*TopicConfig) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{28}
+	return file_raftmq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TopicConfig) GetName() string {
@@ -1982,7 +2160,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_raftmq_proto_msgTypes[29]
+	mi := &file_raftmq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2172,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[29]
+	mi := &file_raftmq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2185,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{29}
+	return file_raftmq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateTopicRequest) GetTopic() *TopicConfig {
@@ -2032,7 +2210,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_raftmq_proto_msgTypes[30]
+	mi := &file_raftmq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2222,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[30]
+	mi := &file_raftmq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2235,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{30}
+	return file_raftmq_proto_rawDescGZIP(), []int{32}
 }
 
 type DeleteTopicRequest struct {
@@ -2069,7 +2247,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_raftmq_proto_msgTypes[31]
+	mi := &file_raftmq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2259,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[31]
+	mi := &file_raftmq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2272,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{31}
+	return file_raftmq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2112,7 +2290,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_raftmq_proto_msgTypes[32]
+	mi := &file_raftmq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2302,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[32]
+	mi := &file_raftmq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2315,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{32}
+	return file_raftmq_proto_rawDescGZIP(), []int{34}
 }
 
 type ListTopicsRequest struct {
@@ -2148,7 +2326,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_raftmq_proto_msgTypes[33]
+	mi := &file_raftmq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2338,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[33]
+	mi := &file_raftmq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2351,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{33}
+	return file_raftmq_proto_rawDescGZIP(), []int{35}
 }
 
 type ListTopicsResponse struct {
@@ -2186,7 +2364,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_raftmq_proto_msgTypes[34]
+	mi := &file_raftmq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2198,7 +2376,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[34]
+	mi := &file_raftmq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2211,7 +2389,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{34}
+	return file_raftmq_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicConfig {
@@ -2241,7 +2419,7 @@ type SubscriptionGroupConfig struct {
 
 func (x *SubscriptionGroupConfig) Reset() {
 	*x = SubscriptionGroupConfig{}
-	mi := &file_raftmq_proto_msgTypes[35]
+	mi := &file_raftmq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2431,7 @@ func (x *SubscriptionGroupConfig) String() string {
 func (*SubscriptionGroupConfig) ProtoMessage() {}
 
 func (x *SubscriptionGroupConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[35]
+	mi := &file_raftmq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2444,7 @@ func (x *SubscriptionGroupConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionGroupConfig.ProtoReflect.Descriptor instead.
 func (*SubscriptionGroupConfig) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{35}
+	return file_raftmq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SubscriptionGroupConfig) GetName() string {
@@ -2306,7 +2484,7 @@ type UpsertSubscriptionGroupRequest struct {
 
 func (x *UpsertSubscriptionGroupRequest) Reset() {
 	*x = UpsertSubscriptionGroupRequest{}
-	mi := &file_raftmq_proto_msgTypes[36]
+	mi := &file_raftmq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2496,7 @@ func (x *UpsertSubscriptionGroupRequest) String() string {
 func (*UpsertSubscriptionGroupRequest) ProtoMessage() {}
 
 func (x *UpsertSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[36]
+	mi := &file_raftmq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2509,7 @@ func (x *UpsertSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertSubscriptionGroupRequest.ProtoReflect.Descriptor instead.
 func (*UpsertSubscriptionGroupRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{36}
+	return file_raftmq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UpsertSubscriptionGroupRequest) GetGroup() *SubscriptionGroupConfig {
@@ -2349,7 +2527,7 @@ type UpsertSubscriptionGroupResponse struct {
 
 func (x *UpsertSubscriptionGroupResponse) Reset() {
 	*x = UpsertSubscriptionGroupResponse{}
-	mi := &file_raftmq_proto_msgTypes[37]
+	mi := &file_raftmq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2539,7 @@ func (x *UpsertSubscriptionGroupResponse) String() string {
 func (*UpsertSubscriptionGroupResponse) ProtoMessage() {}
 
 func (x *UpsertSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[37]
+	mi := &file_raftmq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2552,7 @@ func (x *UpsertSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertSubscriptionGroupResponse.ProtoReflect.Descriptor instead.
 func (*UpsertSubscriptionGroupResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{37}
+	return file_raftmq_proto_rawDescGZIP(), []int{39}
 }
 
 type DeleteSubscriptionGroupRequest struct {
@@ -2386,7 +2564,7 @@ type DeleteSubscriptionGroupRequest struct {
 
 func (x *DeleteSubscriptionGroupRequest) Reset() {
 	*x = DeleteSubscriptionGroupRequest{}
-	mi := &file_raftmq_proto_msgTypes[38]
+	mi := &file_raftmq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2576,7 @@ func (x *DeleteSubscriptionGroupRequest) String() string {
 func (*DeleteSubscriptionGroupRequest) ProtoMessage() {}
 
 func (x *DeleteSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[38]
+	mi := &file_raftmq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2589,7 @@ func (x *DeleteSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionGroupRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{38}
+	return file_raftmq_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteSubscriptionGroupRequest) GetName() string {
@@ -2429,7 +2607,7 @@ type DeleteSubscriptionGroupResponse struct {
 
 func (x *DeleteSubscriptionGroupResponse) Reset() {
 	*x = DeleteSubscriptionGroupResponse{}
-	mi := &file_raftmq_proto_msgTypes[39]
+	mi := &file_raftmq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2619,7 @@ func (x *DeleteSubscriptionGroupResponse) String() string {
 func (*DeleteSubscriptionGroupResponse) ProtoMessage() {}
 
 func (x *DeleteSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[39]
+	mi := &file_raftmq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2632,7 @@ func (x *DeleteSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionGroupResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{39}
+	return file_raftmq_proto_rawDescGZIP(), []int{41}
 }
 
 type ListSubscriptionGroupsRequest struct {
@@ -2465,7 +2643,7 @@ type ListSubscriptionGroupsRequest struct {
 
 func (x *ListSubscriptionGroupsRequest) Reset() {
 	*x = ListSubscriptionGroupsRequest{}
-	mi := &file_raftmq_proto_msgTypes[40]
+	mi := &file_raftmq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2655,7 @@ func (x *ListSubscriptionGroupsRequest) String() string {
 func (*ListSubscriptionGroupsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[40]
+	mi := &file_raftmq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2668,7 @@ func (x *ListSubscriptionGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{40}
+	return file_raftmq_proto_rawDescGZIP(), []int{42}
 }
 
 type ListSubscriptionGroupsResponse struct {
@@ -2502,7 +2680,7 @@ type ListSubscriptionGroupsResponse struct {
 
 func (x *ListSubscriptionGroupsResponse) Reset() {
 	*x = ListSubscriptionGroupsResponse{}
-	mi := &file_raftmq_proto_msgTypes[41]
+	mi := &file_raftmq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2692,7 @@ func (x *ListSubscriptionGroupsResponse) String() string {
 func (*ListSubscriptionGroupsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[41]
+	mi := &file_raftmq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2705,7 @@ func (x *ListSubscriptionGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{41}
+	return file_raftmq_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListSubscriptionGroupsResponse) GetGroups() []*SubscriptionGroupConfig {
@@ -2547,7 +2725,7 @@ type GetQueueOffsetsRequest struct {
 
 func (x *GetQueueOffsetsRequest) Reset() {
 	*x = GetQueueOffsetsRequest{}
-	mi := &file_raftmq_proto_msgTypes[42]
+	mi := &file_raftmq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2737,7 @@ func (x *GetQueueOffsetsRequest) String() string {
 func (*GetQueueOffsetsRequest) ProtoMessage() {}
 
 func (x *GetQueueOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[42]
+	mi := &file_raftmq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2750,7 @@ func (x *GetQueueOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{42}
+	return file_raftmq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetQueueOffsetsRequest) GetTopic() string {
@@ -2599,7 +2777,7 @@ type GetQueueOffsetsResponse struct {
 
 func (x *GetQueueOffsetsResponse) Reset() {
 	*x = GetQueueOffsetsResponse{}
-	mi := &file_raftmq_proto_msgTypes[43]
+	mi := &file_raftmq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2789,7 @@ func (x *GetQueueOffsetsResponse) String() string {
 func (*GetQueueOffsetsResponse) ProtoMessage() {}
 
 func (x *GetQueueOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[43]
+	mi := &file_raftmq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2802,7 @@ func (x *GetQueueOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{43}
+	return file_raftmq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetQueueOffsetsResponse) GetMinOffset() int64 {
@@ -2652,7 +2830,7 @@ type SearchOffsetByTimeRequest struct {
 
 func (x *SearchOffsetByTimeRequest) Reset() {
 	*x = SearchOffsetByTimeRequest{}
-	mi := &file_raftmq_proto_msgTypes[44]
+	mi := &file_raftmq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2842,7 @@ func (x *SearchOffsetByTimeRequest) String() string {
 func (*SearchOffsetByTimeRequest) ProtoMessage() {}
 
 func (x *SearchOffsetByTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[44]
+	mi := &file_raftmq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2855,7 @@ func (x *SearchOffsetByTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchOffsetByTimeRequest.ProtoReflect.Descriptor instead.
 func (*SearchOffsetByTimeRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{44}
+	return file_raftmq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SearchOffsetByTimeRequest) GetTopic() string {
@@ -2710,7 +2888,7 @@ type SearchOffsetByTimeResponse struct {
 
 func (x *SearchOffsetByTimeResponse) Reset() {
 	*x = SearchOffsetByTimeResponse{}
-	mi := &file_raftmq_proto_msgTypes[45]
+	mi := &file_raftmq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +2900,7 @@ func (x *SearchOffsetByTimeResponse) String() string {
 func (*SearchOffsetByTimeResponse) ProtoMessage() {}
 
 func (x *SearchOffsetByTimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[45]
+	mi := &file_raftmq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +2913,7 @@ func (x *SearchOffsetByTimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchOffsetByTimeResponse.ProtoReflect.Descriptor instead.
 func (*SearchOffsetByTimeResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{45}
+	return file_raftmq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SearchOffsetByTimeResponse) GetOffset() int64 {
@@ -2754,7 +2932,7 @@ type QueryMessageByIdRequest struct {
 
 func (x *QueryMessageByIdRequest) Reset() {
 	*x = QueryMessageByIdRequest{}
-	mi := &file_raftmq_proto_msgTypes[46]
+	mi := &file_raftmq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +2944,7 @@ func (x *QueryMessageByIdRequest) String() string {
 func (*QueryMessageByIdRequest) ProtoMessage() {}
 
 func (x *QueryMessageByIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[46]
+	mi := &file_raftmq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +2957,7 @@ func (x *QueryMessageByIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageByIdRequest.ProtoReflect.Descriptor instead.
 func (*QueryMessageByIdRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{46}
+	return file_raftmq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *QueryMessageByIdRequest) GetMsgId() string {
@@ -2802,7 +2980,7 @@ type QueryMessageByKeyRequest struct {
 
 func (x *QueryMessageByKeyRequest) Reset() {
 	*x = QueryMessageByKeyRequest{}
-	mi := &file_raftmq_proto_msgTypes[47]
+	mi := &file_raftmq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +2992,7 @@ func (x *QueryMessageByKeyRequest) String() string {
 func (*QueryMessageByKeyRequest) ProtoMessage() {}
 
 func (x *QueryMessageByKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[47]
+	mi := &file_raftmq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +3005,7 @@ func (x *QueryMessageByKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageByKeyRequest.ProtoReflect.Descriptor instead.
 func (*QueryMessageByKeyRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{47}
+	return file_raftmq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *QueryMessageByKeyRequest) GetTopic() string {
@@ -2874,7 +3052,7 @@ type QueryMessageResponse struct {
 
 func (x *QueryMessageResponse) Reset() {
 	*x = QueryMessageResponse{}
-	mi := &file_raftmq_proto_msgTypes[48]
+	mi := &file_raftmq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2886,7 +3064,7 @@ func (x *QueryMessageResponse) String() string {
 func (*QueryMessageResponse) ProtoMessage() {}
 
 func (x *QueryMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[48]
+	mi := &file_raftmq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2899,7 +3077,7 @@ func (x *QueryMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageResponse.ProtoReflect.Descriptor instead.
 func (*QueryMessageResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{48}
+	return file_raftmq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *QueryMessageResponse) GetRecords() [][]byte {
@@ -2917,7 +3095,7 @@ type DescribeBrokerRequest struct {
 
 func (x *DescribeBrokerRequest) Reset() {
 	*x = DescribeBrokerRequest{}
-	mi := &file_raftmq_proto_msgTypes[49]
+	mi := &file_raftmq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3107,7 @@ func (x *DescribeBrokerRequest) String() string {
 func (*DescribeBrokerRequest) ProtoMessage() {}
 
 func (x *DescribeBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[49]
+	mi := &file_raftmq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3120,7 @@ func (x *DescribeBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeBrokerRequest.ProtoReflect.Descriptor instead.
 func (*DescribeBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{49}
+	return file_raftmq_proto_rawDescGZIP(), []int{51}
 }
 
 type ReplicaInfo struct {
@@ -2957,7 +3135,7 @@ type ReplicaInfo struct {
 
 func (x *ReplicaInfo) Reset() {
 	*x = ReplicaInfo{}
-	mi := &file_raftmq_proto_msgTypes[50]
+	mi := &file_raftmq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2969,7 +3147,7 @@ func (x *ReplicaInfo) String() string {
 func (*ReplicaInfo) ProtoMessage() {}
 
 func (x *ReplicaInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[50]
+	mi := &file_raftmq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2982,7 +3160,7 @@ func (x *ReplicaInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaInfo.ProtoReflect.Descriptor instead.
 func (*ReplicaInfo) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{50}
+	return file_raftmq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReplicaInfo) GetId() int32 {
@@ -3033,7 +3211,7 @@ type DescribeBrokerResponse struct {
 
 func (x *DescribeBrokerResponse) Reset() {
 	*x = DescribeBrokerResponse{}
-	mi := &file_raftmq_proto_msgTypes[51]
+	mi := &file_raftmq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3223,7 @@ func (x *DescribeBrokerResponse) String() string {
 func (*DescribeBrokerResponse) ProtoMessage() {}
 
 func (x *DescribeBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[51]
+	mi := &file_raftmq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3236,7 @@ func (x *DescribeBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeBrokerResponse.ProtoReflect.Descriptor instead.
 func (*DescribeBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{51}
+	return file_raftmq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DescribeBrokerResponse) GetGroup() string {
@@ -3155,7 +3333,7 @@ type CopyCommitlogRequest struct {
 
 func (x *CopyCommitlogRequest) Reset() {
 	*x = CopyCommitlogRequest{}
-	mi := &file_raftmq_proto_msgTypes[52]
+	mi := &file_raftmq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3345,7 @@ func (x *CopyCommitlogRequest) String() string {
 func (*CopyCommitlogRequest) ProtoMessage() {}
 
 func (x *CopyCommitlogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[52]
+	mi := &file_raftmq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3358,7 @@ func (x *CopyCommitlogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyCommitlogRequest.ProtoReflect.Descriptor instead.
 func (*CopyCommitlogRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{52}
+	return file_raftmq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CopyCommitlogRequest) GetFromOffset() int64 {
@@ -3207,7 +3385,7 @@ type CommitlogChunk struct {
 
 func (x *CommitlogChunk) Reset() {
 	*x = CommitlogChunk{}
-	mi := &file_raftmq_proto_msgTypes[53]
+	mi := &file_raftmq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3219,7 +3397,7 @@ func (x *CommitlogChunk) String() string {
 func (*CommitlogChunk) ProtoMessage() {}
 
 func (x *CommitlogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[53]
+	mi := &file_raftmq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3232,7 +3410,7 @@ func (x *CommitlogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitlogChunk.ProtoReflect.Descriptor instead.
 func (*CommitlogChunk) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{53}
+	return file_raftmq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CommitlogChunk) GetOffset() int64 {
@@ -3262,7 +3440,7 @@ type ChecksumCommitlogRequest struct {
 
 func (x *ChecksumCommitlogRequest) Reset() {
 	*x = ChecksumCommitlogRequest{}
-	mi := &file_raftmq_proto_msgTypes[54]
+	mi := &file_raftmq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3274,7 +3452,7 @@ func (x *ChecksumCommitlogRequest) String() string {
 func (*ChecksumCommitlogRequest) ProtoMessage() {}
 
 func (x *ChecksumCommitlogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[54]
+	mi := &file_raftmq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3287,7 +3465,7 @@ func (x *ChecksumCommitlogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumCommitlogRequest.ProtoReflect.Descriptor instead.
 func (*ChecksumCommitlogRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{54}
+	return file_raftmq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ChecksumCommitlogRequest) GetFromOffset() int64 {
@@ -3315,7 +3493,7 @@ type ChecksumCommitlogResponse struct {
 
 func (x *ChecksumCommitlogResponse) Reset() {
 	*x = ChecksumCommitlogResponse{}
-	mi := &file_raftmq_proto_msgTypes[55]
+	mi := &file_raftmq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3505,7 @@ func (x *ChecksumCommitlogResponse) String() string {
 func (*ChecksumCommitlogResponse) ProtoMessage() {}
 
 func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[55]
+	mi := &file_raftmq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3518,7 @@ func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumCommitlogResponse.ProtoReflect.Descriptor instead.
 func (*ChecksumCommitlogResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{55}
+	return file_raftmq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ChecksumCommitlogResponse) GetFromOffset() int64 {
@@ -3384,7 +3562,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_raftmq_proto_msgTypes[56]
+	mi := &file_raftmq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3574,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[56]
+	mi := &file_raftmq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3587,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{56}
+	return file_raftmq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RaftCommand) GetCommand() isRaftCommand_Command {
@@ -3540,7 +3718,7 @@ type MasterAnnounce struct {
 
 func (x *MasterAnnounce) Reset() {
 	*x = MasterAnnounce{}
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3552,7 +3730,7 @@ func (x *MasterAnnounce) String() string {
 func (*MasterAnnounce) ProtoMessage() {}
 
 func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3565,7 +3743,7 @@ func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterAnnounce.ProtoReflect.Descriptor instead.
 func (*MasterAnnounce) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{57}
+	return file_raftmq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *MasterAnnounce) GetReplicaId() int32 {
@@ -3597,7 +3775,7 @@ type SendBatch struct {
 
 func (x *SendBatch) Reset() {
 	*x = SendBatch{}
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3787,7 @@ func (x *SendBatch) String() string {
 func (*SendBatch) ProtoMessage() {}
 
 func (x *SendBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3800,7 @@ func (x *SendBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatch.ProtoReflect.Descriptor instead.
 func (*SendBatch) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{58}
+	return file_raftmq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SendBatch) GetStoreTimestamp() int64 {
@@ -3656,7 +3834,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +3846,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +3859,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{59}
+	return file_raftmq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -3708,7 +3886,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3720,7 +3898,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3733,7 +3911,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{60}
+	return file_raftmq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *OffsetCommit) GetConsumerGroup() string {
@@ -3768,7 +3946,7 @@ type BrokerSnapshot struct {
 
 func (x *BrokerSnapshot) Reset() {
 	*x = BrokerSnapshot{}
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3780,7 +3958,7 @@ func (x *BrokerSnapshot) String() string {
 func (*BrokerSnapshot) ProtoMessage() {}
 
 func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3793,7 +3971,7 @@ func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerSnapshot.ProtoReflect.Descriptor instead.
 func (*BrokerSnapshot) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{61}
+	return file_raftmq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BrokerSnapshot) GetStoreRaftIndex() uint64 {
@@ -3861,7 +4039,7 @@ type GetRouteRequest struct {
 
 func (x *GetRouteRequest) Reset() {
 	*x = GetRouteRequest{}
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +4051,7 @@ func (x *GetRouteRequest) String() string {
 func (*GetRouteRequest) ProtoMessage() {}
 
 func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +4064,7 @@ func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRouteRequest.ProtoReflect.Descriptor instead.
 func (*GetRouteRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{62}
+	return file_raftmq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetRouteRequest) GetTopic() string {
@@ -3912,7 +4090,7 @@ type GroupRoute struct {
 
 func (x *GroupRoute) Reset() {
 	*x = GroupRoute{}
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3924,7 +4102,7 @@ func (x *GroupRoute) String() string {
 func (*GroupRoute) ProtoMessage() {}
 
 func (x *GroupRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3937,7 +4115,7 @@ func (x *GroupRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
 func (*GroupRoute) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{63}
+	return file_raftmq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GroupRoute) GetGroup() string {
@@ -3999,7 +4177,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4011,7 +4189,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4024,7 +4202,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{64}
+	return file_raftmq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RouteResponse) GetTopic() string {
@@ -4049,7 +4227,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_raftmq_proto_msgTypes[65]
+	mi := &file_raftmq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +4239,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[65]
+	mi := &file_raftmq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +4252,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{65}
+	return file_raftmq_proto_rawDescGZIP(), []int{67}
 }
 
 type ClusterGroup struct {
@@ -4091,7 +4269,7 @@ type ClusterGroup struct {
 
 func (x *ClusterGroup) Reset() {
 	*x = ClusterGroup{}
-	mi := &file_raftmq_proto_msgTypes[66]
+	mi := &file_raftmq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4103,7 +4281,7 @@ func (x *ClusterGroup) String() string {
 func (*ClusterGroup) ProtoMessage() {}
 
 func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[66]
+	mi := &file_raftmq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4116,7 +4294,7 @@ func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterGroup.ProtoReflect.Descriptor instead.
 func (*ClusterGroup) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{66}
+	return file_raftmq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ClusterGroup) GetGroup() string {
@@ -4172,7 +4350,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_raftmq_proto_msgTypes[67]
+	mi := &file_raftmq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4184,7 +4362,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[67]
+	mi := &file_raftmq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4197,7 +4375,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{67}
+	return file_raftmq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ClusterInfoResponse) GetCluster() string {
@@ -4230,7 +4408,7 @@ type ListTopicNamesResponse struct {
 
 func (x *ListTopicNamesResponse) Reset() {
 	*x = ListTopicNamesResponse{}
-	mi := &file_raftmq_proto_msgTypes[68]
+	mi := &file_raftmq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4242,7 +4420,7 @@ func (x *ListTopicNamesResponse) String() string {
 func (*ListTopicNamesResponse) ProtoMessage() {}
 
 func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[68]
+	mi := &file_raftmq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4255,7 +4433,7 @@ func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicNamesResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicNamesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{68}
+	return file_raftmq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListTopicNamesResponse) GetTopics() []string {
@@ -4274,7 +4452,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_raftmq_proto_msgTypes[69]
+	mi := &file_raftmq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4286,7 +4464,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[69]
+	mi := &file_raftmq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4299,7 +4477,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{69}
+	return file_raftmq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *WatchRoutesRequest) GetTopics() []string {
@@ -4378,7 +4556,17 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x1bUpdateConsumerOffsetRequest\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x120\n" +
 	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\x1e\n" +
-	"\x1cUpdateConsumerOffsetResponse\"D\n" +
+	"\x1cUpdateConsumerOffsetResponse\"\xd6\x01\n" +
+	"\x1aResetConsumerOffsetRequest\x12%\n" +
+	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x12\x14\n" +
+	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
+	"\bearliest\x18\x03 \x01(\bH\x00R\bearliest\x12\x18\n" +
+	"\x06latest\x18\x04 \x01(\bH\x00R\x06latest\x12#\n" +
+	"\ftimestamp_ms\x18\x05 \x01(\x03H\x00R\vtimestampMs\x12\x18\n" +
+	"\x06offset\x18\x06 \x01(\x03H\x00R\x06offsetB\x04\n" +
+	"\x02to\"O\n" +
+	"\x1bResetConsumerOffsetResponse\x120\n" +
+	"\aoffsets\x18\x01 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"D\n" +
 	"\fSubscription\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
 	"\n" +
@@ -4630,12 +4818,13 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x18CONSUME_MODE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"CLUSTERING\x10\x01\x12\x10\n" +
-	"\fBROADCASTING\x10\x022\xae\x10\n" +
+	"\fBROADCASTING\x10\x022\x94\x11\n" +
 	"\x06Broker\x12L\n" +
 	"\vSendMessage\x12\x1d.raftmq.v1.SendMessageRequest\x1a\x1e.raftmq.v1.SendMessageResponse\x12L\n" +
 	"\vPullMessage\x12\x1d.raftmq.v1.PullMessageRequest\x1a\x1e.raftmq.v1.PullMessageResponse\x12d\n" +
 	"\x13QueryConsumerOffset\x12%.raftmq.v1.QueryConsumerOffsetRequest\x1a&.raftmq.v1.QueryConsumerOffsetResponse\x12g\n" +
-	"\x14UpdateConsumerOffset\x12&.raftmq.v1.UpdateConsumerOffsetRequest\x1a'.raftmq.v1.UpdateConsumerOffsetResponse\x12F\n" +
+	"\x14UpdateConsumerOffset\x12&.raftmq.v1.UpdateConsumerOffsetRequest\x1a'.raftmq.v1.UpdateConsumerOffsetResponse\x12d\n" +
+	"\x13ResetConsumerOffset\x12%.raftmq.v1.ResetConsumerOffsetRequest\x1a&.raftmq.v1.ResetConsumerOffsetResponse\x12F\n" +
 	"\tHeartbeat\x12\x1b.raftmq.v1.HeartbeatRequest\x1a\x1c.raftmq.v1.HeartbeatResponse\x12X\n" +
 	"\x0fGetConsumerList\x12!.raftmq.v1.GetConsumerListRequest\x1a\".raftmq.v1.GetConsumerListResponse\x12m\n" +
 	"\x16DescribeConsumerGroups\x12(.raftmq.v1.DescribeConsumerGroupsRequest\x1a).raftmq.v1.DescribeConsumerGroupsResponse\x12[\n" +
@@ -4678,7 +4867,7 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 }
 
 var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
@@ -4694,167 +4883,172 @@ var file_raftmq_proto_goTypes = []any{
 	(*QueueOffset)(nil),                     // 11: raftmq.v1.QueueOffset
 	(*UpdateConsumerOffsetRequest)(nil),     // 12: raftmq.v1.UpdateConsumerOffsetRequest
 	(*UpdateConsumerOffsetResponse)(nil),    // 13: raftmq.v1.UpdateConsumerOffsetResponse
-	(*Subscription)(nil),                    // 14: raftmq.v1.Subscription
-	(*ConsumerGroupInfo)(nil),               // 15: raftmq.v1.ConsumerGroupInfo
-	(*HeldQueue)(nil),                       // 16: raftmq.v1.HeldQueue
-	(*HeartbeatRequest)(nil),                // 17: raftmq.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),               // 18: raftmq.v1.HeartbeatResponse
-	(*GetConsumerListRequest)(nil),          // 19: raftmq.v1.GetConsumerListRequest
-	(*GetConsumerListResponse)(nil),         // 20: raftmq.v1.GetConsumerListResponse
-	(*DescribeConsumerGroupsRequest)(nil),   // 21: raftmq.v1.DescribeConsumerGroupsRequest
-	(*ConsumerMember)(nil),                  // 22: raftmq.v1.ConsumerMember
-	(*ConsumerGroupMembers)(nil),            // 23: raftmq.v1.ConsumerGroupMembers
-	(*DescribeConsumerGroupsResponse)(nil),  // 24: raftmq.v1.DescribeConsumerGroupsResponse
-	(*ConsumerSendBackRequest)(nil),         // 25: raftmq.v1.ConsumerSendBackRequest
-	(*ConsumerSendBackResponse)(nil),        // 26: raftmq.v1.ConsumerSendBackResponse
-	(*LockQueuesRequest)(nil),               // 27: raftmq.v1.LockQueuesRequest
-	(*LockQueuesResponse)(nil),              // 28: raftmq.v1.LockQueuesResponse
-	(*UnlockQueuesRequest)(nil),             // 29: raftmq.v1.UnlockQueuesRequest
-	(*UnlockQueuesResponse)(nil),            // 30: raftmq.v1.UnlockQueuesResponse
-	(*TopicConfig)(nil),                     // 31: raftmq.v1.TopicConfig
-	(*CreateTopicRequest)(nil),              // 32: raftmq.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),             // 33: raftmq.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),              // 34: raftmq.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),             // 35: raftmq.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),               // 36: raftmq.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),              // 37: raftmq.v1.ListTopicsResponse
-	(*SubscriptionGroupConfig)(nil),         // 38: raftmq.v1.SubscriptionGroupConfig
-	(*UpsertSubscriptionGroupRequest)(nil),  // 39: raftmq.v1.UpsertSubscriptionGroupRequest
-	(*UpsertSubscriptionGroupResponse)(nil), // 40: raftmq.v1.UpsertSubscriptionGroupResponse
-	(*DeleteSubscriptionGroupRequest)(nil),  // 41: raftmq.v1.DeleteSubscriptionGroupRequest
-	(*DeleteSubscriptionGroupResponse)(nil), // 42: raftmq.v1.DeleteSubscriptionGroupResponse
-	(*ListSubscriptionGroupsRequest)(nil),   // 43: raftmq.v1.ListSubscriptionGroupsRequest
-	(*ListSubscriptionGroupsResponse)(nil),  // 44: raftmq.v1.ListSubscriptionGroupsResponse
-	(*GetQueueOffsetsRequest)(nil),          // 45: raftmq.v1.GetQueueOffsetsRequest
-	(*GetQueueOffsetsResponse)(nil),         // 46: raftmq.v1.GetQueueOffsetsResponse
-	(*SearchOffsetByTimeRequest)(nil),       // 47: raftmq.v1.SearchOffsetByTimeRequest
-	(*SearchOffsetByTimeResponse)(nil),      // 48: raftmq.v1.SearchOffsetByTimeResponse
-	(*QueryMessageByIdRequest)(nil),         // 49: raftmq.v1.QueryMessageByIdRequest
-	(*QueryMessageByKeyRequest)(nil),        // 50: raftmq.v1.QueryMessageByKeyRequest
-	(*QueryMessageResponse)(nil),            // 51: raftmq.v1.QueryMessageResponse
-	(*DescribeBrokerRequest)(nil),           // 52: raftmq.v1.DescribeBrokerRequest
-	(*ReplicaInfo)(nil),                     // 53: raftmq.v1.ReplicaInfo
-	(*DescribeBrokerResponse)(nil),          // 54: raftmq.v1.DescribeBrokerResponse
-	(*CopyCommitlogRequest)(nil),            // 55: raftmq.v1.CopyCommitlogRequest
-	(*CommitlogChunk)(nil),                  // 56: raftmq.v1.CommitlogChunk
-	(*ChecksumCommitlogRequest)(nil),        // 57: raftmq.v1.ChecksumCommitlogRequest
-	(*ChecksumCommitlogResponse)(nil),       // 58: raftmq.v1.ChecksumCommitlogResponse
-	(*RaftCommand)(nil),                     // 59: raftmq.v1.RaftCommand
-	(*MasterAnnounce)(nil),                  // 60: raftmq.v1.MasterAnnounce
-	(*SendBatch)(nil),                       // 61: raftmq.v1.SendBatch
-	(*StoredMessage)(nil),                   // 62: raftmq.v1.StoredMessage
-	(*OffsetCommit)(nil),                    // 63: raftmq.v1.OffsetCommit
-	(*BrokerSnapshot)(nil),                  // 64: raftmq.v1.BrokerSnapshot
-	(*GetRouteRequest)(nil),                 // 65: raftmq.v1.GetRouteRequest
-	(*GroupRoute)(nil),                      // 66: raftmq.v1.GroupRoute
-	(*RouteResponse)(nil),                   // 67: raftmq.v1.RouteResponse
-	(*GetClusterInfoRequest)(nil),           // 68: raftmq.v1.GetClusterInfoRequest
-	(*ClusterGroup)(nil),                    // 69: raftmq.v1.ClusterGroup
-	(*ClusterInfoResponse)(nil),             // 70: raftmq.v1.ClusterInfoResponse
-	(*ListTopicNamesResponse)(nil),          // 71: raftmq.v1.ListTopicNamesResponse
-	(*WatchRoutesRequest)(nil),              // 72: raftmq.v1.WatchRoutesRequest
-	nil,                                     // 73: raftmq.v1.Message.PropertiesEntry
-	nil,                                     // 74: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 75: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	(*ResetConsumerOffsetRequest)(nil),      // 14: raftmq.v1.ResetConsumerOffsetRequest
+	(*ResetConsumerOffsetResponse)(nil),     // 15: raftmq.v1.ResetConsumerOffsetResponse
+	(*Subscription)(nil),                    // 16: raftmq.v1.Subscription
+	(*ConsumerGroupInfo)(nil),               // 17: raftmq.v1.ConsumerGroupInfo
+	(*HeldQueue)(nil),                       // 18: raftmq.v1.HeldQueue
+	(*HeartbeatRequest)(nil),                // 19: raftmq.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),               // 20: raftmq.v1.HeartbeatResponse
+	(*GetConsumerListRequest)(nil),          // 21: raftmq.v1.GetConsumerListRequest
+	(*GetConsumerListResponse)(nil),         // 22: raftmq.v1.GetConsumerListResponse
+	(*DescribeConsumerGroupsRequest)(nil),   // 23: raftmq.v1.DescribeConsumerGroupsRequest
+	(*ConsumerMember)(nil),                  // 24: raftmq.v1.ConsumerMember
+	(*ConsumerGroupMembers)(nil),            // 25: raftmq.v1.ConsumerGroupMembers
+	(*DescribeConsumerGroupsResponse)(nil),  // 26: raftmq.v1.DescribeConsumerGroupsResponse
+	(*ConsumerSendBackRequest)(nil),         // 27: raftmq.v1.ConsumerSendBackRequest
+	(*ConsumerSendBackResponse)(nil),        // 28: raftmq.v1.ConsumerSendBackResponse
+	(*LockQueuesRequest)(nil),               // 29: raftmq.v1.LockQueuesRequest
+	(*LockQueuesResponse)(nil),              // 30: raftmq.v1.LockQueuesResponse
+	(*UnlockQueuesRequest)(nil),             // 31: raftmq.v1.UnlockQueuesRequest
+	(*UnlockQueuesResponse)(nil),            // 32: raftmq.v1.UnlockQueuesResponse
+	(*TopicConfig)(nil),                     // 33: raftmq.v1.TopicConfig
+	(*CreateTopicRequest)(nil),              // 34: raftmq.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),             // 35: raftmq.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),              // 36: raftmq.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),             // 37: raftmq.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),               // 38: raftmq.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),              // 39: raftmq.v1.ListTopicsResponse
+	(*SubscriptionGroupConfig)(nil),         // 40: raftmq.v1.SubscriptionGroupConfig
+	(*UpsertSubscriptionGroupRequest)(nil),  // 41: raftmq.v1.UpsertSubscriptionGroupRequest
+	(*UpsertSubscriptionGroupResponse)(nil), // 42: raftmq.v1.UpsertSubscriptionGroupResponse
+	(*DeleteSubscriptionGroupRequest)(nil),  // 43: raftmq.v1.DeleteSubscriptionGroupRequest
+	(*DeleteSubscriptionGroupResponse)(nil), // 44: raftmq.v1.DeleteSubscriptionGroupResponse
+	(*ListSubscriptionGroupsRequest)(nil),   // 45: raftmq.v1.ListSubscriptionGroupsRequest
+	(*ListSubscriptionGroupsResponse)(nil),  // 46: raftmq.v1.ListSubscriptionGroupsResponse
+	(*GetQueueOffsetsRequest)(nil),          // 47: raftmq.v1.GetQueueOffsetsRequest
+	(*GetQueueOffsetsResponse)(nil),         // 48: raftmq.v1.GetQueueOffsetsResponse
+	(*SearchOffsetByTimeRequest)(nil),       // 49: raftmq.v1.SearchOffsetByTimeRequest
+	(*SearchOffsetByTimeResponse)(nil),      // 50: raftmq.v1.SearchOffsetByTimeResponse
+	(*QueryMessageByIdRequest)(nil),         // 51: raftmq.v1.QueryMessageByIdRequest
+	(*QueryMessageByKeyRequest)(nil),        // 52: raftmq.v1.QueryMessageByKeyRequest
+	(*QueryMessageResponse)(nil),            // 53: raftmq.v1.QueryMessageResponse
+	(*DescribeBrokerRequest)(nil),           // 54: raftmq.v1.DescribeBrokerRequest
+	(*ReplicaInfo)(nil),                     // 55: raftmq.v1.ReplicaInfo
+	(*DescribeBrokerResponse)(nil),          // 56: raftmq.v1.DescribeBrokerResponse
+	(*CopyCommitlogRequest)(nil),            // 57: raftmq.v1.CopyCommitlogRequest
+	(*CommitlogChunk)(nil),                  // 58: raftmq.v1.CommitlogChunk
+	(*ChecksumCommitlogRequest)(nil),        // 59: raftmq.v1.ChecksumCommitlogRequest
+	(*ChecksumCommitlogResponse)(nil),       // 60: raftmq.v1.ChecksumCommitlogResponse
+	(*RaftCommand)(nil),                     // 61: raftmq.v1.RaftCommand
+	(*MasterAnnounce)(nil),                  // 62: raftmq.v1.MasterAnnounce
+	(*SendBatch)(nil),                       // 63: raftmq.v1.SendBatch
+	(*StoredMessage)(nil),                   // 64: raftmq.v1.StoredMessage
+	(*OffsetCommit)(nil),                    // 65: raftmq.v1.OffsetCommit
+	(*BrokerSnapshot)(nil),                  // 66: raftmq.v1.BrokerSnapshot
+	(*GetRouteRequest)(nil),                 // 67: raftmq.v1.GetRouteRequest
+	(*GroupRoute)(nil),                      // 68: raftmq.v1.GroupRoute
+	(*RouteResponse)(nil),                   // 69: raftmq.v1.RouteResponse
+	(*GetClusterInfoRequest)(nil),           // 70: raftmq.v1.GetClusterInfoRequest
+	(*ClusterGroup)(nil),                    // 71: raftmq.v1.ClusterGroup
+	(*ClusterInfoResponse)(nil),             // 72: raftmq.v1.ClusterInfoResponse
+	(*ListTopicNamesResponse)(nil),          // 73: raftmq.v1.ListTopicNamesResponse
+	(*WatchRoutesRequest)(nil),              // 74: raftmq.v1.WatchRoutesRequest
+	nil,                                     // 75: raftmq.v1.Message.PropertiesEntry
+	nil,                                     // 76: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 77: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
-	73, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
+	75, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
 	3,  // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
 	5,  // 2: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
 	1,  // 3: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
 	11, // 4: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
-	2,  // 5: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
-	14, // 6: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
-	16, // 7: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
-	15, // 8: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
-	2,  // 9: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
-	14, // 10: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
-	16, // 11: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
-	22, // 12: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
-	23, // 13: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
-	31, // 14: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
-	31, // 15: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
-	38, // 16: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	38, // 17: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	53, // 18: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
-	31, // 19: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
-	61, // 20: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
-	31, // 21: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
-	63, // 22: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
-	38, // 23: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	60, // 24: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
-	62, // 25: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	74, // 26: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	3,  // 27: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	11, // 28: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	31, // 29: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	63, // 30: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	38, // 31: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	60, // 32: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	75, // 33: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	53, // 34: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	66, // 35: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	53, // 36: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	69, // 37: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	4,  // 38: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	7,  // 39: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	9,  // 40: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	12, // 41: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	17, // 42: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	19, // 43: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	21, // 44: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
-	25, // 45: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	27, // 46: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	29, // 47: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	32, // 48: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	34, // 49: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	36, // 50: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	39, // 51: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	41, // 52: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	43, // 53: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	45, // 54: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	47, // 55: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	49, // 56: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	50, // 57: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	52, // 58: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	55, // 59: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	57, // 60: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	65, // 61: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	68, // 62: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	36, // 63: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	72, // 64: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	6,  // 65: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	8,  // 66: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	10, // 67: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	13, // 68: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	18, // 69: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	20, // 70: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	24, // 71: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
-	26, // 72: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	28, // 73: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	30, // 74: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	33, // 75: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	35, // 76: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	37, // 77: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	40, // 78: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	42, // 79: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	44, // 80: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	46, // 81: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	48, // 82: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	51, // 83: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	51, // 84: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	54, // 85: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	56, // 86: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	58, // 87: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	67, // 88: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	70, // 89: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	71, // 90: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	67, // 91: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	65, // [65:92] is the sub-list for method output_type
-	38, // [38:65] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	11, // 5: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
+	2,  // 6: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
+	16, // 7: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
+	18, // 8: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
+	17, // 9: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
+	2,  // 10: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
+	16, // 11: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
+	18, // 12: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
+	24, // 13: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
+	25, // 14: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
+	33, // 15: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
+	33, // 16: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
+	40, // 17: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	40, // 18: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	55, // 19: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
+	33, // 20: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
+	63, // 21: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
+	33, // 22: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
+	65, // 23: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
+	40, // 24: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	62, // 25: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
+	64, // 26: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	76, // 27: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	3,  // 28: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	11, // 29: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	33, // 30: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	65, // 31: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	40, // 32: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	62, // 33: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	77, // 34: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	55, // 35: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	68, // 36: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	55, // 37: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	71, // 38: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	4,  // 39: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	7,  // 40: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	9,  // 41: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	12, // 42: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	14, // 43: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
+	19, // 44: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	21, // 45: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	23, // 46: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	27, // 47: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	29, // 48: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	31, // 49: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	34, // 50: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	36, // 51: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	38, // 52: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	41, // 53: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	43, // 54: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	45, // 55: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	47, // 56: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	49, // 57: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	51, // 58: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	52, // 59: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	54, // 60: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	57, // 61: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	59, // 62: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	67, // 63: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	70, // 64: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	38, // 65: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	74, // 66: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	6,  // 67: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	8,  // 68: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	10, // 69: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	13, // 70: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	15, // 71: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
+	20, // 72: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	22, // 73: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	26, // 74: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	28, // 75: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	30, // 76: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	32, // 77: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	35, // 78: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	37, // 79: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	39, // 80: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	42, // 81: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	44, // 82: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	46, // 83: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	48, // 84: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	50, // 85: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	53, // 86: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	53, // 87: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	56, // 88: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	58, // 89: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	60, // 90: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	69, // 91: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	72, // 92: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	73, // 93: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	69, // 94: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	67, // [67:95] is the sub-list for method output_type
+	39, // [39:67] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -4862,7 +5056,13 @@ func file_raftmq_proto_init() {
 	if File_raftmq_proto != nil {
 		return
 	}
-	file_raftmq_proto_msgTypes[56].OneofWrappers = []any{
+	file_raftmq_proto_msgTypes[11].OneofWrappers = []any{
+		(*ResetConsumerOffsetRequest_Earliest)(nil),
+		(*ResetConsumerOffsetRequest_Latest)(nil),
+		(*ResetConsumerOffsetRequest_TimestampMs)(nil),
+		(*ResetConsumerOffsetRequest_Offset)(nil),
+	}
+	file_raftmq_proto_msgTypes[58].OneofWrappers = []any{
 		(*RaftCommand_Send)(nil),
 		(*RaftCommand_UpsertTopic)(nil),
 		(*RaftCommand_DeleteTopic)(nil),
@@ -4877,7 +5077,7 @@ func file_raftmq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   73,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -34,6 +34,7 @@ const (
 	Broker_PullMessage_FullMethodName             = "/raftmq.v1.Broker/PullMessage"
 	Broker_QueryConsumerOffset_FullMethodName     = "/raftmq.v1.Broker/QueryConsumerOffset"
 	Broker_UpdateConsumerOffset_FullMethodName    = "/raftmq.v1.Broker/UpdateConsumerOffset"
+	Broker_ResetConsumerOffset_FullMethodName     = "/raftmq.v1.Broker/ResetConsumerOffset"
 	Broker_Heartbeat_FullMethodName               = "/raftmq.v1.Broker/Heartbeat"
 	Broker_GetConsumerList_FullMethodName         = "/raftmq.v1.Broker/GetConsumerList"
 	Broker_DescribeConsumerGroups_FullMethodName  = "/raftmq.v1.Broker/DescribeConsumerGroups"
@@ -63,6 +64,7 @@ type BrokerClient interface {
 	PullMessage(ctx context.Context, in *PullMessageRequest, opts ...grpc.CallOption) (*PullMessageResponse, error)
 	QueryConsumerOffset(ctx context.Context, in *QueryConsumerOffsetRequest, opts ...grpc.CallOption) (*QueryConsumerOffsetResponse, error)
 	UpdateConsumerOffset(ctx context.Context, in *UpdateConsumerOffsetRequest, opts ...grpc.CallOption) (*UpdateConsumerOffsetResponse, error)
+	ResetConsumerOffset(ctx context.Context, in *ResetConsumerOffsetRequest, opts ...grpc.CallOption) (*ResetConsumerOffsetResponse, error)
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	GetConsumerList(ctx context.Context, in *GetConsumerListRequest, opts ...grpc.CallOption) (*GetConsumerListResponse, error)
 	DescribeConsumerGroups(ctx context.Context, in *DescribeConsumerGroupsRequest, opts ...grpc.CallOption) (*DescribeConsumerGroupsResponse, error)
@@ -127,6 +129,16 @@ func (c *brokerClient) UpdateConsumerOffset(ctx context.Context, in *UpdateConsu
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UpdateConsumerOffsetResponse)
 	err := c.cc.Invoke(ctx, Broker_UpdateConsumerOffset_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brokerClient) ResetConsumerOffset(ctx context.Context, in *ResetConsumerOffsetRequest, opts ...grpc.CallOption) (*ResetConsumerOffsetResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetConsumerOffsetResponse)
+	err := c.cc.Invoke(ctx, Broker_ResetConsumerOffset_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -340,6 +352,7 @@ type BrokerServer interface {
 	PullMessage(context.Context, *PullMessageRequest) (*PullMessageResponse, error)
 	QueryConsumerOffset(context.Context, *QueryConsumerOffsetRequest) (*QueryConsumerOffsetResponse, error)
 	UpdateConsumerOffset(context.Context, *UpdateConsumerOffsetRequest) (*UpdateConsumerOffsetResponse, error)
+	ResetConsumerOffset(context.Context, *ResetConsumerOffsetRequest) (*ResetConsumerOffsetResponse, error)
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	GetConsumerList(context.Context, *GetConsumerListRequest) (*GetConsumerListResponse, error)
 	DescribeConsumerGroups(context.Context, *DescribeConsumerGroupsRequest) (*DescribeConsumerGroupsResponse, error)
@@ -381,6 +394,9 @@ func (UnimplementedBrokerServer) QueryConsumerOffset(context.Context, *QueryCons
 }
 func (UnimplementedBrokerServer) UpdateConsumerOffset(context.Context, *UpdateConsumerOffsetRequest) (*UpdateConsumerOffsetResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateConsumerOffset not implemented")
+}
+func (UnimplementedBrokerServer) ResetConsumerOffset(context.Context, *ResetConsumerOffsetRequest) (*ResetConsumerOffsetResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResetConsumerOffset not implemented")
 }
 func (UnimplementedBrokerServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
@@ -528,6 +544,24 @@ func _Broker_UpdateConsumerOffset_Handler(srv interface{}, ctx context.Context, 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(BrokerServer).UpdateConsumerOffset(ctx, req.(*UpdateConsumerOffsetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Broker_ResetConsumerOffset_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetConsumerOffsetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).ResetConsumerOffset(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_ResetConsumerOffset_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).ResetConsumerOffset(ctx, req.(*ResetConsumerOffsetRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -889,6 +923,10 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateConsumerOffset",
 			Handler:    _Broker_UpdateConsumerOffset_Handler,
+		},
+		{
+			MethodName: "ResetConsumerOffset",
+			Handler:    _Broker_ResetConsumerOffset_Handler,
 		},
 		{
 			MethodName: "Heartbeat",

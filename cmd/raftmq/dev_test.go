@@ -374,6 +374,23 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	if out, err := exec.Command(bin, "group", "describe", "--namesrv", ns, "--group", "nobody").CombinedOutput(); err == nil || !strings.Contains(string(out), `consumer group "nobody" has no live members`) {
 		t.Fatalf("group describe of a group without members: %v\n%s", err, out)
 	}
+	// group reset-offset, the member live: to latest, the group's lag is
+	// 0 on every queue and stays so (the member's commits of its old
+	// position do not undo it); the forms of --to.
+	out = raftmq(t, bin, "group", "reset-offset", "--namesrv", ns, "--group", "gdesc", "--topic", "keep", "--to", "latest")
+	if strings.Count(out, "reset group gdesc topic keep on broker-a queue") != 3 {
+		t.Fatalf("group reset-offset --to latest:\n%s", out)
+	}
+	waitOutput(t, 5*time.Second, bin, "keep   broker-a  2", "group", "progress", "--namesrv", ns, "--group", "gdesc", "--topic", "keep")
+	if out := raftmq(t, bin, "group", "progress", "--namesrv", ns, "--group", "gdesc", "--topic", "keep"); strings.Count(out, "  0\n") != 3 {
+		t.Fatalf("group progress after a reset to latest, want lag 0 on 3 queues:\n%s", out)
+	}
+	for _, to := range []string{"earliest", "2026-01-01T00:00:00Z", "1"} {
+		raftmq(t, bin, "group", "reset-offset", "--namesrv", ns, "--group", "gdesc", "--topic", "keep", "--to", to)
+	}
+	if out, err := exec.Command(bin, "group", "reset-offset", "--namesrv", ns, "--group", "gdesc", "--topic", "keep", "--to", "yesterday").CombinedOutput(); err == nil || !strings.Contains(string(out), `--to "yesterday": want earliest, latest`) {
+		t.Fatalf("reset-offset --to yesterday: %v\n%s", err, out)
+	}
 	member.Process.Kill()
 	member.Wait()
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -81,7 +82,74 @@ BROKER/QUEUE,...), which push consumers report in their heartbeats.`,
 		},
 	}
 	describe.Flags().StringVar(&group, "group", "", "consumer group")
-	return []*cobra.Command{list, describe}
+
+	var rgroup, rtopic, to string
+	reset := &cobra.Command{
+		Use:   "reset-offset",
+		Short: "move a group's offsets on a topic: --to earliest|latest|TIME|OFFSET",
+		Long: `Move consumer group --group's offsets on every queue of --topic, on each
+broker group hosting it, as mqadmin resetOffsetByTime does: to the first
+message (earliest), past the last (latest), to the first message stored
+at or after TIME (RFC 3339, e.g. 2026-12-01T10:00:00Z), or to queue offset
+OFFSET (a number; within each queue's range). The new offsets are
+replicated like any commit. Live members need no restart: each one's next
+pull of a reset queue is answered "offset moved" with the new offset (a
+long-held pull at once), and their commits of the old position are
+ignored until then. Prints each queue's new offset.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if rgroup == "" || rtopic == "" || to == "" {
+				return errors.New("--group, --topic and --to are required")
+			}
+			req, err := resetRequest(rgroup, rtopic, to)
+			if err != nil {
+				return err
+			}
+			return withCluster(cmd.Context(), *ns, func(a *admin, info *pb.ClusterInfoResponse) error {
+				hosts, err := a.hostingNow(cmd.Context(), info, rtopic, "")
+				if err != nil {
+					return err
+				}
+				for _, h := range hosts {
+					var resp *pb.ResetConsumerOffsetResponse
+					err := a.onMaster(cmd.Context(), h.group, func(ctx context.Context, b pb.BrokerClient) (err error) {
+						resp, err = b.ResetConsumerOffset(ctx, req)
+						return err
+					})
+					if err != nil {
+						return fmt.Errorf("reset on %s: %w", h.group.Group, err)
+					}
+					for _, o := range resp.Offsets {
+						fmt.Printf("reset group %s topic %s on %s queue %d to %d\n", rgroup, rtopic, h.group.Group, o.QueueId, o.Offset)
+					}
+				}
+				return nil
+			})
+		},
+	}
+	reset.Flags().StringVar(&rgroup, "group", "", "consumer group")
+	reset.Flags().StringVar(&rtopic, "topic", "", "topic")
+	reset.Flags().StringVar(&to, "to", "", "earliest, latest, an RFC 3339 time, or a queue offset")
+	return []*cobra.Command{list, describe, reset}
+}
+
+// resetRequest reads --to.
+func resetRequest(group, topic, to string) (*pb.ResetConsumerOffsetRequest, error) {
+	req := &pb.ResetConsumerOffsetRequest{ConsumerGroup: group, Topic: topic}
+	switch to {
+	case "earliest":
+		req.To = &pb.ResetConsumerOffsetRequest_Earliest{Earliest: true}
+	case "latest":
+		req.To = &pb.ResetConsumerOffsetRequest_Latest{Latest: true}
+	default:
+		if off, err := strconv.ParseInt(to, 10, 64); err == nil && off >= 0 {
+			req.To = &pb.ResetConsumerOffsetRequest_Offset{Offset: off}
+		} else if t, err := time.Parse(time.RFC3339, to); err == nil {
+			req.To = &pb.ResetConsumerOffsetRequest_TimestampMs{TimestampMs: t.UnixMilli()}
+		} else {
+			return nil, fmt.Errorf("--to %q: want earliest, latest, an RFC 3339 time or a queue offset", to)
+		}
+	}
+	return req, nil
 }
 
 // liveGroups asks every broker group's master for the members it knows

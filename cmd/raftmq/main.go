@@ -1,6 +1,10 @@
-// Command raftmq is raftmq's one binary: the broker replica, and (with
-// their issues) the name server, the local dev cluster and the admin and
-// client commands.
+// Command raftmq is raftmq's one binary: the broker replica (broker.go),
+// the name server (namesrv.go), the local dev cluster (dev.go), and the
+// admin and client commands: topics and the cluster (admin.go, check.go),
+// produce, consume and bench (produce.go, consume.go, bench.go), consumer
+// groups (inspect.go: progress and message queries; groups.go: members,
+// reset-offset), dead letters (dlq.go), health (health.go), certificates
+// and the client's and node's security flags (certs.go, security.go).
 package main
 
 import (
