@@ -17,6 +17,9 @@ var brokerAccess = map[string]cluster.AccessRule{
 	},
 	pb.Broker_PullMessage_FullMethodName: func(r any) cluster.Access {
 		q := r.(*pb.PullMessageRequest)
+		if q.DeadLetters {
+			return cluster.Access{Admin: true}
+		}
 		return cluster.Access{Subscribe: []string{q.Topic}, Groups: []string{q.ConsumerGroup}}
 	},
 	pb.Broker_QueryConsumerOffset_FullMethodName: func(r any) cluster.Access {

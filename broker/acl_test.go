@@ -169,6 +169,10 @@ func TestAccessControlRefusesWhatTheCallerMayNotDo(t *testing.T) {
 			_, err := c.SendMessage(ctx, &pb.SendMessageRequest{Topic: "payments", Messages: []*pb.Message{{Body: []byte("x")}}})
 			return err
 		},
+		"read its group's dead letters": func(c pb.BrokerClient) error {
+			_, err := c.PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "g1", Topic: "%DLQ%g1", DeadLetters: true})
+			return err
+		},
 		"pull as another group": func(c pb.BrokerClient) error {
 			_, err := c.PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "g2", Topic: "orders"})
 			return err

@@ -45,7 +45,7 @@ func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.Pul
 	if topic == nil {
 		return nil, statusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "topic "+req.Topic+" does not exist on "+b.cfg.Group, nil)
 	}
-	if topic.Perm&message.PermRead == 0 {
+	if topic.Perm&message.PermRead == 0 && !(req.DeadLetters && strings.HasPrefix(req.Topic, message.DLQPrefix)) {
 		return nil, statusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, "topic "+req.Topic+" is not readable", nil)
 	}
 	if req.QueueId < 0 || req.QueueId >= topic.ReadQueues {

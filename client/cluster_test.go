@@ -164,9 +164,9 @@ func (c *testCluster) producer(opts ...Option) *Producer {
 	return p
 }
 
-func (c *testCluster) pullConsumer(group string) *PullConsumer {
+func (c *testCluster) pullConsumer(group string, opts ...Option) *PullConsumer {
 	c.t.Helper()
-	pc, err := NewPullConsumer(WithNameServers(c.ns.Addr()), WithGroup(group), WithLogger(quiet))
+	pc, err := NewPullConsumer(append([]Option{WithNameServers(c.ns.Addr()), WithGroup(group), WithLogger(quiet)}, opts...)...)
 	if err != nil {
 		c.t.Fatal(err)
 	}

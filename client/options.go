@@ -52,6 +52,7 @@ type options struct {
 	logger         *slog.Logger
 	dialer         func(ctx context.Context, addr string) (net.Conn, error)
 	tls            *tls.Config
+	deadLetters    bool          // WithDeadLetterReads
 	accessKey      [2]string     // id, secret: WithAccessKey
 	signer         *pb.AccessKey // made from accessKey by buildOptions
 }
@@ -120,6 +121,13 @@ func WithRouteRefresh(d time.Duration) Option { return func(o *options) { o.rout
 // WithMaxMessageSize sets the body size the producer refuses before
 // sending. Default 4 MiB (the brokers' default).
 func WithMaxMessageSize(n int) Option { return func(o *options) { o.maxMessageSize = n } }
+
+// WithDeadLetterReads lets a pull consumer read dead-letter topics
+// (DLQTopic), which brokers create neither readable nor writable so that
+// nothing consumes them by accident: Queues lists their queues and pulls
+// of them ask for the dead letters (an admin's right where access control
+// is on). raftmq dlq resend uses it.
+func WithDeadLetterReads() Option { return func(o *options) { o.deadLetters = true } }
 
 // WithGroup sets a consumer's group.
 func WithGroup(g string) Option { return func(o *options) { o.group = g } }

@@ -78,7 +78,12 @@ func (c *PullConsumer) Shutdown() error {
 	return nil
 }
 
-// Queues lists a topic's readable queues.
+// ErrTopicNotReadable: no broker group lets the topic be read (its
+// permission is w or none, as a dead-letter topic's is).
+var ErrTopicNotReadable = errors.New("client: topic not readable")
+
+// Queues lists a topic's readable queues; ErrTopicNotReadable when it has
+// queues but none readable.
 func (c *PullConsumer) Queues(ctx context.Context, topic string) ([]MessageQueue, error) {
 	route, err := c.r.route(ctx, topic)
 	if err != nil {
@@ -86,7 +91,7 @@ func (c *PullConsumer) Queues(ctx context.Context, topic string) ([]MessageQueue
 	}
 	var out []MessageQueue
 	for _, g := range route.Groups {
-		if g.Perm&message.PermRead == 0 {
+		if g.Perm&message.PermRead == 0 && !c.readsDeadLetters(topic) {
 			continue
 		}
 		for q := int32(0); q < g.ReadQueues; q++ {
@@ -99,6 +104,9 @@ func (c *PullConsumer) Queues(ctx context.Context, topic string) ([]MessageQueue
 		}
 		return out[i].QueueID < out[j].QueueID
 	})
+	if len(out) == 0 && len(route.Groups) > 0 {
+		return nil, fmt.Errorf("%w: %s (dead letters: raftmq dlq resend)", ErrTopicNotReadable, topic)
+	}
 	return out, nil
 }
 
@@ -160,6 +168,12 @@ func (c *PullConsumer) PullBlocking(ctx context.Context, mq MessageQueue, expr s
 	return c.pull(ctx, mq, expr, offset, max, suspend, 0)
 }
 
+// readsDeadLetters reports whether topic is a dead-letter topic this
+// consumer may read (WithDeadLetterReads).
+func (c *PullConsumer) readsDeadLetters(topic string) bool {
+	return c.opts.deadLetters && strings.HasPrefix(topic, message.DLQPrefix)
+}
+
 // pull is the one request path of every pull (blocking, callback, and the
 // push consumer's); commit > 0 commits that offset for the group with it.
 func (c *PullConsumer) pull(ctx context.Context, mq MessageQueue, expr string, offset int64, max int32, suspend time.Duration, commit int64) (*PullResult, error) {
@@ -173,7 +187,7 @@ func (c *PullConsumer) pull(ctx context.Context, mq MessageQueue, expr string, o
 	}
 	req := &pb.PullMessageRequest{ConsumerGroup: c.opts.group, Topic: mq.Topic, QueueId: mq.QueueID,
 		QueueOffset: offset, MaxMessages: max, SuspendTimeoutMs: suspend.Milliseconds(), Subscription: expr, CommitOffset: commit,
-		ClientId: c.clientID}
+		ClientId: c.clientID, DeadLetters: c.readsDeadLetters(mq.Topic)}
 	g, err := c.groupRoute(ctx, mq)
 	if err != nil {
 		return nil, err

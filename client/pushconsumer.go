@@ -479,6 +479,9 @@ func (c *PushConsumer) doRebalance() (settled bool) {
 	want := map[MessageQueue]string{} // queue -> expression
 	for topic, expr := range c.subs {
 		queues, err := c.pc.Queues(c.ctx, topic)
+		if errors.Is(err, ErrTopicNotReadable) {
+			queues, err = nil, nil // made unreadable: this member reads none of it
+		}
 		if reason, _ := pb.ReasonOf(err); reason == pb.ErrorReason_TOPIC_NOT_FOUND {
 			// Not created yet (a retry topic before the first retry), or a
 			// name server that just restarted and has not learned it yet:

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -248,7 +249,7 @@ func TestPushDeadLetterAfterMaxRetries(t *testing.T) {
 		return ConsumeRetryLater
 	})
 	defer pc.Shutdown()
-	pull := c.pullConsumer("inspector")
+	pull := c.pullConsumer("inspector", WithDeadLetterReads())
 	defer pull.Shutdown()
 	var dead []*MessageExt
 	clustertest.WaitFor(t, 15*time.Second, "message in the dead-letter topic", func() bool {
@@ -271,6 +272,16 @@ func TestPushDeadLetterAfterMaxRetries(t *testing.T) {
 	}
 	if string(dead[0].Body) != "poison" || dead[0].Properties["RETRY_TOPIC"] != "dl" || dead[0].Keys[0] != "poison" {
 		t.Fatalf("dead letter %+v", dead[0])
+	}
+	// Created neither readable nor writable: a consumer without
+	// WithDeadLetterReads cannot read it, nor a producer send to it.
+	plain := c.pullConsumer("plain")
+	defer plain.Shutdown()
+	if _, err := plain.Queues(context.Background(), DLQTopic("pg")); !errors.Is(err, ErrTopicNotReadable) {
+		t.Fatalf("a plain consumer's queues of the dead-letter topic: %v", err)
+	}
+	if _, err := p.Send(context.Background(), &Message{Topic: DLQTopic("pg"), Body: []byte("sneak")}); err == nil {
+		t.Fatal("a producer sent to the dead-letter topic")
 	}
 }
 

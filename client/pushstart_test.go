@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/broker"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
@@ -210,4 +211,41 @@ func TestLiveMemberFollowsAnOffsetReset(t *testing.T) {
 		t.Fatalf("%d duplicates after the reset to latest, want the 10 of the reset to earliest only", d)
 	}
 	clustertest.WaitFor(t, 10*time.Second, "the offsets at the end", func() bool { return committed() == 20 })
+}
+
+// Sends to a topic no name server routes yet go to queue 0 of every group
+// (a broker that creates topics on first send makes it); once the route
+// is known they spread over all its queues (issue #14, bug 10).
+func TestSendsSpreadOnceANewTopicsRouteIsKnown(t *testing.T) {
+	c := newCluster(t, 1, 1, func(cfg *broker.Config) { cfg.AutoCreateTopics, cfg.DefaultQueues = true, 4 })
+	p := c.producer()
+	defer p.Shutdown()
+	send := func() *SendResult {
+		r, err := p.Send(context.Background(), &Message{Topic: "auto", Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	c.master("broker-a")
+	var first *SendResult
+	clustertest.WaitFor(t, 5*time.Second, "the first send (the name server learning the group's master)", func() bool {
+		r, err := p.Send(context.Background(), &Message{Topic: "auto", Body: []byte("x")})
+		first = r
+		return err == nil
+	})
+	if first.Queue.QueueID != 0 {
+		t.Fatalf("the first send, before any route, went to queue %d", first.Queue.QueueID)
+	}
+	clustertest.WaitFor(t, 5*time.Second, "the new topic's route", func() bool {
+		_, err := p.r.refresh(context.Background(), "auto")
+		return err == nil
+	})
+	queues := map[int32]int{}
+	for range 16 {
+		queues[send().Queue.QueueID]++
+	}
+	if len(queues) != 4 {
+		t.Fatalf("16 sends once the route is known went to queues %v, want all 4", queues)
+	}
 }

@@ -531,7 +531,11 @@ type PullMessageRequest struct {
 	CommitOffset     int64                  `protobuf:"varint,8,opt,name=commit_offset,json=commitOffset,proto3" json:"commit_offset,omitempty"`               // >= 0: also commit this offset for the group
 	// The pulling member's client id (as in its heartbeats): the answer then
 	// says whether the group's members changed since it last heard.
-	ClientId      string `protobuf:"bytes,9,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	ClientId string `protobuf:"bytes,9,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	// Read a dead-letter topic (%DLQ%GROUP), which is created neither
+	// readable nor writable so that nothing consumes or sends to it by
+	// accident: an admin's right (raftmq dlq resend).
+	DeadLetters   bool `protobuf:"varint,10,opt,name=dead_letters,json=deadLetters,proto3" json:"dead_letters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -627,6 +631,13 @@ func (x *PullMessageRequest) GetClientId() string {
 		return x.ClientId
 	}
 	return ""
+}
+
+func (x *PullMessageRequest) GetDeadLetters() bool {
+	if x != nil {
+		return x.DeadLetters
+	}
+	return false
 }
 
 type PullMessageResponse struct {
@@ -4520,7 +4531,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x13SendMessageResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x19\n" +
 	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\x12/\n" +
-	"\aresults\x18\x03 \x03(\v2\x15.raftmq.v1.SendResultR\aresults\"\xc6\x02\n" +
+	"\aresults\x18\x03 \x03(\v2\x15.raftmq.v1.SendResultR\aresults\"\xe9\x02\n" +
 	"\x12PullMessageRequest\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x19\n" +
@@ -4530,7 +4541,9 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x12suspend_timeout_ms\x18\x06 \x01(\x03R\x10suspendTimeoutMs\x12\"\n" +
 	"\fsubscription\x18\a \x01(\tR\fsubscription\x12#\n" +
 	"\rcommit_offset\x18\b \x01(\x03R\fcommitOffset\x12\x1b\n" +
-	"\tclient_id\x18\t \x01(\tR\bclientId\"\xba\x02\n" +
+	"\tclient_id\x18\t \x01(\tR\bclientId\x12!\n" +
+	"\fdead_letters\x18\n" +
+	" \x01(\bR\vdeadLetters\"\xba\x02\n" +
 	"\x13PullMessageResponse\x12-\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x15.raftmq.v1.PullStatusR\x06status\x12*\n" +
 	"\x11next_begin_offset\x18\x02 \x01(\x03R\x0fnextBeginOffset\x12\x1d\n" +

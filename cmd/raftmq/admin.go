@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 )
 
 // admin reaches the name servers (any one answers; the next is tried on
@@ -189,21 +190,21 @@ func hosting(info *pb.ClusterInfoResponse, topic string) []*pb.ClusterGroup {
 func parsePerm(s string) (int32, error) {
 	switch s {
 	case "rw", "":
-		return 6, nil
+		return message.PermRead | message.PermWrite, nil
 	case "r":
-		return 4, nil
+		return message.PermRead, nil
 	case "w":
-		return 2, nil
+		return message.PermWrite, nil
 	}
 	return 0, fmt.Errorf("--perm %q: want rw, r or w", s)
 }
 
 func permString(p int32) string {
 	s := ""
-	if p&4 != 0 {
+	if p&message.PermRead != 0 {
 		s += "r"
 	}
-	if p&2 != 0 {
+	if p&message.PermWrite != 0 {
 		s += "w"
 	}
 	if s == "" {

@@ -316,6 +316,16 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 		}
 		break
 	}
+	// The dead-letter topic is neither readable nor writable (RocketMQ's
+	// perm 0): nothing consumes or sends to it by accident; dlq resend
+	// is the way out.
+	waitOutput(t, 5*time.Second, bin, "perm - ", "topic", "route", "--namesrv", ns, "--name", "%DLQ%g3")
+	if out, err := exec.Command(bin, "consume", "--namesrv", ns, "--topic", "%DLQ%g3", "--group", "g3", "--count", "1", "--timeout", "3s").CombinedOutput(); err == nil || strings.Contains(string(out), "message-0") {
+		t.Fatalf("consume of the dead-letter topic: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(bin, "produce", "--namesrv", ns, "--topic", "%DLQ%g3", "--body", "sneak").CombinedOutput(); err == nil {
+		t.Fatalf("produce to the dead-letter topic succeeded:\n%s", out)
+	}
 	out = waitOutput(t, 5*time.Second, bin, "resent 1 messages", "dlq", "resend", "--namesrv", ns, "--group", "g3")
 	if out := raftmq(t, bin, "dlq", "resend", "--namesrv", ns, "--group", "g3"); !strings.Contains(out, "resent 0 messages") {
 		t.Fatalf("second resend: %s", out)

@@ -45,7 +45,7 @@ again. Prints how many were resent.`,
 // resendDeadLetters moves the group's dead letters past its committed
 // offset on the dead-letter topic to its retry topic, then commits.
 func resendDeadLetters(ctx context.Context, nameServers []string, group string) (int, error) {
-	opts, err := clientOptions(nameServers, client.WithGroup(group))
+	opts, err := clientOptions(nameServers, client.WithGroup(group), client.WithDeadLetterReads())
 	if err != nil {
 		return 0, err
 	}
