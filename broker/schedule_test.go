@@ -8,6 +8,8 @@ import (
 
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Sent-back messages wait in the schedule topic, then move to the group's
@@ -74,10 +76,18 @@ func TestScheduledRetriesMoveExactlyOnceAcrossFailover(t *testing.T) {
 	if _, err := g.client(nm).ConsumerSendBack(ctx, &pb.ConsumerSendBackRequest{ConsumerGroup: "cg", MsgId: retryCopy, MaxReconsumeTimes: 1}); err != nil {
 		t.Fatal(err)
 	}
+	// (Dead letters are read as such: the topic is neither readable nor
+	// writable otherwise.)
 	waitFor(t, 5*time.Second, func() bool {
-		res, err := g.client(nm).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: message.DLQTopic("cg")})
+		res, err := g.client(nm).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: message.DLQTopic("cg"), DeadLetters: true})
 		return err == nil && res.Status == pb.PullStatus_PULL_FOUND && len(res.Records) == 1
 	})
+	if _, err := g.client(nm).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: message.DLQTopic("cg")}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a plain pull of the dead-letter topic: %v", err)
+	}
+	if _, err := g.client(nm).SendMessage(ctx, oneMessage(message.DLQTopic("cg"), 0, "x")); err == nil {
+		t.Fatal("a producer wrote into the dead-letter topic")
+	}
 	if _, err := g.client(nm).SendMessage(ctx, oneMessage(message.ScheduleTopic, 0, "x")); err == nil {
 		t.Fatal("a producer wrote into the schedule topic")
 	}
