@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -199,8 +201,25 @@ func (g *testGroup) apply(i int, prefix string, count int) []string {
 	var out []string
 	for k := 0; k < count; k++ {
 		e := entry(prefix, k)
-		if err := g.nodes[i].Raft.Apply([]byte(e), 5*time.Second).Error(); err != nil {
-			g.t.Fatalf("apply %s on member %d: %v", e[:len(prefix)+6], i+1, err)
+		for {
+			err := g.nodes[i].Raft.Apply([]byte(e), 5*time.Second).Error()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, raft.ErrLeadershipLost) && !errors.Is(err, raft.ErrNotLeader) {
+				g.t.Fatalf("apply %s on member %d: %v", e[:len(prefix)+6], i+1, err)
+			}
+			// Leadership moved (an election on a loaded machine): whether
+			// the entry was committed is unknown. Once the new leader's
+			// barrier is applied, its state machine holds every committed
+			// entry; apply again only if the entry is not among them.
+			i = g.leader()
+			if err := g.nodes[i].Raft.Barrier(5 * time.Second).Error(); err != nil {
+				continue
+			}
+			if slices.Contains(g.fsms[i].list(), e) {
+				break
+			}
 		}
 		out = append(out, e)
 	}

@@ -1,7 +1,9 @@
 // Package namesrv owns the name server (server.go): it joins the gossip
 // pool, keeps the route table (routes.go) from member events and the
 // brokers' topic tables (fetched with DescribeBroker when a broker
-// announces a new version), and answers clients' route queries over gRPC.
+// announces a new version), and answers clients' route queries over gRPC
+// and, on the same port, RocketMQ clients' over the remoting protocol
+// (remoting.go).
 // With TLS, a broker's gossip claim counts only once the replica confirms
 // it over mutual TLS (claims.go); acl.go says what each RPC needs under
 // access control. It has no state on disk.
@@ -31,6 +33,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/remoting"
 )
 
 // Config configures a name server. Zero fields take the documented
@@ -75,6 +78,11 @@ type Config struct {
 	// whose certificate names the group and replica its gossip claims.
 	// Nil: plaintext.
 	TLS *cluster.TLS
+	// DisableRemoting turns off RocketMQ's remoting protocol, which
+	// otherwise answers RocketMQ clients' route queries on GRPCAddr beside
+	// gRPC (remoting.go). It is off with TLS for now: remoting over TLS,
+	// with RocketMQ's access-key signatures, is to come (issue #15).
+	DisableRemoting bool
 	// ACL, when set, is access control, deny by default (acl.go says what
 	// each RPC needs). It needs TLS. The caller owns it (Close).
 	ACL    *cluster.ACL
@@ -83,16 +91,19 @@ type Config struct {
 
 // Server is a running name server.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	table  *routeTable
-	ms     *cluster.Membership
-	ops    *cluster.OpsServer
-	grpc   *grpc.Server
-	lis    net.Listener
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	cfg   Config
+	log   *slog.Logger
+	table *routeTable
+	ms    *cluster.Membership
+	ops   *cluster.OpsServer
+	grpc  *grpc.Server
+	lis   net.Listener
+	// remoting serves RocketMQ's clients on lis beside gRPC (remoting.go);
+	// nil when off.
+	remoting *remoting.Server
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 
 	fetchMu          sync.Mutex
 	fetching         map[string]bool // groups with a fetch in flight
@@ -174,9 +185,20 @@ func Start(cfg Config) (*Server, error) {
 		}
 	}
 	s.wg.Add(3)
+	served := netutil.LimitListener(s.lis, s.cfg.MaxConnections)
+	if !cfg.DisableRemoting && cfg.TLS == nil {
+		s.remoting = remoting.NewServer(remoting.ServerConfig{Handlers: s.remotingHandlers(), Logger: s.log})
+		demux := remoting.NewDemux(served, s.remoting)
+		served = demux.GRPC()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			demux.Serve()
+		}()
+	}
 	go func() {
 		defer s.wg.Done()
-		s.grpc.Serve(netutil.LimitListener(s.lis, s.cfg.MaxConnections))
+		s.grpc.Serve(served)
 	}()
 	go func() {
 		defer s.wg.Done()
@@ -241,6 +263,10 @@ func (s *Server) Close() error {
 	s.cancel()
 	err := s.ms.Close() // ends eventLoop: Events closes
 	s.grpc.Stop()
+	if s.remoting != nil {
+		s.lis.Close() // ends the demux's accept loop
+		s.remoting.Close()
+	}
 	s.wg.Wait()
 	return err
 }

@@ -1,0 +1,11 @@
+// Package rocketmq holds the compatibility tests of raftmq with
+// RocketMQ's official clients (issue #15): the unmodified
+// github.com/apache/rocketmq-client-go/v2 against raftmq processes. It is
+// a module of its own, so the client's dependencies stay out of raftmq's;
+// it starts the raftmq binary built from the repository (../..), and
+// imports nothing of raftmq.
+//
+// Files:
+//   - route_test.go: route queries through the official client's admin
+//     API against a name server's remoting protocol.
+package rocketmq

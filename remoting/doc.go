@@ -1,0 +1,21 @@
+// Package remoting speaks RocketMQ's remoting protocol, so RocketMQ's
+// official clients work with raftmq unchanged (issue #15): the frame and
+// its two header encodings, a server that answers every request on its
+// connection, the sharing of one port with gRPC, and the answers' shapes
+// RocketMQ clients rely on. The nodes (namesrv, and later broker) give it
+// handlers that call their native services: it keeps no state of its own.
+//
+// Files:
+//   - frame.go: frames (length, header encoding and length, header,
+//     body), JSON and RocketMQ binary headers, their bounds;
+//   - server.go: connections: frames read with a cap (a malformed one
+//     closes the connection), requests handled concurrently up to a cap
+//     per connection, answers with the request's opaque, RocketMQ's "not
+//     supported" for codes without a handler;
+//   - demux.go: gRPC and remoting on one port, told apart by the first
+//     byte (HTTP/2's preface against a frame's length);
+//   - route.go: route answers in RocketMQ's JSON shape (code 105).
+//
+// What RocketMQ's clients send and expect is in
+// ../shared/notes/rocketmq-client-protocols.md, read from their sources.
+package remoting

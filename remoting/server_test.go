@@ -1,0 +1,132 @@
+package remoting
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// sharedPort serves gRPC (the health service) and remoting (code 105
+// echoing its topic) on one port, as name servers and brokers do.
+func sharedPort(t *testing.T, cfg ServerConfig) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Handlers = map[int32]Handler{105: func(_ context.Context, req *Command) *Command {
+		return &Command{Code: CodeSuccess, Body: []byte(req.ExtFields["topic"])}
+	}}
+	cfg.Logger = quiet
+	rs := NewServer(cfg)
+	d := NewDemux(lis, rs)
+	g := grpc.NewServer()
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	done := make(chan struct{}, 2)
+	go func() { d.Serve(); done <- struct{}{} }()
+	go func() { g.Serve(d.GRPC()); done <- struct{}{} }()
+	t.Cleanup(func() {
+		g.Stop()
+		lis.Close()
+		rs.Close()
+		<-done
+		<-done
+	})
+	return lis.Addr().String()
+}
+
+func call(t *testing.T, conn net.Conn, r *bufio.Reader, req *Command) *Command {
+	t.Helper()
+	frame, err := req.Encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := ReadCommand(r, DefaultMaxFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// One port answers both: a gRPC call, and remoting requests, each with
+// its opaque and the response flag; an unknown code gets RocketMQ's "not
+// supported" answer, and the connection goes on.
+func TestOnePortServesGRPCAndRemoting(t *testing.T) {
+	addr := sharedPort(t, ServerConfig{})
+	gc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(gc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("gRPC on the shared port: %v", err)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	resp := call(t, conn, r, &Command{Code: 105, Language: "GO", Opaque: 41, ExtFields: map[string]string{"topic": "orders"}})
+	if resp.Code != CodeSuccess || resp.Opaque != 41 || !resp.IsResponse() || string(resp.Body) != "orders" {
+		t.Fatalf("route answer %+v", resp)
+	}
+	resp = call(t, conn, r, &Command{Code: 999, Opaque: 42})
+	if resp.Code != CodeNotSupported || resp.Opaque != 42 || resp.Remark != "request code 999 not supported" {
+		t.Fatalf("unknown code answer %+v", resp)
+	}
+	if resp = call(t, conn, r, &Command{Code: 105, Opaque: 43, ExtFields: map[string]string{"topic": "again"}}); string(resp.Body) != "again" {
+		t.Fatalf("after an unknown code %+v", resp)
+	}
+}
+
+// A malformed frame, or one over the cap, closes its connection (and only
+// it), before the server allocates what a length claims.
+func TestMalformedFramesCloseTheConnection(t *testing.T) {
+	addr := sharedPort(t, ServerConfig{MaxFrame: 1 << 10})
+	for name, bytes := range map[string][]byte{
+		"over the cap":     binary.BigEndian.AppendUint32(nil, 1<<30),
+		"unknown encoding": append(binary.BigEndian.AppendUint32(nil, 6), 7, 0, 0, 2, '{', '}'),
+		"not JSON":         append(binary.BigEndian.AppendUint32(nil, 7), 0, 0, 0, 3, 'x', 'y', 'z'),
+	} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write(bytes)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := conn.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("%s: read %d bytes, %v; want the connection closed", name, n, err)
+		}
+		conn.Close()
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if resp := call(t, conn, bufio.NewReader(conn), &Command{Code: 105, Opaque: 1, ExtFields: map[string]string{"topic": "t"}}); resp.Code != CodeSuccess {
+		t.Fatalf("a good connection after the bad ones: %+v", resp)
+	}
+}
