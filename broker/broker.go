@@ -20,6 +20,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/remoting"
 	"github.com/raftmq/raftmq/storage"
 )
 
@@ -46,7 +47,8 @@ type Broker struct {
 	holds     *holdService
 	offsets   *offsetCommitter
 	consumers *consumerTable
-	resets    *offsetResets // the master's notices of reset offsets (resets.go)
+	resets    *offsetResets    // the master's notices of reset offsets (resets.go)
+	remoting  *remoting.Server // RocketMQ's producers on the gRPC port (remoting.go); nil when off
 	locks     *queueLocks
 
 	// master: leader and past the Barrier that makes its state complete.
@@ -141,10 +143,15 @@ func Start(cfg Config) (*Broker, error) {
 	b.goLoop(b.holdCheckLoop)
 	b.goLoop(b.offsets.run)
 	b.goLoop(b.scheduleLoop)
+	served := netutil.LimitListener(b.lis, b.cfg.MaxConnections)
+	if !cfg.DisableRemoting && cfg.TLS == nil {
+		b.remoting = remoting.NewServer(remoting.ServerConfig{Handlers: b.remotingHandlers(), Logger: b.log})
+		served = remoting.Share(served, b.remoting, &b.wg)
+	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		if err := b.grpc.Serve(netutil.LimitListener(b.lis, b.cfg.MaxConnections)); err != nil {
+		if err := b.grpc.Serve(served); err != nil {
 			b.log.Error("grpc server stopped", "err", err)
 		}
 	}()
@@ -204,6 +211,10 @@ func (b *Broker) Close() error {
 	case <-time.After(2 * time.Second):
 		b.grpc.Stop()
 		<-stopped
+	}
+	if b.remoting != nil {
+		b.lis.Close() // ends the demux's accept loop
+		b.remoting.Close()
 	}
 	// Cancel first: the loops stop (gossip updates among them), and a
 	// snapshot restore copying the commitlog (catch-up), which holds the

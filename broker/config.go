@@ -49,6 +49,11 @@ type Config struct {
 	// the replica's own calls to other nodes present it and check theirs.
 	// Nil: plaintext everywhere, for loopback and trusted networks.
 	TLS *cluster.TLS
+	// DisableRemoting turns off RocketMQ's remoting protocol, which
+	// otherwise takes RocketMQ producers' sends on GRPCAddr beside gRPC
+	// (remoting.go). It is off with TLS for now: remoting over TLS, with
+	// RocketMQ's access-key signatures, is to come (issue #15).
+	DisableRemoting bool
 	// ACL, when set, is access control, deny by default: a call is
 	// served only when the policy allows it to the identity of the
 	// caller's client certificate (acl.go says what each RPC needs). It

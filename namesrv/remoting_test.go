@@ -57,7 +57,9 @@ func TestRemotingRouteQueryOnTheGRPCPort(t *testing.T) {
 	clustertest.WaitFor(t, 5*time.Second, "the route of rq over remoting", func() bool {
 		n++
 		resp := ask(n, "rq")
-		return resp.Code == remoting.CodeSuccess && json.Unmarshal(resp.Body, &route) == nil && len(route.BrokerDatas) == 1 && len(route.BrokerDatas[0].BrokerAddrs) == 3
+		route.QueueDatas, route.BrokerDatas = nil, nil // decoded afresh: Unmarshal would merge into the old maps
+		return resp.Code == remoting.CodeSuccess && json.Unmarshal(resp.Body, &route) == nil && len(route.BrokerDatas) == 1 &&
+			len(route.BrokerDatas[0].BrokerAddrs) == 3 && route.BrokerDatas[0].BrokerAddrs["0"] != "" // the master known too
 	})
 	q, b := route.QueueDatas[0], route.BrokerDatas[0]
 	if q.BrokerName != "broker-a" || q.ReadQueueNums != 2 || q.WriteQueueNums != 3 || q.Perm != 6 || b.BrokerAddrs["0"] != e.bCfgs[m].GRPCAddr {

@@ -188,13 +188,7 @@ func Start(cfg Config) (*Server, error) {
 	served := netutil.LimitListener(s.lis, s.cfg.MaxConnections)
 	if !cfg.DisableRemoting && cfg.TLS == nil {
 		s.remoting = remoting.NewServer(remoting.ServerConfig{Handlers: s.remotingHandlers(), Logger: s.log})
-		demux := remoting.NewDemux(served, s.remoting)
-		served = demux.GRPC()
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			demux.Serve()
-		}()
+		served = remoting.Share(served, s.remoting, &s.wg)
 	}
 	go func() {
 		defer s.wg.Done()

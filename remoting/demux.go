@@ -30,6 +30,19 @@ func NewDemux(lis net.Listener, remoting *Server) *Demux {
 		grpc: &chanListener{addr: lis.Addr(), conns: make(chan net.Conn), done: make(chan struct{})}}
 }
 
+// Share runs a Demux of lis between gRPC and srv, its accept loop counted
+// in wg, and returns the listener to serve gRPC on. Closing lis ends the
+// loop.
+func Share(lis net.Listener, srv *Server, wg *sync.WaitGroup) net.Listener {
+	d := NewDemux(lis, srv)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.Serve()
+	}()
+	return d.GRPC()
+}
+
 // GRPC is the listener of the gRPC connections.
 func (d *Demux) GRPC() net.Listener { return d.grpc }
 

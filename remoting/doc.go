@@ -4,6 +4,8 @@
 // connection, the sharing of one port with gRPC, and the answers' shapes
 // RocketMQ clients rely on. The nodes (namesrv, and later broker) give it
 // handlers that call their native services: it keeps no state of its own.
+// So far: name servers' route queries and brokers' sends; heartbeats are
+// answered; pulls, offsets and consumers come next.
 //
 // Files:
 //   - frame.go: frames (length, header encoding and length, header,
@@ -14,7 +16,10 @@
 //     supported" for codes without a handler;
 //   - demux.go: gRPC and remoting on one port, told apart by the first
 //     byte (HTTP/2's preface against a frame's length);
-//   - route.go: route answers in RocketMQ's JSON shape (code 105).
+//   - route.go: route answers in RocketMQ's JSON shape (code 105);
+//   - send.go: producers' sends (codes 10, 310, 320: long and short
+//     header names, batches, zlib bodies, properties, tags and keys) as
+//     native SendMessageRequests.
 //
 // What RocketMQ's clients send and expect is in
 // ../shared/notes/rocketmq-client-protocols.md, read from their sources.

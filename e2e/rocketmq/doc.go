@@ -7,5 +7,8 @@
 //
 // Files:
 //   - route_test.go: route queries through the official client's admin
-//     API against a name server's remoting protocol.
+//     API against a name server's remoting protocol (and the helpers
+//     that start raftmq dev);
+//   - send_test.go: the official producer's sends (single, compressed,
+//     batch) read back by raftmq's own consumer.
 package rocketmq

@@ -6,6 +6,7 @@ require github.com/apache/rocketmq-client-go/v2 v2.1.3-0.20251226070945-2173d070
 
 require (
 	github.com/golang/mock v1.3.1 // indirect
+	github.com/google/uuid v1.3.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/konsorten/go-windows-terminal-sequences v1.0.1 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180228061459-e0a39a4cb421 // indirect
