@@ -118,13 +118,14 @@ func (s *Server) serve(conn net.Conn) {
 		conn.Close()
 	}()
 	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
 	var (
 		writeMu  sync.Mutex
 		requests sync.WaitGroup
 		slots    = make(chan struct{}, s.cfg.MaxInFlight)
 	)
-	defer requests.Wait()
+	// The connection is gone: its requests' contexts end (a held pull
+	// stops waiting), then they are waited for.
+	defer func() { cancel(); requests.Wait() }()
 	r := bufio.NewReader(conn)
 	for {
 		conn.SetReadDeadline(time.Now().Add(clientReadDeadline))

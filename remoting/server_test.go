@@ -130,3 +130,34 @@ func TestMalformedFramesCloseTheConnection(t *testing.T) {
 		t.Fatalf("a good connection after the bad ones: %+v", resp)
 	}
 }
+
+// A request still in progress when its client goes away is told so (its
+// context ends: a held pull stops waiting), and Close does not wait for
+// it to finish on its own.
+func TestAGoneClientsRequestsEnd(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{})
+	s := NewServer(ServerConfig{Logger: quiet, Handlers: map[int32]Handler{11: func(ctx context.Context, _ *Command) *Command {
+		<-ctx.Done()
+		close(ended)
+		return &Command{Code: CodeSystemError}
+	}}})
+	go s.Serve(lis)
+	defer func() { lis.Close(); s.Close() }()
+	conn, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame, _ := (&Command{Code: 11, Opaque: 1}).Encode(nil)
+	conn.Write(frame)
+	conn.Close() // the server still reads the frame sent before, then the end
+
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request of a closed connection still waits")
+	}
+}
