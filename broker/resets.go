@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 
@@ -31,6 +32,7 @@ import (
 type offsetResets struct {
 	mu      sync.Mutex
 	pending map[offsetKey]int64
+	n       atomic.Int32 // len(pending): every pull asks, and almost always there is none
 }
 
 func newOffsetResets() *offsetResets { return &offsetResets{pending: map[offsetKey]int64{}} }
@@ -39,19 +41,27 @@ func (r *offsetResets) set(k offsetKey, off int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pending[k] = off
+	r.n.Store(int32(len(r.pending)))
 }
 
 // take returns and forgets the notice of k.
 func (r *offsetResets) take(k offsetKey) (int64, bool) {
+	if r.n.Load() == 0 {
+		return 0, false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	off, ok := r.pending[k]
 	delete(r.pending, k)
+	r.n.Store(int32(len(r.pending)))
 	return off, ok
 }
 
 // holds reports whether k has a notice not yet delivered.
 func (r *offsetResets) holds(k offsetKey) bool {
+	if r.n.Load() == 0 {
+		return false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	_, ok := r.pending[k]
@@ -63,6 +73,7 @@ func (r *offsetResets) clear() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	clear(r.pending)
+	r.n.Store(0)
 }
 
 func (s *service) ResetConsumerOffset(ctx context.Context, req *pb.ResetConsumerOffsetRequest) (*pb.ResetConsumerOffsetResponse, error) {
