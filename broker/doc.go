@@ -10,8 +10,9 @@
 // offsets and the notice that moves its live members (resets.go), catch-up of
 // a replica behind the Raft log by snapshot plus commitlog copy
 // (catchup.go), the stop of a replica whose store failed
-// (storefail.go), RocketMQ producers' sends over the remoting protocol on
-// the gRPC port, onto the native send path (remoting.go), the transport
+// (storefail.go), RocketMQ clients' sends, heartbeats, pulls and offsets
+// over the remoting protocol on the gRPC port, onto the native services
+// (remoting.go), the transport
 // security of its gRPC server and of its
 // own calls (tls.go), and what each RPC needs under access control
 // (acl.go).

@@ -2,38 +2,211 @@ package broker
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/remoting"
 )
 
-// RocketMQ's producers send to a replica over the remoting protocol, on
-// its gRPC port (remoting.Demux): the gateway turns each send into the
-// native SendMessage, so it takes the same path, checks and limits, and
-// answers in RocketMQ's terms. So far: sends (codes 10, 310, 320) and
-// heartbeats (34, answered: consumers over remoting are to come, issue
-// #15).
+// RocketMQ's clients call a replica over the remoting protocol, on its
+// gRPC port (remoting.Demux): the gateway turns each request into the
+// native call (SendMessage, Heartbeat, GetConsumerList, PullMessage and
+// the offset RPCs), so it takes the same path, checks and limits, and
+// answers in RocketMQ's terms: sends (codes 10, 310, 320), heartbeats
+// (34), the member list (38), pulls (11, long-polled, with the offset
+// they commit), offsets (14, 15, 29, 30, 31). Send-back (36), queue locks
+// (41, 42) and the members-changed push (40) are to come (issue #15).
 
 // Remoting answer codes of RocketMQ's ResponseCode that sends use.
 const (
 	remotingMessageIllegal = 13
 	remotingNoPermission   = 16
-	codeHeartbeat          = 34
 )
 
 func (b *Broker) remotingHandlers() map[int32]remoting.Handler {
 	s := &service{b: b}
 	send := func(ctx context.Context, req *remoting.Command) *remoting.Command { return s.remotingSend(ctx, req) }
 	return map[int32]remoting.Handler{
-		remoting.CodeSendMessage:      send,
-		remoting.CodeSendMessageV2:    send,
-		remoting.CodeSendBatchMessage: send,
-		codeHeartbeat: func(context.Context, *remoting.Command) *remoting.Command {
-			return &remoting.Command{Code: remoting.CodeSuccess}
-		},
+		remoting.CodeSendMessage:         send,
+		remoting.CodeSendMessageV2:       send,
+		remoting.CodeSendBatchMessage:    send,
+		remoting.CodeHeartbeat:           s.remotingHeartbeat,
+		remoting.CodeGetConsumerList:     s.remotingConsumerList,
+		remoting.CodePullMessage:         s.remotingPull,
+		remoting.CodeQueryConsumerOffset: s.remotingQueryOffset,
+		remoting.CodeUpdateConsumerOffet: s.remotingUpdateOffset,
+		remoting.CodeGetMaxOffset:        s.remotingQueueOffset(false),
+		remoting.CodeGetMinOffset:        s.remotingQueueOffset(true),
+		remoting.CodeSearchOffsetByTime:  s.remotingSearchOffset,
 	}
+}
+
+func remotingError(err error) *remoting.Command {
+	return &remoting.Command{Code: remotingCode(err), Remark: boundRemark(err)}
+}
+
+func success(ext map[string]string) *remoting.Command {
+	return &remoting.Command{Code: remoting.CodeSuccess, ExtFields: ext}
+}
+
+// queueOf reads a request's topic and queue id.
+func queueOf(c *remoting.Command) (string, int32, error) {
+	q, err := strconv.ParseInt(c.ExtFields["queueId"], 10, 32)
+	if err != nil {
+		return "", 0, fmt.Errorf("queueId %.20q is not a number", c.ExtFields["queueId"])
+	}
+	return c.ExtFields["topic"], int32(q), nil
+}
+
+func illegal(err error) *remoting.Command {
+	return &remoting.Command{Code: remotingMessageIllegal, Remark: err.Error()}
+}
+
+// remotingHeartbeat registers the client's consumer groups, as a native
+// heartbeat does (producers need nothing registered).
+func (s *service) remotingHeartbeat(ctx context.Context, c *remoting.Command) *remoting.Command {
+	client, groups, err := remoting.Heartbeat(c.Body)
+	if err != nil {
+		return illegal(err)
+	}
+	if len(groups) == 0 {
+		return success(nil)
+	}
+	if _, err := s.Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: client, Groups: groups}); err != nil {
+		return remotingError(err)
+	}
+	return success(nil)
+}
+
+func (s *service) remotingConsumerList(ctx context.Context, c *remoting.Command) *remoting.Command {
+	resp, err := s.GetConsumerList(ctx, &pb.GetConsumerListRequest{ConsumerGroup: c.ExtFields["consumerGroup"]})
+	if err != nil {
+		return remotingError(err)
+	}
+	return &remoting.Command{Code: remoting.CodeSuccess, Body: remoting.ConsumerListBody(resp.ClientIds)}
+}
+
+// remotingPull is a native pull (long-polled when asked, with the
+// offset it commits), its records in RocketMQ's stored layout.
+func (s *service) remotingPull(ctx context.Context, c *remoting.Command) *remoting.Command {
+	f := c.ExtFields
+	topic, queue, err := queueOf(c)
+	if err != nil {
+		return illegal(err)
+	}
+	num := func(name string) int64 { v, _ := strconv.ParseInt(f[name], 10, 64); return v }
+	sysFlag := num("sysFlag")
+	req := &pb.PullMessageRequest{ConsumerGroup: f["consumerGroup"], Topic: topic, QueueId: queue, QueueOffset: num("queueOffset"),
+		MaxMessages: int32(num("maxMsgNums")), Subscription: f["subscription"]}
+	if sysFlag&remoting.PullSuspend != 0 {
+		req.SuspendTimeoutMs = num("suspendTimeoutMillis")
+	}
+	if sysFlag&remoting.PullCommitOffset != 0 {
+		req.CommitOffset = num("commitOffset")
+	}
+	resp, err := s.PullMessage(ctx, req)
+	if err != nil {
+		return remotingError(err)
+	}
+	out := success(map[string]string{"nextBeginOffset": strconv.FormatInt(resp.NextBeginOffset, 10),
+		"minOffset": strconv.FormatInt(resp.MinOffset, 10), "maxOffset": strconv.FormatInt(resp.MaxOffset, 10), "suggestWhichBrokerId": "0"})
+	switch resp.Status {
+	case pb.PullStatus_PULL_FOUND:
+	case pb.PullStatus_PULL_NO_MATCHED_MESSAGE:
+		out.Code = remoting.CodePullRetryImmediately
+	case pb.PullStatus_PULL_OFFSET_MOVED:
+		out.Code = remoting.CodePullOffsetMoved
+	default:
+		out.Code = remoting.CodePullNotFound
+	}
+	host, port := s.b.storeHost()
+	for _, raw := range resp.Records {
+		r, err := message.Decode(raw)
+		if err != nil {
+			return remotingError(err)
+		}
+		out.Body = remoting.AppendStored(out.Body, &r, host, port)
+	}
+	return out
+}
+
+// storeHost is this replica's address in the stored layout's host fields
+// (its advertised IPv4 address, or zeros for a name).
+func (b *Broker) storeHost() ([4]byte, int32) {
+	var ip [4]byte
+	host, portStr, _ := net.SplitHostPort(b.cfg.AdvertiseGRPC)
+	if v4 := net.ParseIP(host).To4(); v4 != nil {
+		copy(ip[:], v4)
+	}
+	port, _ := strconv.Atoi(portStr)
+	return ip, int32(port)
+}
+
+func (s *service) remotingQueryOffset(ctx context.Context, c *remoting.Command) *remoting.Command {
+	topic, queue, err := queueOf(c)
+	if err != nil {
+		return illegal(err)
+	}
+	resp, err := s.QueryConsumerOffset(ctx, &pb.QueryConsumerOffsetRequest{ConsumerGroup: c.ExtFields["consumerGroup"], Topic: topic, QueueId: queue})
+	if err != nil {
+		return remotingError(err)
+	}
+	if resp.Offset < 0 {
+		return &remoting.Command{Code: remoting.CodeQueryNotFound, Remark: "no offset committed"}
+	}
+	return success(map[string]string{"offset": strconv.FormatInt(resp.Offset, 10)})
+}
+
+func (s *service) remotingUpdateOffset(ctx context.Context, c *remoting.Command) *remoting.Command {
+	topic, queue, err := queueOf(c)
+	if err != nil {
+		return illegal(err)
+	}
+	off, err := strconv.ParseInt(c.ExtFields["commitOffset"], 10, 64)
+	if err != nil {
+		return illegal(fmt.Errorf("commitOffset %.20q is not a number", c.ExtFields["commitOffset"]))
+	}
+	if _, err := s.UpdateConsumerOffset(ctx, &pb.UpdateConsumerOffsetRequest{ConsumerGroup: c.ExtFields["consumerGroup"],
+		Offsets: []*pb.QueueOffset{{Topic: topic, QueueId: queue, Offset: off}}}); err != nil {
+		return remotingError(err)
+	}
+	return success(nil)
+}
+
+// remotingQueueOffset answers a queue's first (min) or end offset.
+func (s *service) remotingQueueOffset(min bool) remoting.Handler {
+	return func(ctx context.Context, c *remoting.Command) *remoting.Command {
+		topic, queue, err := queueOf(c)
+		if err != nil {
+			return illegal(err)
+		}
+		resp, err := s.GetQueueOffsets(ctx, &pb.GetQueueOffsetsRequest{Topic: topic, QueueId: queue})
+		if err != nil {
+			return remotingError(err)
+		}
+		off := resp.MaxOffset
+		if min {
+			off = resp.MinOffset
+		}
+		return success(map[string]string{"offset": strconv.FormatInt(off, 10)})
+	}
+}
+
+func (s *service) remotingSearchOffset(ctx context.Context, c *remoting.Command) *remoting.Command {
+	topic, queue, err := queueOf(c)
+	if err != nil {
+		return illegal(err)
+	}
+	ts, _ := strconv.ParseInt(c.ExtFields["timestamp"], 10, 64)
+	resp, err := s.SearchOffsetByTime(ctx, &pb.SearchOffsetByTimeRequest{Topic: topic, QueueId: queue, Timestamp: ts})
+	if err != nil {
+		return remotingError(err)
+	}
+	return success(map[string]string{"offset": strconv.FormatInt(resp.Offset, 10)})
 }
 
 func (s *service) remotingSend(ctx context.Context, c *remoting.Command) *remoting.Command {

@@ -4,8 +4,9 @@
 // connection, the sharing of one port with gRPC, and the answers' shapes
 // RocketMQ clients rely on. The nodes (namesrv, and later broker) give it
 // handlers that call their native services: it keeps no state of its own.
-// So far: name servers' route queries and brokers' sends; heartbeats are
-// answered; pulls, offsets and consumers come next.
+// So far: name servers' route queries; brokers' sends, heartbeats, member
+// lists, pulls and offsets. Send-back, queue locks and the members-changed
+// push (40) come next.
 //
 // Files:
 //   - frame.go: frames (length, header encoding and length, header,
@@ -19,7 +20,10 @@
 //   - route.go: route answers in RocketMQ's JSON shape (code 105);
 //   - send.go: producers' sends (codes 10, 310, 320: long and short
 //     header names, batches, zlib bodies, properties, tags and keys) as
-//     native SendMessageRequests.
+//     native SendMessageRequests;
+//   - consume.go: consumers' heartbeat bodies, the member list (38), the
+//     pull and offset codes (11, 14, 15, 29, 30, 31) and RocketMQ's
+//     stored-message layout, in which pulled records are answered.
 //
 // What RocketMQ's clients send and expect is in
 // ../shared/notes/rocketmq-client-protocols.md, read from their sources.

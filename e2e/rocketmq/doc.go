@@ -10,5 +10,7 @@
 //     API against a name server's remoting protocol (and the helpers
 //     that start raftmq dev);
 //   - send_test.go: the official producer's sends (single, compressed,
-//     batch) read back by raftmq's own consumer.
+//     batch) read back by raftmq's own consumer;
+//   - consume_test.go: the official push consumer reading raftmq's own
+//     producer's messages.
 package rocketmq
