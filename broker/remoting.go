@@ -18,8 +18,10 @@ import (
 // the offset RPCs), so it takes the same path, checks and limits, and
 // answers in RocketMQ's terms: sends (codes 10, 310, 320), heartbeats
 // (34), the member list (38), pulls (11, long-polled, with the offset
-// they commit), offsets (14, 15, 29, 30, 31). Send-back (36), queue locks
-// (41, 42) and the members-changed push (40) are to come (issue #15).
+// they commit), offsets (14, 15, 29, 30, 31), send-back (36, through the
+// native retry path; the master creates a clustering group's retry topic
+// on its heartbeat). Queue locks (41, 42) and the members-changed push
+// (40) are to come (issue #15).
 
 // Remoting answer codes of RocketMQ's ResponseCode that sends use.
 const (
@@ -42,7 +44,26 @@ func (b *Broker) remotingHandlers() map[int32]remoting.Handler {
 		remoting.CodeGetMaxOffset:        s.remotingQueueOffset(false),
 		remoting.CodeGetMinOffset:        s.remotingQueueOffset(true),
 		remoting.CodeSearchOffsetByTime:  s.remotingSearchOffset,
+		remoting.CodeConsumerSendBack:    s.remotingSendBack,
 	}
+}
+
+// remotingSendBack is the native send-back of the message at the
+// commitlog offset the consumer read it at (the stored layout's
+// commitlog offset is the record's, on this group).
+func (s *service) remotingSendBack(ctx context.Context, c *remoting.Command) *remoting.Command {
+	f := c.ExtFields
+	off, err := strconv.ParseInt(f["offset"], 10, 64)
+	if err != nil {
+		return illegal(fmt.Errorf("offset %.20q is not a number", f["offset"]))
+	}
+	level, _ := strconv.ParseInt(f["delayLevel"], 10, 32)
+	maxTimes, _ := strconv.ParseInt(f["maxReconsumeTimes"], 10, 32)
+	if _, err := s.ConsumerSendBack(ctx, &pb.ConsumerSendBackRequest{ConsumerGroup: f["group"], MsgId: message.FormatID(s.b.cfg.Group, off),
+		DelayLevel: int32(level), MaxReconsumeTimes: int32(maxTimes)}); err != nil {
+		return remotingError(err)
+	}
+	return success(nil)
 }
 
 func remotingError(err error) *remoting.Command {
@@ -78,6 +99,19 @@ func (s *service) remotingHeartbeat(ctx context.Context, c *remoting.Command) *r
 	}
 	if _, err := s.Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: client, Groups: groups}); err != nil {
 		return remotingError(err)
+	}
+	// RocketMQ's clients subscribe to their group's retry topic from the
+	// start and learn its route only every 30 s: the master creates it on
+	// a clustering group's heartbeat, as RocketMQ's broker does, so the
+	// first retry is not held up by a route refresh.
+	if s.b.master.Load() {
+		for _, g := range groups {
+			if g.Mode == pb.ConsumeMode_CLUSTERING && validName(g.Group) {
+				if err := s.ensureTopic(ctx, message.RetryTopic(g.Group), message.PermRead|message.PermWrite); err != nil {
+					s.b.log.Warn("retry topic not created", "group", g.Group, "err", err)
+				}
+			}
+		}
 	}
 	return success(nil)
 }

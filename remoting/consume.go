@@ -15,8 +15,9 @@ import (
 
 // What RocketMQ's consumers send and read: heartbeats with their groups
 // and subscriptions (code 34), pulls (11) whose answer carries messages in
-// RocketMQ's stored layout, offsets (14, 15, 29, 30, 31) and the member
-// list (38). The broker's gateway maps each onto its native service.
+// RocketMQ's stored layout, offsets (14, 15, 29, 30, 31), the member
+// list (38) and send-back (36: the message by the commitlog offset its
+// pull answer carried). The broker's gateway maps each onto its native service.
 
 // Consumer request codes.
 const (
@@ -28,6 +29,7 @@ const (
 	CodeGetMinOffset        = 31
 	CodeHeartbeat           = 34
 	CodeGetConsumerList     = 38
+	CodeConsumerSendBack    = 36
 )
 
 // Pull answer codes, and the "no offset" answer of code 14.

@@ -5,7 +5,7 @@
 // RocketMQ clients rely on. The nodes (namesrv, and later broker) give it
 // handlers that call their native services: it keeps no state of its own.
 // So far: name servers' route queries; brokers' sends, heartbeats, member
-// lists, pulls and offsets. Send-back, queue locks and the members-changed
+// lists, pulls, offsets and send-back. Queue locks and the members-changed
 // push (40) come next.
 //
 // Files:
@@ -22,7 +22,7 @@
 //     header names, batches, zlib bodies, properties, tags and keys) as
 //     native SendMessageRequests;
 //   - consume.go: consumers' heartbeat bodies, the member list (38), the
-//     pull and offset codes (11, 14, 15, 29, 30, 31) and RocketMQ's
+//     pull, offset and send-back codes (11, 14, 15, 29, 30, 31, 36) and RocketMQ's
 //     stored-message layout, in which pulled records are answered.
 //
 // What RocketMQ's clients send and expect is in

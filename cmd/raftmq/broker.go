@@ -41,6 +41,7 @@ type brokerFlags struct {
 	Retention       string `yaml:"retention"`
 	DiskMaxRatio    string `yaml:"disk-max-ratio"`
 	SlaveReadLag    string `yaml:"slave-read-lag"`
+	DelayLevels     string `yaml:"delay-levels"`
 	nodeSecurity    `yaml:",inline"`
 }
 
@@ -91,6 +92,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.Retention, "retention", "72h", "commitlog segments last written longer ago are deleted (a duration, or off)")
 	fl.StringVar(&f.DiskMaxRatio, "disk-max-ratio", "0.75", "while the disk is fuller than this (0 to 1), the oldest segments are deleted whatever their age (1: never)")
 	fl.StringVar(&f.SlaveReadLag, "slave-read-lag", "20000", "a consumer more messages than this behind on a queue reads it from a slave (off: always from the master)")
+	fl.StringVar(&f.DelayLevels, "delay-levels", "", `the retry delays of levels 1..n (default RocketMQ's "1s 5s 10s 30s 1m ... 2h"; a first retry waits level 3)`)
 	f.nodeSecurity.flags(cmd)
 	return cmd
 }
@@ -132,6 +134,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("retention", &f.Retention, fromFile.Retention)
 	set("disk-max-ratio", &f.DiskMaxRatio, fromFile.DiskMaxRatio)
 	set("slave-read-lag", &f.SlaveReadLag, fromFile.SlaveReadLag)
+	set("delay-levels", &f.DelayLevels, fromFile.DelayLevels)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -213,6 +216,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		peers[strconv.Itoa(f.ID)] = firstNonEmpty(f.AdvertiseRaft, f.Raft)
 	}
 	cfg := broker.Config{
+		DelayLevels:   f.DelayLevels,
 		Group:         f.Group,
 		ReplicaID:     int32(f.ID),
 		Dir:           f.Dir,

@@ -21,7 +21,7 @@ import (
 //
 // Ports: devLayout, which `raftmq dev --help` prints.
 func devCommand() *cobra.Command {
-	var dir, level string
+	var dir, level, delayLevels string
 	var groups, replicas, port, basePort int
 	var withHTTP bool
 	cmd := &cobra.Command{
@@ -75,6 +75,7 @@ with Ctrl-C; started again on the same --dir it comes back with its data.
 						Group: name, ReplicaID: int32(r), Dir: filepath.Join(dir, name, strconv.Itoa(r)),
 						GRPCAddr:         fmt.Sprintf("127.0.0.1:%d", base+1),
 						AutoCreateTopics: true,
+						DelayLevels:      delayLevels,
 						// Small segments: a new store zero-fills its first.
 						Store: storage.Config{SegmentSize: 64 << 20},
 						Gossip: broker.GossipConfig{BindAddr: fmt.Sprintf("127.0.0.1:%d", base+3),
@@ -114,6 +115,7 @@ with Ctrl-C; started again on the same --dir it comes back with its data.
 	fl.IntVar(&basePort, "base-port", 10900, "first broker port (see the help for the layout)")
 	fl.StringVar(&level, "log-level", "warn", "debug, info, warn or error")
 	fl.BoolVar(&withHTTP, "http", false, "serve /metrics and /healthz on every node (ports below)")
+	fl.StringVar(&delayLevels, "delay-levels", "", `the retry delays of levels 1..n, e.g. "100ms 200ms 1s" (default RocketMQ's "1s 5s 10s 30s 1m ... 2h"; a first retry waits level 3)`)
 	return cmd
 }
 

@@ -21,15 +21,11 @@ func TestOfficialPushConsumerReadsNativeSends(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		raftmq(t, "produce", "--namesrv", ns, "--topic", "to-rmq", "--tag", "TagB", "--key", fmt.Sprintf("key-%d", i), "--body", fmt.Sprintf("native-%d", i))
 	}
-	c, err := consumer.NewPushConsumer(consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{ns})),
-		consumer.WithGroupName("rmq-consumers"), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitRoute(t, ns, "to-rmq")
 	var mu sync.Mutex
 	got := map[string]int{}
 	var sample *primitive.MessageExt
-	err = c.Subscribe("to-rmq", consumer.MessageSelector{Type: consumer.TAG, Expression: "*"}, func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+	startConsumer(t, ns, "rmq-consumers", "to-rmq", func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, m := range msgs {
@@ -40,26 +36,11 @@ func TestOfficialPushConsumerReadsNativeSends(t *testing.T) {
 		}
 		return consumer.ConsumeSuccess, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Shutdown()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitUntil(t, 30*time.Second, "the official consumer reading the 10 messages", func() bool {
 		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n == 10 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the official consumer read %d of 10 messages: %v", n, got)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(got) == 10
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	for body, n := range got {
@@ -70,4 +51,61 @@ func TestOfficialPushConsumerReadsNativeSends(t *testing.T) {
 	if sample.GetTags() != "TagB" || sample.GetKeys() != "key-3" || sample.Topic != "to-rmq" || sample.MsgId == "" {
 		t.Fatalf("native-3 as the official consumer read it: topic %s tags %q keys %q id %q", sample.Topic, sample.GetTags(), sample.GetKeys(), sample.MsgId)
 	}
+}
+
+// ConsumeRetryLater once: the official consumer sends the message back
+// (code 36), and it is delivered again through the group's retry topic
+// with ReconsumeTimes 1, after the first retry's delay (level 3, 300 ms
+// with these levels). The broker creates the retry topic on the group's
+// first heartbeat, as RocketMQ's does; the client, which asked for routes
+// just before, learns its route at its next poll of the name server,
+// every 30 s (fixed in the client): the redelivery can wait for that.
+func TestOfficialConsumerRetriesThroughTheBroker(t *testing.T) {
+	ns := startDev(t, "--delay-levels", "100ms 200ms 300ms 400ms 500ms")
+	raftmq(t, "topic", "create", "--namesrv", ns, "--name", "retry-rmq", "--queues", "1")
+	raftmq(t, "produce", "--namesrv", ns, "--topic", "retry-rmq", "--body", "retry-me")
+	waitRoute(t, ns, "retry-rmq")
+	var mu sync.Mutex
+	var times []int32
+	startConsumer(t, ns, "rmq-retriers", "retry-rmq", func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			if string(m.Body) == "retry-me" {
+				times = append(times, m.ReconsumeTimes)
+			}
+		}
+		if len(times) == 1 {
+			return consumer.ConsumeRetryLater, nil
+		}
+		return consumer.ConsumeSuccess, nil
+	})
+	waitUntil(t, 70*time.Second, "the redelivery", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(times) >= 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if times[0] != 0 || times[1] != 1 {
+		t.Fatalf("reconsume times %v, want [0 1]", times)
+	}
+}
+
+// startConsumer starts the official push consumer of group on topic
+// (clustering, from the first offset), shut down when the test ends.
+func startConsumer(t *testing.T, ns, group, topic string, listener func(context.Context, ...*primitive.MessageExt) (consumer.ConsumeResult, error)) {
+	t.Helper()
+	c, err := consumer.NewPushConsumer(consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{ns})),
+		consumer.WithGroupName(group), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe(topic, consumer.MessageSelector{Type: consumer.TAG, Expression: "*"}, listener); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Shutdown() })
 }

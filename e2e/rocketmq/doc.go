@@ -12,5 +12,5 @@
 //   - send_test.go: the official producer's sends (single, compressed,
 //     batch) read back by raftmq's own consumer;
 //   - consume_test.go: the official push consumer reading raftmq's own
-//     producer's messages.
+//     producer's messages, and retrying one through the broker.
 package rocketmq

@@ -62,12 +62,12 @@ func freeBase(t *testing.T) int {
 	return 0
 }
 
-// startDev runs `raftmq dev` and returns its name server address once it
-// is ready.
-func startDev(t *testing.T) string {
+// startDev runs `raftmq dev` (with extra flags) and returns its name
+// server address once it is ready.
+func startDev(t *testing.T, extra ...string) string {
 	t.Helper()
 	base := freeBase(t)
-	cmd := exec.Command(raftmqBin, "dev", "--dir", t.TempDir(), "--port", fmt.Sprint(base+90), "--base-port", fmt.Sprint(base))
+	cmd := exec.Command(raftmqBin, append([]string{"dev", "--dir", t.TempDir(), "--port", fmt.Sprint(base + 90), "--base-port", fmt.Sprint(base)}, extra...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +107,27 @@ func startDev(t *testing.T) string {
 			t.Fatal("raftmq dev not ready within 60 s")
 		}
 	}
+}
+
+// waitUntil polls cond until it holds, failing the test after d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitRoute waits until the name server routes topic (a consumer's
+// Start fails on a topic without a route).
+func waitRoute(t *testing.T, ns, topic string) {
+	t.Helper()
+	waitUntil(t, 10*time.Second, "the route of "+topic, func() bool {
+		return exec.Command(raftmqBin, "topic", "route", "--namesrv", ns, "--name", topic).Run() == nil
+	})
 }
 
 func raftmq(t *testing.T, args ...string) string {
