@@ -30,6 +30,26 @@ const (
 )
 
 func (b *Broker) remotingHandlers() map[int32]remoting.Handler {
+	handlers := b.remotingGateway()
+	for code, h := range handlers {
+		handlers[code] = b.refuseRemotingWhenFailed(h)
+	}
+	return handlers
+}
+
+// refuseRemotingWhenFailed is refuseUnaryWhenFailed for the gateway (which
+// calls the services directly, past the gRPC interceptors): a replica
+// whose store failed serves no RocketMQ client either.
+func (b *Broker) refuseRemotingWhenFailed(h remoting.Handler) remoting.Handler {
+	return func(ctx context.Context, c *remoting.Command) *remoting.Command {
+		if err := b.failedError(); err != nil {
+			return remotingError(err)
+		}
+		return h(ctx, c)
+	}
+}
+
+func (b *Broker) remotingGateway() map[int32]remoting.Handler {
 	s := &service{b: b}
 	send := func(ctx context.Context, req *remoting.Command) *remoting.Command { return s.remotingSend(ctx, req) }
 	return map[int32]remoting.Handler{

@@ -1,10 +1,12 @@
 package broker
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/remoting"
 )
 
 // errorLog records the Error lines of a logger and those derived from it.
@@ -163,6 +166,26 @@ func (g *group) checkRefuses(t *testing.T, i int, topic string) {
 	for what, err := range map[string]error{"send": serr, "pull": perr} {
 		if reason, _ := ReasonOf(err); status.Code(err) != codes.Unavailable || reason != pb.ErrorReason_STORE_ERROR {
 			t.Fatalf("%s to the failed replica: %v (reason %v), want Unavailable, STORE_ERROR", what, err, reason)
+		}
+	}
+	// RocketMQ's clients too, through the remoting gateway (which calls
+	// the services past the gRPC interceptors).
+	conn, err := net.DialTimeout("tcp", g.cfgs[i].GRPCAddr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	for code, ext := range map[int32]map[string]string{
+		remoting.CodeSendMessage: {"topic": topic, "queueId": "0"},
+		remoting.CodePullMessage: {"consumerGroup": "cg", "topic": topic, "queueId": "0", "queueOffset": "0"},
+	} {
+		frame, _ := (&remoting.Command{Code: code, Opaque: code, ExtFields: ext, Body: []byte("refused")}).Encode(nil)
+		conn.Write(frame)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := remoting.ReadCommand(r, remoting.DefaultMaxFrame)
+		if err != nil || resp.Code != remoting.CodeSystemError || !strings.Contains(resp.Remark, "stopped serving") {
+			t.Fatalf("remoting code %d to the failed replica: %+v %v, want a system error saying it stopped serving", code, resp, err)
 		}
 	}
 }
