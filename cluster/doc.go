@@ -26,8 +26,8 @@
 //   - walfiler.go: raft-wal's segment filer, mended: it finds the tail that
 //     interrupted rotation left sealed, and sealed segments let go of their
 //     write buffers;
-//   - membership.go, meta.go: gossip membership and the metadata members
-//     announce;
+//   - membership.go, meta.go: gossip membership (a failed join is retried
+//     until it succeeds) and the metadata members announce;
 //   - ops.go: the metrics, health and (when asked for) profiling endpoint;
 //   - status.go: the bound on the messages servers send back
 //     (BoundErrors);

@@ -66,6 +66,10 @@ type Membership struct {
 
 	queue  *eventQueue
 	Events <-chan MemberEvent
+
+	stop     chan struct{} // closed by Close: ends rejoin
+	stopOnce sync.Once
+	joined   sync.WaitGroup // rejoin
 }
 
 // StartMembership creates the member and joins the pool.
@@ -115,7 +119,7 @@ func StartMembership(cfg MembershipConfig) (*Membership, error) {
 	mc.DeadNodeReclaimTime = time.Second
 	mc.SecretKey = cfg.SecretKey
 	mc.Logger = log.New(slogWriter{cfg.Logger, "gossip"}, "", 0)
-	m := &Membership{log: cfg.Logger, meta: meta, queue: newEventQueue()}
+	m := &Membership{log: cfg.Logger, meta: meta, queue: newEventQueue(), stop: make(chan struct{})}
 	m.Events = m.queue.out
 	mc.Delegate = delegate{m}
 	mc.Events = delegate{m}
@@ -125,11 +129,39 @@ func StartMembership(cfg MembershipConfig) (*Membership, error) {
 	}
 	if len(cfg.Join) > 0 {
 		if _, err := m.ml.Join(cfg.Join); err != nil {
-			// Not fatal: the others may start later and join us.
-			cfg.Logger.Warn("gossip join failed; waiting to be joined", "join", cfg.Join, "err", err)
+			// Not fatal, and not the end of it: the others may start
+			// later (a broker before its name servers, which never join
+			// brokers), or a loaded machine may have timed the join out.
+			cfg.Logger.Warn("gossip join failed; trying again until it succeeds", "join", cfg.Join, "err", err)
+			m.joined.Add(1)
+			go m.rejoin(cfg.Join)
 		}
 	}
 	return m, nil
+}
+
+// Rejoin backoff: the first retry soon, then at most every rejoinMax.
+const (
+	rejoinFirst = 100 * time.Millisecond
+	rejoinMax   = 5 * time.Second
+)
+
+// rejoin tries the join again, backing off, until one succeeds or Close.
+func (m *Membership) rejoin(addrs []string) {
+	defer m.joined.Done()
+	wait := rejoinFirst
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-time.After(wait):
+		}
+		if _, err := m.ml.Join(addrs); err == nil {
+			m.log.Info("gossip joined", "join", addrs)
+			return
+		}
+		wait = min(2*wait, rejoinMax)
+	}
 }
 
 func splitHostPort(addr string) (string, int, error) {
@@ -181,6 +213,8 @@ func (m *Membership) LocalName() string { return m.ml.LocalNode().Name }
 
 // Close leaves the pool (telling the others) and stops.
 func (m *Membership) Close() error {
+	m.stopOnce.Do(func() { close(m.stop) })
+	m.joined.Wait()
 	err := m.ml.Leave(time.Second)
 	if serr := m.ml.Shutdown(); err == nil {
 		err = serr

@@ -180,3 +180,18 @@ func TestGossipKeyKeepsOutMembersWithoutIt(t *testing.T) {
 		}
 	}
 }
+
+// A member whose join fails (nobody there yet: a broker started before
+// its name server) keeps trying, and joins once the other is up; it used
+// to wait to be joined, which no name server does.
+func TestAFailedJoinIsRetried(t *testing.T) {
+	seed := clustertest.FreeAddrs(t, 1)[0]
+	early := start(t, "broker-early", MemberMeta{Role: RoleBroker}, seed)
+	defer early.Close()
+	late, err := StartMembership(MembershipConfig{Name: "ns-late", BindAddr: seed, Meta: MemberMeta{Role: RoleNameServer}, Fast: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Close()
+	clustertest.WaitFor(t, 10*time.Second, "the early member joined the late one", func() bool { return len(late.Members()) == 2 })
+}
