@@ -56,30 +56,31 @@ func (t *consumerTable) notify(groups []string) {
 // changedFor reports whether group's members changed since client last
 // heard, without telling it.
 func (t *consumerTable) changedFor(client, group string) bool {
-	if client == "" {
-		return false
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	g := t.groups[group]
-	v, ok := t.seenVer[client][group]
-	return g != nil && ok && v != g.version
+	return t.changeSince(client, group, false)
 }
 
 // noticeChange is changedFor, and records that client has now heard.
 func (t *consumerTable) noticeChange(client, group string) bool {
+	return t.changeSince(client, group, true)
+}
+
+// changeSince reports whether group's members changed since client last
+// heard (a client that never heartbeated here has heard nothing to
+// compare), and with tell records that it has now.
+func (t *consumerTable) changeSince(client, group string, tell bool) bool {
 	if client == "" {
 		return false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	g := t.groups[group]
-	seen := t.seenVer[client]
+	g, seen := t.groups[group], t.seenVer[client]
 	v, ok := seen[group]
 	if g == nil || !ok || v == g.version {
 		return false
 	}
-	seen[group] = g.version
+	if tell {
+		seen[group] = g.version
+	}
 	return true
 }
 

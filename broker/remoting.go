@@ -7,9 +7,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/remoting"
+	"google.golang.org/grpc/status"
 )
 
 // RocketMQ's clients call a replica over the remoting protocol, on its
@@ -51,11 +53,10 @@ func (b *Broker) refuseRemotingWhenFailed(h remoting.Handler) remoting.Handler {
 
 func (b *Broker) remotingGateway() map[int32]remoting.Handler {
 	s := &service{b: b}
-	send := func(ctx context.Context, req *remoting.Command) *remoting.Command { return s.remotingSend(ctx, req) }
 	return map[int32]remoting.Handler{
-		remoting.CodeSendMessage:         send,
-		remoting.CodeSendMessageV2:       send,
-		remoting.CodeSendBatchMessage:    send,
+		remoting.CodeSendMessage:         s.remotingSend,
+		remoting.CodeSendMessageV2:       s.remotingSend,
+		remoting.CodeSendBatchMessage:    s.remotingSend,
 		remoting.CodeHeartbeat:           s.remotingHeartbeat,
 		remoting.CodeGetConsumerList:     s.remotingConsumerList,
 		remoting.CodePullMessage:         s.remotingPull,
@@ -297,15 +298,6 @@ func remotingCode(err error) int32 {
 	}
 }
 
-// boundRemark is an error's message for a remark, cut as the native
-// statuses are.
-func boundRemark(err error) string {
-	msg := err.Error()
-	if i := strings.Index(msg, "desc = "); i >= 0 {
-		msg = msg[i+len("desc = "):]
-	}
-	if len(msg) > 512 {
-		msg = msg[:512]
-	}
-	return msg
-}
+// boundRemark is an error's message for a remark: the status's message,
+// cut as the native answers are.
+func boundRemark(err error) string { return cluster.BoundMessage(status.Convert(err).Message()) }

@@ -31,15 +31,25 @@ func boundError(err error) error {
 		return nil
 	}
 	st, _ := status.FromError(err) // a non-status error is Unknown with its text
-	msg := st.Message()
-	if len(msg) <= MaxErrorMessage {
+	if len(st.Message()) <= MaxErrorMessage {
 		return err
+	}
+	p := st.Proto()
+	p.Message = BoundMessage(st.Message())
+	return status.FromProto(p).Err()
+}
+
+// BoundMessage is msg cut to at most MaxErrorMessage bytes, on a rune
+// boundary, saying how much was cut: what every answer to a client
+// carries of an error (gRPC statuses here, RocketMQ remarks in the
+// broker's remoting gateway).
+func BoundMessage(msg string) string {
+	if len(msg) <= MaxErrorMessage {
+		return msg
 	}
 	cut := MaxErrorMessage - 40
 	for cut > 0 && !utf8.RuneStart(msg[cut]) {
 		cut--
 	}
-	p := st.Proto()
-	p.Message = fmt.Sprintf("%s… (%d bytes cut)", msg[:cut], len(msg)-cut)
-	return status.FromProto(p).Err()
+	return fmt.Sprintf("%s… (%d bytes cut)", msg[:cut], len(msg)-cut)
 }

@@ -16,7 +16,6 @@ import (
 const (
 	CodeSuccess        = 0
 	CodeSystemError    = 1
-	CodeSystemBusy     = 2
 	CodeNotSupported   = 3
 	CodeTopicNotExist  = 17
 	clientReadDeadline = 2 * time.Minute // the Go client's own idle cut is 120 s

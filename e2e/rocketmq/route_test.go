@@ -40,7 +40,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freePort is a TCP port free now, with the next ten (raftmq dev's layout
+// freeBase is the first of 100 TCP ports free now (raftmq dev's layout
 // needs a range).
 func freeBase(t *testing.T) int {
 	t.Helper()
