@@ -48,8 +48,10 @@ type Broker struct {
 	offsets   *offsetCommitter
 	consumers *consumerTable
 	resets    *offsetResets    // the master's notices of reset offsets (resets.go)
-	remoting  *remoting.Server // RocketMQ's producers on the gRPC port (remoting.go); nil when off
-	locks     *queueLocks
+	remoting  *remoting.Server // RocketMQ's clients on the gRPC port (remoting.go); nil when off
+	// rmqClients are the RocketMQ consumers by their connections (remotingclients.go).
+	rmqClients *remotingClients
+	locks      *queueLocks
 
 	// master: leader and past the Barrier that makes its state complete.
 	master atomic.Bool
@@ -92,7 +94,11 @@ func Start(cfg Config) (*Broker, error) {
 		resets: newOffsetResets(),
 		delays: delays,
 	}
-	b.consumers = newConsumerTable(cfg.ConsumerExpiry, b.holds.wakeGroup)
+	b.rmqClients = newRemotingClients()
+	b.consumers = newConsumerTable(cfg.ConsumerExpiry, func(group string) {
+		b.holds.wakeGroup(group)
+		b.rmqClients.notify(group)
+	})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended, stopped: make(chan struct{})}
 	b.fsm.catchUp = b.catchUp
@@ -145,7 +151,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.goLoop(b.scheduleLoop)
 	served := netutil.LimitListener(b.lis, b.cfg.MaxConnections)
 	if !cfg.DisableRemoting && cfg.TLS == nil {
-		b.remoting = remoting.NewServer(remoting.ServerConfig{Handlers: b.remotingHandlers(), Logger: b.log})
+		b.remoting = remoting.NewServer(remoting.ServerConfig{Handlers: b.remotingHandlers(), OnClose: b.remotingClosed, Logger: b.log})
 		served = remoting.Share(served, b.remoting, &b.wg)
 	}
 	b.wg.Add(1)

@@ -10,12 +10,13 @@
 // offsets and the notice that moves its live members (resets.go), catch-up of
 // a replica behind the Raft log by snapshot plus commitlog copy
 // (catchup.go), the stop of a replica whose store failed
-// (storefail.go), RocketMQ clients' sends, heartbeats, pulls and offsets
-// over the remoting protocol on the gRPC port, onto the native services
-// (remoting.go), the transport
-// security of its gRPC server and of its
-// own calls (tls.go), and what each RPC needs under access control
-// (acl.go).
+// (storefail.go), RocketMQ clients' sends, heartbeats, pulls, offsets and
+// queue locks over the remoting protocol on the gRPC port, onto the
+// native services (remoting.go), RocketMQ consumers by their connection:
+// pushed code 40 when their group's members change, and out of the group
+// when the connection closes (remotingclients.go), the transport security
+// of its gRPC server and of its own calls (tls.go), and what each RPC
+// needs under access control (acl.go).
 //
 // Design choices, where ARCHITECTURE.md leaves room:
 //   - Raft restores its latest snapshot at start (metadata only); the

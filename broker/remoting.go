@@ -22,8 +22,8 @@ import (
 // (34), the member list (38), pulls (11, long-polled, with the offset
 // they commit), offsets (14, 15, 29, 30, 31), send-back (36, through the
 // native retry path; the master creates a clustering group's retry topic
-// on its heartbeat). Queue locks (41, 42) and the members-changed push
-// (40) are to come (issue #15).
+// on its heartbeat), queue locks for orderly consumers (41, 42, the
+// native locks). The members-changed push (40) is remotingclients.go's.
 
 // Remoting answer codes of RocketMQ's ResponseCode that sends use.
 const (
@@ -66,7 +66,58 @@ func (b *Broker) remotingGateway() map[int32]remoting.Handler {
 		remoting.CodeGetMinOffset:        s.remotingQueueOffset(true),
 		remoting.CodeSearchOffsetByTime:  s.remotingSearchOffset,
 		remoting.CodeConsumerSendBack:    s.remotingSendBack,
+		remoting.CodeLockBatchMQ:         s.remotingLock,
+		remoting.CodeUnlockBatchMQ:       s.remotingUnlock,
 	}
+}
+
+// remotingClosed: the consumers that heartbeated on a closed connection
+// leave their groups, whose other members are told (code 40, held pulls).
+func (b *Broker) remotingClosed(conn *remoting.Conn) {
+	for client, groups := range b.rmqClients.closed(conn) {
+		b.consumers.unregister(client, groups)
+	}
+}
+
+// remotingLock takes the queues of a lock body (which may name several
+// topics) through the native lock, and answers those now held.
+func (s *service) remotingLock(ctx context.Context, c *remoting.Command) *remoting.Command {
+	l, err := remoting.ReadLockBatch(c.Body)
+	if err != nil {
+		return illegal(err)
+	}
+	var held []remoting.MessageQueue
+	for topic, queues := range queuesByTopic(l.Queues) {
+		resp, err := s.LockQueues(ctx, &pb.LockQueuesRequest{ConsumerGroup: l.ConsumerGroup, ClientId: l.ClientID, Topic: topic, QueueIds: queues})
+		if err != nil {
+			return remotingError(err)
+		}
+		for _, q := range resp.LockedQueueIds {
+			held = append(held, remoting.MessageQueue{Topic: topic, BrokerName: s.b.cfg.Group, QueueID: q})
+		}
+	}
+	return &remoting.Command{Code: remoting.CodeSuccess, Body: remoting.LockedBody(held)}
+}
+
+func (s *service) remotingUnlock(ctx context.Context, c *remoting.Command) *remoting.Command {
+	l, err := remoting.ReadLockBatch(c.Body)
+	if err != nil {
+		return illegal(err)
+	}
+	for topic, queues := range queuesByTopic(l.Queues) {
+		if _, err := s.UnlockQueues(ctx, &pb.UnlockQueuesRequest{ConsumerGroup: l.ConsumerGroup, ClientId: l.ClientID, Topic: topic, QueueIds: queues}); err != nil {
+			return remotingError(err)
+		}
+	}
+	return success(nil)
+}
+
+func queuesByTopic(mqs []remoting.MessageQueue) map[string][]int32 {
+	out := map[string][]int32{}
+	for _, q := range mqs {
+		out[q.Topic] = append(out[q.Topic], q.QueueID)
+	}
+	return out
 }
 
 // remotingSendBack is the native send-back of the message at the
@@ -117,6 +168,9 @@ func (s *service) remotingHeartbeat(ctx context.Context, c *remoting.Command) *r
 	}
 	if len(groups) == 0 {
 		return success(nil)
+	}
+	if conn := remoting.ConnOf(ctx); conn != nil && !s.b.rmqClients.heartbeat(conn, client, groups) {
+		return illegal(fmt.Errorf("more than %d client ids heartbeat on one connection", maxClientsPerConn))
 	}
 	if _, err := s.Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: client, Groups: groups}); err != nil {
 		return remotingError(err)

@@ -30,7 +30,14 @@ const (
 	CodeHeartbeat           = 34
 	CodeGetConsumerList     = 38
 	CodeConsumerSendBack    = 36
+	CodeLockBatchMQ         = 41
+	CodeUnlockBatchMQ       = 42
 )
+
+// CodeNotifyConsumerIdsChanged is what a broker pushes to a group's
+// members when the members change, so they rebalance at once rather than
+// at their next 20 s round.
+const CodeNotifyConsumerIdsChanged = 40
 
 // Pull answer codes, and the "no offset" answer of code 14.
 const (
@@ -78,6 +85,39 @@ func Heartbeat(body []byte) (string, []*pb.ConsumerGroupInfo, error) {
 		groups = append(groups, g)
 	}
 	return h.ClientID, groups, nil
+}
+
+// MessageQueue is a queue as RocketMQ's clients name it in JSON bodies.
+type MessageQueue struct {
+	Topic      string `json:"topic"`
+	BrokerName string `json:"brokerName"`
+	QueueID    int32  `json:"queueId"`
+}
+
+// LockBatch is the body of a lock or unlock request (41, 42).
+type LockBatch struct {
+	ConsumerGroup string         `json:"consumerGroup"`
+	ClientID      string         `json:"clientId"`
+	Queues        []MessageQueue `json:"mqSet"`
+}
+
+// ReadLockBatch reads a lock or unlock request's body.
+func ReadLockBatch(body []byte) (*LockBatch, error) {
+	var l LockBatch
+	if err := json.Unmarshal(body, &l); err != nil {
+		return nil, fmt.Errorf("a lock body that is not JSON: %w", err)
+	}
+	return &l, nil
+}
+
+// LockedBody is code 41's answer body: the queues now locked for the
+// client.
+func LockedBody(queues []MessageQueue) []byte {
+	if queues == nil {
+		queues = []MessageQueue{}
+	}
+	b, _ := json.Marshal(map[string][]MessageQueue{"lockOKMQSet": queues})
+	return b
 }
 
 // ConsumerListBody is code 38's answer body.

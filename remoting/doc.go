@@ -5,8 +5,8 @@
 // RocketMQ clients rely on. The nodes (namesrv, and later broker) give it
 // handlers that call their native services: it keeps no state of its own.
 // So far: name servers' route queries; brokers' sends, heartbeats, member
-// lists, pulls, offsets and send-back. Queue locks and the members-changed
-// push (40) come next.
+// lists, pulls, offsets, send-back, queue locks and the members-changed
+// push (40).
 //
 // Files:
 //   - frame.go: frames (length, header encoding and length, header,
@@ -14,7 +14,8 @@
 //   - server.go: connections: frames read with a cap (a malformed one
 //     closes the connection), requests handled concurrently up to a cap
 //     per connection, answers with the request's opaque, RocketMQ's "not
-//     supported" for codes without a handler;
+//     supported" for codes without a handler; requests pushed to a client
+//     (Conn.Push), and the end of a connection reported (OnClose);
 //   - demux.go: gRPC and remoting on one port, told apart by the first
 //     byte (HTTP/2's preface against a frame's length);
 //   - route.go: route answers in RocketMQ's JSON shape (code 105);
@@ -22,8 +23,9 @@
 //     header names, batches, zlib bodies, properties, tags and keys) as
 //     native SendMessageRequests;
 //   - consume.go: consumers' heartbeat bodies, the member list (38), the
-//     pull, offset and send-back codes (11, 14, 15, 29, 30, 31, 36) and RocketMQ's
-//     stored-message layout, in which pulled records are answered.
+//     pull, offset and send-back codes (11, 14, 15, 29, 30, 31, 36), queue
+//     lock bodies (41, 42) and RocketMQ's stored-message layout, in which
+//     pulled records are answered.
 //
 // What RocketMQ's clients send and expect is in
 // ../shared/notes/rocketmq-client-protocols.md, read from their sources.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,7 @@ const (
 	CodeNotSupported   = 3
 	CodeTopicNotExist  = 17
 	clientReadDeadline = 2 * time.Minute // the Go client's own idle cut is 120 s
+	writeTimeout       = 30 * time.Second
 )
 
 // Handler answers one request. The server sets the answer's opaque and
@@ -36,7 +38,71 @@ type ServerConfig struct {
 	// long-polled pull holds its slot); past it the connection's next
 	// read waits. Default 1024.
 	MaxInFlight int
-	Logger      *slog.Logger
+	// OnClose, if set, is called with each connection once it has ended
+	// and its requests have returned: RocketMQ's brokers forget the
+	// consumers that heartbeated on a closed channel.
+	OnClose func(*Conn)
+	Logger  *slog.Logger
+}
+
+// Conn is one client's connection. A handler finds it in its context
+// (ConnOf) to push requests to the client later (Push).
+type Conn struct {
+	s       *Server
+	nc      net.Conn
+	ctx     context.Context // ends with the connection
+	writeMu sync.Mutex
+}
+
+type connKey struct{}
+
+// ConnOf is the connection a handler's request came on (nil outside a
+// handler).
+func ConnOf(ctx context.Context) *Conn {
+	c, _ := ctx.Value(connKey{}).(*Conn)
+	return c
+}
+
+// RemoteAddr is the client's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// write sends one frame; writes of a connection's answers and pushes do
+// not interleave. A failed write closes the connection (its reader then
+// ends it).
+func (c *Conn) write(frame []byte) {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := c.nc.Write(frame); err != nil {
+		c.nc.Close()
+	}
+}
+
+// Push sends cmd to the client as a request (RocketMQ's brokers push code
+// 40, "your group's members changed", so). It does not wait for the
+// write, nor for an answer, which the server ignores; a connection that
+// has ended or a server closing drops it.
+func (c *Conn) Push(cmd *Command) {
+	push := *cmd
+	push.Flag &^= FlagResponse
+	push.Opaque = c.s.opaque.Add(1)
+	frame, err := push.Encode(nil)
+	if err != nil {
+		c.s.cfg.Logger.Error("remoting: push not encodable", "code", cmd.Code, "err", err)
+		return
+	}
+	s := c.s
+	s.mu.Lock()
+	if s.ctx.Err() != nil || c.ctx.Err() != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		c.write(frame)
+	}()
 }
 
 // Server serves the remoting protocol on the connections it is given.
@@ -47,6 +113,7 @@ type Server struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
+	opaque atomic.Int32 // pushes' opaques (a client's requests carry its own)
 }
 
 // NewServer makes a server; Serve gives it connections.
@@ -110,21 +177,27 @@ func (s *Server) Close() {
 }
 
 func (s *Server) serve(conn net.Conn) {
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, conn)
-		s.mu.Unlock()
-		conn.Close()
-	}()
 	ctx, cancel := context.WithCancel(s.ctx)
+	c := &Conn{s: s, nc: conn}
+	ctx = context.WithValue(ctx, connKey{}, c)
+	c.ctx = ctx
 	var (
-		writeMu  sync.Mutex
 		requests sync.WaitGroup
 		slots    = make(chan struct{}, s.cfg.MaxInFlight)
 	)
-	// The connection is gone: its requests' contexts end (a held pull
-	// stops waiting), then they are waited for.
-	defer func() { cancel(); requests.Wait() }()
+	defer func() {
+		// The connection is gone: its requests' contexts end (a held pull
+		// stops waiting), then they are waited for, then it is forgotten.
+		cancel()
+		requests.Wait()
+		conn.Close()
+		s.mu.Lock()
+		delete(s.conns, conn)
+		s.mu.Unlock()
+		if s.cfg.OnClose != nil {
+			s.cfg.OnClose(c)
+		}
+	}()
 	r := bufio.NewReader(conn)
 	for {
 		conn.SetReadDeadline(time.Now().Add(clientReadDeadline))
@@ -138,7 +211,7 @@ func (s *Server) serve(conn net.Conn) {
 			return
 		}
 		if req.IsResponse() {
-			continue // an answer to a server push (code 40 has none we wait for)
+			continue // an answer to a push: none is waited for
 		}
 		select {
 		case slots <- struct{}{}:
@@ -155,12 +228,7 @@ func (s *Server) serve(conn net.Conn) {
 				s.cfg.Logger.Error("remoting: answer not encodable", "code", req.Code, "err", err)
 				return
 			}
-			writeMu.Lock()
-			defer writeMu.Unlock()
-			conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			if _, err := conn.Write(frame); err != nil {
-				conn.Close() // the reader sees it and ends the connection
-			}
+			c.write(frame)
 		}()
 	}
 }

@@ -161,3 +161,67 @@ func TestAGoneClientsRequestsEnd(t *testing.T) {
 		t.Fatal("a request of a closed connection still waits")
 	}
 }
+
+// A handler's connection pushes requests to its client later (code 40):
+// the client reads a request frame with the push's code, an opaque of the
+// server's and no response flag, while its own requests are answered as
+// before; the connection's end is reported once its requests returned,
+// and a push to it then is dropped.
+func TestPushesReachTheClientAndCloseIsReported(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan *Conn, 1)
+	closed := make(chan *Conn, 1)
+	s := NewServer(ServerConfig{Logger: quiet, OnClose: func(c *Conn) { closed <- c }, Handlers: map[int32]Handler{34: func(ctx context.Context, _ *Command) *Command {
+		conns <- ConnOf(ctx)
+		return &Command{Code: CodeSuccess}
+	}}})
+	go s.Serve(lis)
+	defer func() { lis.Close(); s.Close() }()
+	conn, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	if resp := call(t, conn, r, &Command{Code: 34, Opaque: 7}); resp.Code != CodeSuccess || resp.Opaque != 7 {
+		t.Fatalf("heartbeat answer %+v", resp)
+	}
+	c := <-conns
+	if c == nil {
+		t.Fatal("no connection in the handler's context")
+	}
+	c.Push(&Command{Code: 40, ExtFields: map[string]string{"consumerGroup": "g"}})
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	push, err := ReadCommand(r, DefaultMaxFrame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if push.Code != 40 || push.IsResponse() || push.ExtFields["consumerGroup"] != "g" || push.Opaque == 0 {
+		t.Fatalf("push %+v", push)
+	}
+	// The client's answer to the push is read and ignored: the connection
+	// goes on.
+	answer, _ := (&Command{Code: CodeSuccess, Opaque: push.Opaque, Flag: FlagResponse}).Encode(nil)
+	conn.Write(answer)
+	if resp := call(t, conn, r, &Command{Code: 34, Opaque: 8}); resp.Opaque != 8 {
+		t.Fatalf("after the push's answer %+v", resp)
+	}
+	<-conns
+	select {
+	case <-closed:
+		t.Fatal("reported closed while open")
+	default:
+	}
+	conn.Close()
+	select {
+	case got := <-closed:
+		if got != c {
+			t.Fatal("another connection reported closed")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a closed connection not reported")
+	}
+	c.Push(&Command{Code: 40}) // dropped: nothing to write to, nothing left running (goleak)
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	rocketmq "github.com/apache/rocketmq-client-go/v2"
 	"github.com/apache/rocketmq-client-go/v2/consumer"
 	"github.com/apache/rocketmq-client-go/v2/primitive"
 )
@@ -93,11 +94,13 @@ func TestOfficialConsumerRetriesThroughTheBroker(t *testing.T) {
 }
 
 // startConsumer starts the official push consumer of group on topic
-// (clustering, from the first offset), shut down when the test ends.
-func startConsumer(t *testing.T, ns, group, topic string, listener func(context.Context, ...*primitive.MessageExt) (consumer.ConsumeResult, error)) {
+// (clustering, from the first offset, unless opts say otherwise), shut
+// down when the test ends if not before.
+func startConsumer(t *testing.T, ns, group, topic string, listener func(context.Context, ...*primitive.MessageExt) (consumer.ConsumeResult, error),
+	opts ...consumer.Option) rocketmq.PushConsumer {
 	t.Helper()
-	c, err := consumer.NewPushConsumer(consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{ns})),
-		consumer.WithGroupName(group), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset))
+	c, err := consumer.NewPushConsumer(append([]consumer.Option{consumer.WithNsResolver(primitive.NewPassthroughResolver([]string{ns})),
+		consumer.WithGroupName(group), consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,4 +111,5 @@ func startConsumer(t *testing.T, ns, group, topic string, listener func(context.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Shutdown() })
+	return c
 }

@@ -10,7 +10,11 @@
 //     API against a name server's remoting protocol (and the helpers
 //     that start raftmq dev);
 //   - send_test.go: the official producer's sends (single, compressed,
-//     batch) read back by raftmq's own consumer;
+//     batch, async, one-way) read back by raftmq's own consumer;
 //   - consume_test.go: the official push consumer reading raftmq's own
-//     producer's messages, and retrying one through the broker.
+//     producer's messages, and retrying one through the broker;
+//   - group_test.go: consumer groups: two members splitting the queues
+//     (and the code 40 push that makes it prompt), broadcasting, an
+//     orderly consumer (queue locks), a restart resuming from committed
+//     offsets; and the producer helpers the tests share.
 package rocketmq

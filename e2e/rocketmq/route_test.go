@@ -132,9 +132,17 @@ func waitRoute(t *testing.T, ns, topic string) {
 
 func raftmq(t *testing.T, args ...string) string {
 	t.Helper()
+	return raftmqIn(t, "", args...)
+}
+
+// raftmqIn runs raftmq with stdin (raftmq produce sends each line).
+func raftmqIn(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, raftmqBin, args...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, raftmqBin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("raftmq %v: %v\n%s", args, err, out)
 	}

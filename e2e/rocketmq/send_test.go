@@ -3,12 +3,12 @@ package rocketmq
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/rocketmq-client-go/v2/primitive"
-	"github.com/apache/rocketmq-client-go/v2/producer"
 )
 
 // The official producer sends to raftmq's brokers over the remoting
@@ -18,36 +18,14 @@ import (
 func TestOfficialProducerSendsAndNativeConsumerReads(t *testing.T) {
 	ns := startDev(t)
 	raftmq(t, "topic", "create", "--namesrv", ns, "--name", "from-rmq", "--queues", "2")
-	p, err := producer.NewDefaultProducer(producer.WithNsResolver(primitive.NewPassthroughResolver([]string{ns})),
-		producer.WithGroupName("compat-producers"), producer.WithRetry(2), producer.WithSendMsgTimeout(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer p.Shutdown()
+	p := startProducer(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
 	small := primitive.NewMessage("from-rmq", []byte("hello from rocketmq")).WithTag("TagA").WithKeys([]string{"k1", "k2"})
 	small.WithProperty("color", "blue")
 	big := primitive.NewMessage("from-rmq", []byte(strings.Repeat("0123456789", 600))) // 6 KB: compressed on the wire
-	var sent []*primitive.SendResult
-	for _, m := range []*primitive.Message{small, big} {
-		var r *primitive.SendResult
-		deadline := time.Now().Add(10 * time.Second)
-		for { // until the route of the topic reaches the name server
-			if r, err = p.SendSync(ctx, m); err == nil && r.Status == primitive.SendOK || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		if err != nil || r.Status != primitive.SendOK {
-			t.Fatalf("SendSync: %v %v", r, err)
-		}
-		sent = append(sent, r)
-	}
+	sent := sendSync(t, p, small, big)
 	batch := []*primitive.Message{primitive.NewMessage("from-rmq", []byte("batch-0")), primitive.NewMessage("from-rmq", []byte("batch-1")),
 		primitive.NewMessage("from-rmq", []byte("batch-2"))}
 	r, err := p.SendSync(ctx, batch...)
@@ -89,4 +67,58 @@ func toStrings(v any) []string {
 		out = append(out, x.(string))
 	}
 	return out
+}
+
+// The official producer's asynchronous and one-way sends are stored:
+// every async callback reports SendOK, and raftmq's consumer reads every
+// message of both kinds.
+func TestOfficialAsyncAndOneWaySendsAreStored(t *testing.T) {
+	ns := startDev(t)
+	raftmq(t, "topic", "create", "--namesrv", ns, "--name", "async-rmq", "--queues", "2")
+	waitRoute(t, ns, "async-rmq")
+	p := startProducer(t, ns)
+	sendAll(t, p, "async-rmq", []string{"sync-first"}, nil) // the route is known from here on
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	results := make(chan error, 5)
+	for _, b := range bodies("async", 5) {
+		err := p.SendAsync(ctx, func(_ context.Context, r *primitive.SendResult, err error) {
+			if err == nil && r.Status != primitive.SendOK {
+				err = fmt.Errorf("status %v", r.Status)
+			}
+			results <- err
+		}, primitive.NewMessage("async-rmq", []byte(b)))
+		if err != nil {
+			t.Fatalf("SendAsync: %v", err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		select {
+		case err := <-results:
+			if err != nil {
+				t.Fatalf("an async send's callback: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("async callbacks did not all come")
+		}
+	}
+	for _, b := range bodies("oneway", 5) {
+		if err := p.SendOneWay(ctx, primitive.NewMessage("async-rmq", []byte(b))); err != nil {
+			t.Fatalf("SendOneWay: %v", err)
+		}
+	}
+	out := raftmq(t, "consume", "--namesrv", ns, "--topic", "async-rmq", "--group", "native", "--count", "11", "--timeout", "20s", "--json")
+	got := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("consume --json line %q: %v", line, err)
+		}
+		got[m["body"].(string)] = true
+	}
+	for _, b := range append(bodies("async", 5), bodies("oneway", 5)...) {
+		if !got[b] {
+			t.Fatalf("%s not read back (read %v)", b, got)
+		}
+	}
 }

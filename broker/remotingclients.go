@@ -1,0 +1,108 @@
+package broker
+
+import (
+	"sync"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/remoting"
+)
+
+// remotingClients are the RocketMQ consumers that heartbeat over the
+// remoting protocol, by the connection they heartbeat on, for two things
+// RocketMQ's broker does with its channels:
+//   - when a group's members change it pushes code 40 to each member, so
+//     the official client rebalances at once instead of at its next 20 s
+//     round (it sends no pull that could carry the notice, as raftmq's
+//     own SDK's do);
+//   - when a connection closes, the consumers that heartbeated on it
+//     leave their groups at once, rather than after ConsumerExpiry (the
+//     Go client sends no unregister: its Shutdown just closes).
+type remotingClients struct {
+	mu      sync.Mutex
+	clients map[string]*remotingClient // by client id
+	perConn map[pusher]int             // how many client ids each connection has
+}
+
+// pusher is a client's connection (a *remoting.Conn).
+type pusher interface{ Push(*remoting.Command) }
+
+// remotingClient is one client id's connection and groups.
+type remotingClient struct {
+	conn   pusher
+	groups map[string]bool
+}
+
+// maxClientsPerConn bounds the client ids one connection may heartbeat
+// for (the official client has one per process and name server list), so
+// a connection cannot grow the table without bound.
+const maxClientsPerConn = 64
+
+func newRemotingClients() *remotingClients {
+	return &remotingClients{clients: map[string]*remotingClient{}, perConn: map[pusher]int{}}
+}
+
+// heartbeat records that client, on conn, is a member of groups; it
+// reports false when conn holds too many client ids already.
+func (t *remotingClients) heartbeat(conn pusher, client string, groups []*pb.ConsumerGroupInfo) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.clients[client]
+	if c == nil || c.conn != conn {
+		if t.perConn[conn] >= maxClientsPerConn {
+			return false
+		}
+		if c != nil { // it moved to a new connection
+			t.dropLocked(c.conn)
+		}
+		c = &remotingClient{conn: conn}
+		t.clients[client] = c
+		t.perConn[conn]++
+	}
+	c.groups = make(map[string]bool, len(groups))
+	for _, g := range groups {
+		c.groups[g.Group] = true
+	}
+	return true
+}
+
+func (t *remotingClients) dropLocked(conn pusher) {
+	if t.perConn[conn]--; t.perConn[conn] <= 0 {
+		delete(t.perConn, conn)
+	}
+}
+
+// notify pushes code 40 for group to the connection of each of its
+// members here.
+func (t *remotingClients) notify(group string) {
+	t.mu.Lock()
+	conns := map[pusher]bool{}
+	for _, c := range t.clients {
+		if c.groups[group] {
+			conns[c.conn] = true
+		}
+	}
+	t.mu.Unlock()
+	for conn := range conns {
+		conn.Push(&remoting.Command{Code: remoting.CodeNotifyConsumerIdsChanged, ExtFields: map[string]string{"consumerGroup": group}})
+	}
+}
+
+// closed forgets the clients whose connection conn was and returns their
+// groups by client id (a client that has heartbeated since on another
+// connection stays).
+func (t *remotingClients) closed(conn pusher) map[string][]*pb.ConsumerGroupInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gone := map[string][]*pb.ConsumerGroupInfo{}
+	for id, c := range t.clients {
+		if c.conn != conn {
+			continue
+		}
+		for g := range c.groups {
+			gone[id] = append(gone[id], &pb.ConsumerGroupInfo{Group: g})
+		}
+		delete(t.clients, id)
+	}
+	delete(t.perConn, conn)
+	return gone
+}

@@ -1,0 +1,84 @@
+package broker
+
+import (
+	"testing"
+
+	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/remoting"
+)
+
+type pushRecorder struct{ groups []string }
+
+func (p *pushRecorder) Push(c *remoting.Command) {
+	p.groups = append(p.groups, c.ExtFields["consumerGroup"])
+}
+
+func groupInfos(names ...string) []*pb.ConsumerGroupInfo {
+	var out []*pb.ConsumerGroupInfo
+	for _, n := range names {
+		out = append(out, &pb.ConsumerGroupInfo{Group: n})
+	}
+	return out
+}
+
+// A group's change is pushed once to each connection with a member of
+// it, and to no other.
+func TestRemotingClientsNotifyTheGroupsConnections(t *testing.T) {
+	tab := newRemotingClients()
+	a, b, other := &pushRecorder{}, &pushRecorder{}, &pushRecorder{}
+	tab.heartbeat(a, "c1", groupInfos("g"))
+	tab.heartbeat(a, "c2", groupInfos("g", "h"))
+	tab.heartbeat(b, "c3", groupInfos("g"))
+	tab.heartbeat(other, "c4", groupInfos("h"))
+	tab.notify("g")
+	if len(a.groups) != 1 || len(b.groups) != 1 || len(other.groups) != 0 || a.groups[0] != "g" {
+		t.Fatalf("pushes a %v b %v other %v", a.groups, b.groups, other.groups)
+	}
+	// A later heartbeat replaces the client's groups.
+	tab.heartbeat(b, "c3", groupInfos("h"))
+	tab.notify("g")
+	if len(b.groups) != 1 {
+		t.Fatalf("c3 left g but was told of it: %v", b.groups)
+	}
+}
+
+// A closed connection's clients are returned with their groups, and only
+// those; a client that moved to another connection since stays.
+func TestRemotingClientsOfAClosedConnection(t *testing.T) {
+	tab := newRemotingClients()
+	old, fresh := &pushRecorder{}, &pushRecorder{}
+	tab.heartbeat(old, "moved", groupInfos("g"))
+	tab.heartbeat(old, "stays", groupInfos("g", "h"))
+	tab.heartbeat(fresh, "moved", groupInfos("g"))
+	gone := tab.closed(old)
+	if len(gone) != 1 || len(gone["stays"]) != 2 {
+		t.Fatalf("gone %v, want only stays with its 2 groups", gone)
+	}
+	tab.notify("g")
+	if len(fresh.groups) != 1 || len(old.groups) != 0 {
+		t.Fatalf("after the close, pushes fresh %v old %v", fresh.groups, old.groups)
+	}
+	if gone := tab.closed(old); len(gone) != 0 {
+		t.Fatalf("closed twice: %v", gone)
+	}
+}
+
+// One connection heartbeats for at most maxClientsPerConn client ids.
+func TestRemotingClientsPerConnectionCap(t *testing.T) {
+	tab := newRemotingClients()
+	conn := &pushRecorder{}
+	for i := 0; i < maxClientsPerConn; i++ {
+		if !tab.heartbeat(conn, string(rune('a'+i%26))+string(rune('0'+i/26)), groupInfos("g")) {
+			t.Fatalf("client %d refused under the cap", i)
+		}
+	}
+	if tab.heartbeat(conn, "one-more", groupInfos("g")) {
+		t.Fatal("a client over the cap accepted")
+	}
+	if !tab.heartbeat(conn, "a0", groupInfos("g")) {
+		t.Fatal("a known client's next heartbeat refused at the cap")
+	}
+	if !tab.heartbeat(&pushRecorder{}, "one-more", groupInfos("g")) {
+		t.Fatal("the cap is per connection")
+	}
+}
