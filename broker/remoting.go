@@ -27,8 +27,9 @@ import (
 
 // Remoting answer codes of RocketMQ's ResponseCode that sends use.
 const (
-	remotingMessageIllegal = 13
-	remotingNoPermission   = 16
+	remotingMessageIllegal      = 13
+	remotingServiceNotAvailable = 14
+	remotingNoPermission        = 16
 )
 
 func (b *Broker) remotingHandlers() map[int32]remoting.Handler {
@@ -325,7 +326,7 @@ func (s *service) remotingSend(ctx context.Context, c *remoting.Command) *remoti
 	}
 	resp, err := s.SendMessage(ctx, req)
 	if err != nil {
-		return &remoting.Command{Code: remotingCode(err), Remark: boundRemark(err)}
+		return remotingError(err)
 	}
 	ids := make([]string, len(resp.Results))
 	for i, r := range resp.Results {
@@ -337,8 +338,11 @@ func (s *service) remotingSend(ctx context.Context, c *remoting.Command) *remoti
 	}}
 }
 
-// remotingCode is a native error's RocketMQ answer code. Those a producer
-// retries on another queue (no master here, topic unknown) are 1 and 17.
+// remotingCode is a native error's RocketMQ answer code. A producer
+// retries a send answered 1, 14, 16 or 17 (the Go client's
+// needRetryCode): a replica that is not the master answers 14, as
+// RocketMQ's slaves do ("service not available"), and the remark names
+// the master when it is known.
 func remotingCode(err error) int32 {
 	switch reason, _ := pb.ReasonOf(err); reason {
 	case pb.ErrorReason_TOPIC_NOT_FOUND:
@@ -347,11 +351,20 @@ func remotingCode(err error) int32 {
 		return remotingMessageIllegal
 	case pb.ErrorReason_NO_PERMISSION:
 		return remotingNoPermission
+	case pb.ErrorReason_NOT_LEADER:
+		return remotingServiceNotAvailable
 	default:
-		return remoting.CodeSystemError // NOT_LEADER among them: the client tries again elsewhere
+		return remoting.CodeSystemError
 	}
 }
 
-// boundRemark is an error's message for a remark: the status's message,
-// cut as the native answers are.
-func boundRemark(err error) string { return cluster.BoundMessage(status.Convert(err).Message()) }
+// boundRemark is an error's message for a remark: the status's message
+// (with the master's address, which a native answer carries apart), cut
+// as the native answers are.
+func boundRemark(err error) string {
+	msg := status.Convert(err).Message()
+	if reason, meta := pb.ReasonOf(err); reason == pb.ErrorReason_NOT_LEADER && meta["leader"] != "" {
+		msg += "; the master is " + meta["leader"]
+	}
+	return cluster.BoundMessage(msg)
+}

@@ -16,5 +16,8 @@
 //   - group_test.go: consumer groups: two members splitting the queues
 //     (and the code 40 push that makes it prompt), broadcasting, an
 //     orderly consumer (queue locks), a restart resuming from committed
-//     offsets; and the producer helpers the tests share.
+//     offsets; and the producer helpers the tests share;
+//   - failover_test.go: a cluster of processes (name server, 3 replicas),
+//     and the official producer's sends through a kill -9 of the master,
+//     every acknowledged one consumed after.
 package rocketmq

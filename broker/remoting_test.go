@@ -1,0 +1,53 @@
+package broker
+
+import (
+	"bufio"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/remoting"
+)
+
+// remotingCall sends one request frame to replica i's port and reads the
+// answer.
+func (g *group) remotingCall(i int, req *remoting.Command) *remoting.Command {
+	g.t.Helper()
+	conn, err := net.DialTimeout("tcp", g.cfgs[i].GRPCAddr, 2*time.Second)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	defer conn.Close()
+	frame, err := req.Encode(nil)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	if _, err := conn.Write(frame); err != nil {
+		g.t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := remoting.ReadCommand(bufio.NewReader(conn), remoting.DefaultMaxFrame)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return resp
+}
+
+// A slave answers a RocketMQ send with 14, "service not available", which
+// RocketMQ's producers retry (as a RocketMQ slave answers), naming the
+// master; the master stores the same send.
+func TestASlaveAnswersRemotingSendsWithARetriedCode(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.createTopic("rmq-slave", 1)
+	m := g.master()
+	send := &remoting.Command{Code: remoting.CodeSendMessage, Opaque: 1, ExtFields: map[string]string{"topic": "rmq-slave", "queueId": "0"}, Body: []byte("to a slave")}
+	slave := (m + 1) % 3
+	resp := g.remotingCall(slave, send)
+	if resp.Code != remotingServiceNotAvailable || !strings.Contains(resp.Remark, g.cfgs[m].GRPCAddr) {
+		t.Fatalf("a slave's answer %d %q, want 14 naming the master %s", resp.Code, resp.Remark, g.cfgs[m].GRPCAddr)
+	}
+	if resp := g.remotingCall(m, send); resp.Code != remoting.CodeSuccess || resp.ExtFields["msgId"] == "" {
+		t.Fatalf("the master's answer %d %q", resp.Code, resp.Remark)
+	}
+}
