@@ -18,11 +18,14 @@
 # default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
 # while the benches run and reports its peak.
 #
-# Usage: deploy/bench-local.sh [--runs N] [--long] [--nats] [--profile] [--json] [--keep] [--tls]
+# Usage: deploy/bench-local.sh [--runs N] [--long] [--nats] [--rocketmq] [--profile] [--json] [--keep] [--tls]
 #   --runs N   N runs (default 1); the figures reported are the medians
 #   --long     add the 120 s batched publish
 #   --nats     after each raftmq run, ../shared/tools/nats-r3-bench (3-server JetStream R3 on
 #              127.0.0.1) and the ratios raftmq/NATS; with N runs, the median of the N paired ratios
+#   --rocketmq after raftmq's own benches, the same four with RocketMQ's official Go client
+#              (e2e/rocketmq/rmqbench, over the remoting protocol) on the same cluster and topic,
+#              and the ratios official/raftmq SDK (its consume reads the same backlog)
 #   --profile  a 10 s CPU profile of the master during the batched publish, saved as
 #              ./raftmq-master-cpu-runR.pprof (the brokers run with --pprof)
 #   --json     also a final line: one JSON object with all figures
@@ -39,13 +42,14 @@ set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
-runs=1 long=0 nats=0 profile=0 json=0 keep=0 tls=0
+runs=1 long=0 nats=0 rocketmq=0 profile=0 json=0 keep=0 tls=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	--runs) runs=${2:-}; shift 2 || shift ;;
 	--runs=*) runs=${1#*=}; shift ;;
 	--long) long=1; shift ;;
 	--nats) nats=1; shift ;;
+	--rocketmq) rocketmq=1; shift ;;
 	--profile) profile=1; shift ;;
 	--json) json=1; shift ;;
 	--keep) keep=1; shift ;;
@@ -55,6 +59,10 @@ while [ $# -gt 0 ]; do
 	esac
 done
 case $runs in '' | *[!0-9]* | 0) echo "bench-local: --runs wants a positive number" >&2; exit 2 ;; esac
+if [ "$rocketmq" = 1 ] && [ "$tls" = 1 ]; then
+	echo "bench-local: --rocketmq and --tls: the remoting protocol is off on nodes with TLS" >&2
+	exit 2
+fi
 
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 natsbench="$root/../shared/tools/nats-r3-bench"
@@ -322,15 +330,18 @@ master_deltas() {
 	add "$name.per_entry" "$(awk -v b="$b" -v a="$a" 'BEGIN {split(b, x); split(a, y); n = y[3] - x[3]; if (n > 0) printf "%.2f", (y[2] - x[2]) / n; else print "null"}')"
 }
 
-# bench DIR NAME TIMEOUT ARGS...: one `raftmq bench ARGS --json`; its JSON line lands in
-# DIR/NAME.json; a produce bench also adds the master's CPU per message and messages per entry
+# bench DIR NAME TIMEOUT ARGS...: one `raftmq bench ARGS --json` (for a NAME rmq.*, one
+# `rmqbench ARGS`: the official RocketMQ client); its JSON line lands in DIR/NAME.json; a
+# produce bench also adds the master's CPU per message and messages per entry
 bench() {
 	local d=$1 name=$2 tmo=$3 before after
 	shift 3
-	say "  $name: raftmq bench $*"
+	local -a tool=("$bin" bench) flags=(--json)
+	[[ $name == rmq.* ]] && tool=("$rmqbin") flags=()
+	say "  $name: ${tool[*]##*/} $*"
 	before=$(master_stats)
-	run "$d/$name.out" "$d/$name.log" timeout "$tmo" "$bin" bench "$@" --namesrv "$ns_addr" --topic bench --json ||
-		fail "$name: raftmq bench exited $?"
+	run "$d/$name.out" "$d/$name.log" timeout "$tmo" "${tool[@]}" "$@" --namesrv "$ns_addr" --topic bench "${flags[@]}" ||
+		fail "$name: ${tool[*]##*/} exited $?"
 	after=$(master_stats)
 	if [ "$1" = produce ]; then
 		master_deltas "$name" "$before" "$after"
@@ -377,11 +388,21 @@ run_raftmq() { # R
 		total=$((total + ${sent:-0}))
 	done
 	bench "$d" consume 300 consume --clients 4 --size 1024 --group bench-consume --count "$total"
+	if [ "$rocketmq" = 1 ]; then
+		bench "$d" rmq.batch 120 produce --clients 16 --size 1024 --mode batch --batch 64 --duration 15s
+		bench "$d" rmq.sync16 120 produce --clients 16 --size 1024 --mode sync --duration 15s
+		bench "$d" rmq.sync1 120 produce --clients 1 --size 1024 --mode sync --duration 10s
+		bench "$d" rmq.consume 300 consume --clients 4 --size 1024 --group rmq-consume --count "$total"
+		for i in batch sync16 consume; do
+			add "ratio.rmq_$i" "$(ratio "$(jget "$d/rmq.$i.json" msgs_per_sec)" "$(jget "$d/$i.json" msgs_per_sec)")"
+		done
+		add ratio.rmq_p50 "$(ratio "$(jget "$d/rmq.sync1.json" p50_ms)" "$(jget "$d/sync1.json" p50_ms)")"
+	fi
 	if [ "$long" = 1 ]; then
 		bench "$d" long 300 produce --clients 16 --size 1024 --mode batch --batch 64 --duration 120s
 	fi
 
-	for i in batch sync16 sync1 consume long; do
+	for i in batch sync16 sync1 consume long rmq.batch rmq.sync16 rmq.sync1 rmq.consume; do
 		[ -f "$d/$i.json" ] || continue
 		add "$i.mps" "$(jget "$d/$i.json" msgs_per_sec)"
 		add "$i.p50" "$(jget "$d/$i.json" p50_ms)"
@@ -428,6 +449,11 @@ case $(stat -f -c %T "$work") in tmpfs | ramfs) say "warning: $work is on $(stat
 bin="$work/raftmq"
 say "building raftmq at $commit"
 run - - go build -C "$root" -o "$bin" ./cmd/raftmq || fail "go build"
+rmqbin="$work/rmqbench"
+if [ "$rocketmq" = 1 ]; then
+	say "building rmqbench (RocketMQ's official Go client)"
+	run - - go build -C "$root/e2e/rocketmq" -o "$rmqbin" ./rmqbench || fail "go build rmqbench"
+fi
 for ((r = 1; r <= runs; r++)); do
 	run_raftmq "$r"
 	if [ "$nats" = 1 ]; then run_nats "$r"; fi
@@ -462,12 +488,19 @@ echo "$line"
 line="consume, 4 clients, $(fmt "$(g consume.count)") messages from the first:  $(kfmt "$(g consume.mps)") msgs/s (bench consume records no latency)"
 [ "$nats" = 1 ] && line="$line | NATS 300000 messages $(kfmt "$(g nats.consume)") ($(xfmt "$(g ratio.consume)"))"
 echo "$line"
+if [ "$rocketmq" = 1 ]; then
+	echo "RocketMQ's official Go client, same cluster and topic (ratio to raftmq's SDK):"
+	echo "  batched publish, 16 clients x 64:  $(kfmt "$(g rmq.batch.mps)") msgs/s, p99 $(fmt "$(g rmq.batch.p99)" 1) ms ($(xfmt "$(g ratio.rmq_batch)"))"
+	echo "  sync publish, 16 clients:          $(kfmt "$(g rmq.sync16.mps)") msgs/s, p50 $(fmt "$(g rmq.sync16.p50)" 2) ms ($(xfmt "$(g ratio.rmq_sync16)"))"
+	echo "  sync publish, 1 client:            p50 $(fmt "$(g rmq.sync1.p50)" 2) ms, p99 $(fmt "$(g rmq.sync1.p99)" 2) ms ($(xfmt "$(g ratio.rmq_p50)") raftmq's p50)"
+	echo "  consume, 4 goroutines, the same backlog:  $(kfmt "$(g rmq.consume.mps)") msgs/s ($(xfmt "$(g ratio.rmq_consume)"))"
+fi
 echo "the master's CPU per message (us), messages per Raft entry: batched $(fmt "$(g batch.cpu_us)" 1), $(fmt "$(g batch.per_entry)" 1); sync16 $(fmt "$(g sync16.cpu_us)" 1), $(fmt "$(g sync16.per_entry)" 1); sync1 $(fmt "$(g sync1.cpu_us)" 1), $(fmt "$(g sync1.per_entry)" 1)"
 echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB; anonymous (heap, stacks): $(fmt "$(g anon.1)"), $(fmt "$(g anon.2)"), $(fmt "$(g anon.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
 if [ "$runs" -gt 1 ]; then
 	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi
@@ -482,6 +515,10 @@ if [ "$json" = 1 ]; then
 	out="$out,\"consume\":{\"msgs_per_sec\":$(g consume.mps),\"messages\":$(g consume.count),\"p99_ms\":null}"
 	[ "$long" = 1 ] && out="$out,\"batch_long\":$(fig long)"
 	out="$out,\"rss_mb\":{\"1\":$(g rss.1),\"2\":$(g rss.2),\"3\":$(g rss.3)},\"anon_rss_mb\":{\"1\":$(g anon.1),\"2\":$(g anon.2),\"3\":$(g anon.3)},\"master\":[$(tr -s ' ' ',' <<<"${V[master]# }")]}"
+	if [ "$rocketmq" = 1 ]; then
+		out="$out,\"rocketmq_client\":{\"batch\":$(fig rmq.batch),\"sync16\":$(fig rmq.sync16),\"sync1\":$(fig rmq.sync1),\"consume\":{\"msgs_per_sec\":$(g rmq.consume.mps)}"
+		out="$out,\"ratios_to_sdk\":{\"batch\":$(g ratio.rmq_batch),\"sync16\":$(g ratio.rmq_sync16),\"sync1_p50\":$(g ratio.rmq_p50),\"consume\":$(g ratio.rmq_consume)}}"
+	fi
 	if [ "$nats" = 1 ]; then
 		out="$out,\"nats\":{\"batch_lazy_msgs_per_sec\":$(g nats.lazy),\"batch_always_msgs_per_sec\":$(g nats.always),\"sync16_msgs_per_sec\":$(g nats.sync16),\"sync1_p50_ms\":$(g nats.p50),\"consume_msgs_per_sec\":$(g nats.consume)}"
 		out="$out,\"ratios\":{\"batch_vs_lazy\":$(g ratio.batch_lazy),\"batch_vs_always\":$(g ratio.batch_always),\"sync16_vs_lazy\":$(g ratio.sync16),\"sync1_p50\":$(g ratio.p50),\"consume\":$(g ratio.consume)}"
