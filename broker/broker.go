@@ -150,9 +150,13 @@ func Start(cfg Config) (*Broker, error) {
 	b.goLoop(b.offsets.run)
 	b.goLoop(b.scheduleLoop)
 	served := netutil.LimitListener(b.lis, b.cfg.MaxConnections)
-	if !cfg.DisableRemoting && cfg.TLS == nil {
+	if !cfg.DisableRemoting {
 		b.remoting = remoting.NewServer(remoting.ServerConfig{Handlers: b.remotingHandlers(), OnClose: b.remotingClosed, Logger: b.log})
-		served = remoting.Share(served, b.remoting, &b.wg)
+		if cfg.TLS != nil {
+			served = remoting.ShareTLS(served, cfg.TLS.ServerConfig(), b.remoting, &b.wg)
+		} else {
+			served = remoting.Share(served, b.remoting, &b.wg)
+		}
 	}
 	b.wg.Add(1)
 	go func() {

@@ -50,9 +50,10 @@ type Config struct {
 	// Nil: plaintext everywhere, for loopback and trusted networks.
 	TLS *cluster.TLS
 	// DisableRemoting turns off RocketMQ's remoting protocol, which
-	// otherwise takes RocketMQ producers' sends on GRPCAddr beside gRPC
-	// (remoting.go). It is off with TLS for now: remoting over TLS, with
-	// RocketMQ's access-key signatures, is to come (issue #15).
+	// otherwise serves RocketMQ's clients on GRPCAddr beside gRPC
+	// (remoting.go): with TLS, over TLS (their UseTls), and under ACL,
+	// each request checked as the native call it makes, its caller named
+	// by RocketMQ's access-key signature.
 	DisableRemoting bool
 	// ACL, when set, is access control, deny by default: a call is
 	// served only when the policy allows it to the identity of the

@@ -11,8 +11,9 @@
 // a replica behind the Raft log by snapshot plus commitlog copy
 // (catchup.go), the stop of a replica whose store failed
 // (storefail.go), RocketMQ clients' sends, heartbeats, pulls, offsets and
-// queue locks over the remoting protocol on the gRPC port, onto the
-// native services (remoting.go), RocketMQ consumers by their connection:
+// queue locks over the remoting protocol on the gRPC port (over TLS when
+// it has TLS), onto the native services, each call checked under access
+// control as the native RPC is (remoting.go), RocketMQ consumers by their connection:
 // pushed code 40 when their group's members change, and out of the group
 // when the connection closes (remotingclients.go), the transport security
 // of its gRPC server and of its own calls (tls.go), and what each RPC

@@ -35,9 +35,49 @@ const (
 func (b *Broker) remotingHandlers() map[int32]remoting.Handler {
 	handlers := b.remotingGateway()
 	for code, h := range handlers {
-		handlers[code] = b.refuseRemotingWhenFailed(h)
+		handlers[code] = b.refuseRemotingWhenFailed(identifyRemoting(b.cfg.ACL, h))
 	}
 	return handlers
+}
+
+// remotingCallerKey holds a remoting request's caller in its context.
+type remotingCallerKey struct{}
+
+type remotingCaller struct {
+	id    cluster.Identity
+	known bool
+}
+
+// identifyRemoting finds who sent a request under access control (its
+// connection's client certificate, or RocketMQ's access-key signature),
+// for native to check each call the request makes; a signature that does
+// not verify is answered at once.
+func identifyRemoting(acl *cluster.ACL, h remoting.Handler) remoting.Handler {
+	if acl == nil {
+		return h
+	}
+	return func(ctx context.Context, c *remoting.Command) *remoting.Command {
+		id, known, err := acl.RemotingCaller(remoting.TLSOf(ctx), c.ExtFields, c.Body)
+		if err != nil {
+			return remotingError(err)
+		}
+		return h(context.WithValue(ctx, remotingCallerKey{}, remotingCaller{id, known}), c)
+	}
+}
+
+// native makes a native call for a remoting request, checked as the gRPC
+// interceptors check it (they do not see it): under access control, the
+// rule of method in brokerAccess for the request's caller. Every call of
+// the gateway goes through it.
+func native[Req, Resp any](ctx context.Context, s *service, method string, call func(context.Context, Req) (Resp, error), req Req) (Resp, error) {
+	if acl := s.b.cfg.ACL; acl != nil {
+		c, _ := ctx.Value(remotingCallerKey{}).(remotingCaller)
+		if err := acl.CheckCall(c.id, c.known, brokerAccess, method, req); err != nil {
+			var zero Resp
+			return zero, err
+		}
+	}
+	return call(ctx, req)
 }
 
 // refuseRemotingWhenFailed is refuseUnaryWhenFailed for the gateway (which
@@ -89,7 +129,7 @@ func (s *service) remotingLock(ctx context.Context, c *remoting.Command) *remoti
 	}
 	var held []remoting.MessageQueue
 	for topic, queues := range queuesByTopic(l.Queues) {
-		resp, err := s.LockQueues(ctx, &pb.LockQueuesRequest{ConsumerGroup: l.ConsumerGroup, ClientId: l.ClientID, Topic: topic, QueueIds: queues})
+		resp, err := native(ctx, s, pb.Broker_LockQueues_FullMethodName, s.LockQueues, &pb.LockQueuesRequest{ConsumerGroup: l.ConsumerGroup, ClientId: l.ClientID, Topic: topic, QueueIds: queues})
 		if err != nil {
 			return remotingError(err)
 		}
@@ -106,7 +146,7 @@ func (s *service) remotingUnlock(ctx context.Context, c *remoting.Command) *remo
 		return illegal(err)
 	}
 	for topic, queues := range queuesByTopic(l.Queues) {
-		if _, err := s.UnlockQueues(ctx, &pb.UnlockQueuesRequest{ConsumerGroup: l.ConsumerGroup, ClientId: l.ClientID, Topic: topic, QueueIds: queues}); err != nil {
+		if _, err := native(ctx, s, pb.Broker_UnlockQueues_FullMethodName, s.UnlockQueues, &pb.UnlockQueuesRequest{ConsumerGroup: l.ConsumerGroup, ClientId: l.ClientID, Topic: topic, QueueIds: queues}); err != nil {
 			return remotingError(err)
 		}
 	}
@@ -132,7 +172,7 @@ func (s *service) remotingSendBack(ctx context.Context, c *remoting.Command) *re
 	}
 	level, _ := strconv.ParseInt(f["delayLevel"], 10, 32)
 	maxTimes, _ := strconv.ParseInt(f["maxReconsumeTimes"], 10, 32)
-	if _, err := s.ConsumerSendBack(ctx, &pb.ConsumerSendBackRequest{ConsumerGroup: f["group"], MsgId: message.FormatID(s.b.cfg.Group, off),
+	if _, err := native(ctx, s, pb.Broker_ConsumerSendBack_FullMethodName, s.ConsumerSendBack, &pb.ConsumerSendBackRequest{ConsumerGroup: f["group"], MsgId: message.FormatID(s.b.cfg.Group, off),
 		DelayLevel: int32(level), MaxReconsumeTimes: int32(maxTimes)}); err != nil {
 		return remotingError(err)
 	}
@@ -170,11 +210,12 @@ func (s *service) remotingHeartbeat(ctx context.Context, c *remoting.Command) *r
 	if len(groups) == 0 {
 		return success(nil)
 	}
-	if conn := remoting.ConnOf(ctx); conn != nil && !s.b.rmqClients.heartbeat(conn, client, groups) {
-		return illegal(fmt.Errorf("more than %d client ids heartbeat on one connection", maxClientsPerConn))
-	}
-	if _, err := s.Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: client, Groups: groups}); err != nil {
+	if _, err := native(ctx, s, pb.Broker_Heartbeat_FullMethodName, s.Heartbeat, &pb.HeartbeatRequest{ClientId: client, Groups: groups}); err != nil {
 		return remotingError(err)
+	}
+	if conn := remoting.ConnOf(ctx); conn != nil && !s.b.rmqClients.heartbeat(conn, client, groups) {
+		s.b.consumers.unregister(client, groups)
+		return illegal(fmt.Errorf("more than %d client ids heartbeat on one connection", maxClientsPerConn))
 	}
 	// RocketMQ's clients subscribe to their group's retry topic from the
 	// start and learn its route only every 30 s: the master creates it on
@@ -193,7 +234,7 @@ func (s *service) remotingHeartbeat(ctx context.Context, c *remoting.Command) *r
 }
 
 func (s *service) remotingConsumerList(ctx context.Context, c *remoting.Command) *remoting.Command {
-	resp, err := s.GetConsumerList(ctx, &pb.GetConsumerListRequest{ConsumerGroup: c.ExtFields["consumerGroup"]})
+	resp, err := native(ctx, s, pb.Broker_GetConsumerList_FullMethodName, s.GetConsumerList, &pb.GetConsumerListRequest{ConsumerGroup: c.ExtFields["consumerGroup"]})
 	if err != nil {
 		return remotingError(err)
 	}
@@ -218,7 +259,7 @@ func (s *service) remotingPull(ctx context.Context, c *remoting.Command) *remoti
 	if sysFlag&remoting.PullCommitOffset != 0 {
 		req.CommitOffset = num("commitOffset")
 	}
-	resp, err := s.PullMessage(ctx, req)
+	resp, err := native(ctx, s, pb.Broker_PullMessage_FullMethodName, s.PullMessage, req)
 	if err != nil {
 		return remotingError(err)
 	}
@@ -261,7 +302,7 @@ func (s *service) remotingQueryOffset(ctx context.Context, c *remoting.Command) 
 	if err != nil {
 		return illegal(err)
 	}
-	resp, err := s.QueryConsumerOffset(ctx, &pb.QueryConsumerOffsetRequest{ConsumerGroup: c.ExtFields["consumerGroup"], Topic: topic, QueueId: queue})
+	resp, err := native(ctx, s, pb.Broker_QueryConsumerOffset_FullMethodName, s.QueryConsumerOffset, &pb.QueryConsumerOffsetRequest{ConsumerGroup: c.ExtFields["consumerGroup"], Topic: topic, QueueId: queue})
 	if err != nil {
 		return remotingError(err)
 	}
@@ -280,7 +321,7 @@ func (s *service) remotingUpdateOffset(ctx context.Context, c *remoting.Command)
 	if err != nil {
 		return illegal(fmt.Errorf("commitOffset %.20q is not a number", c.ExtFields["commitOffset"]))
 	}
-	if _, err := s.UpdateConsumerOffset(ctx, &pb.UpdateConsumerOffsetRequest{ConsumerGroup: c.ExtFields["consumerGroup"],
+	if _, err := native(ctx, s, pb.Broker_UpdateConsumerOffset_FullMethodName, s.UpdateConsumerOffset, &pb.UpdateConsumerOffsetRequest{ConsumerGroup: c.ExtFields["consumerGroup"],
 		Offsets: []*pb.QueueOffset{{Topic: topic, QueueId: queue, Offset: off}}}); err != nil {
 		return remotingError(err)
 	}
@@ -294,7 +335,7 @@ func (s *service) remotingQueueOffset(min bool) remoting.Handler {
 		if err != nil {
 			return illegal(err)
 		}
-		resp, err := s.GetQueueOffsets(ctx, &pb.GetQueueOffsetsRequest{Topic: topic, QueueId: queue})
+		resp, err := native(ctx, s, pb.Broker_GetQueueOffsets_FullMethodName, s.GetQueueOffsets, &pb.GetQueueOffsetsRequest{Topic: topic, QueueId: queue})
 		if err != nil {
 			return remotingError(err)
 		}
@@ -312,7 +353,7 @@ func (s *service) remotingSearchOffset(ctx context.Context, c *remoting.Command)
 		return illegal(err)
 	}
 	ts, _ := strconv.ParseInt(c.ExtFields["timestamp"], 10, 64)
-	resp, err := s.SearchOffsetByTime(ctx, &pb.SearchOffsetByTimeRequest{Topic: topic, QueueId: queue, Timestamp: ts})
+	resp, err := native(ctx, s, pb.Broker_SearchOffsetByTime_FullMethodName, s.SearchOffsetByTime, &pb.SearchOffsetByTimeRequest{Topic: topic, QueueId: queue, Timestamp: ts})
 	if err != nil {
 		return remotingError(err)
 	}
@@ -324,7 +365,7 @@ func (s *service) remotingSend(ctx context.Context, c *remoting.Command) *remoti
 	if err != nil {
 		return &remoting.Command{Code: remotingMessageIllegal, Remark: err.Error()}
 	}
-	resp, err := s.SendMessage(ctx, req)
+	resp, err := native(ctx, s, pb.Broker_SendMessage_FullMethodName, s.SendMessage, req)
 	if err != nil {
 		return remotingError(err)
 	}

@@ -9,16 +9,23 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/remoting"
 )
 
 // serverCreds is the gRPC server's transport security: TLS 1.3 with the
 // replica's certificate when Config.TLS is set (client certificates are
-// verified when given, not required), else plaintext.
+// verified when given, not required), else plaintext. With RocketMQ's
+// remoting on the same port, the port's demux does the TLS handshake
+// (remoting.ShareTLS) and gRPC takes its connections as they are.
 func (b *Broker) serverCreds() grpc.ServerOption {
-	if b.cfg.TLS == nil {
+	switch {
+	case b.cfg.TLS == nil:
 		return grpc.Creds(insecure.NewCredentials())
+	case b.cfg.DisableRemoting:
+		return grpc.Creds(credentials.NewTLS(b.cfg.TLS.ServerConfig()))
+	default:
+		return grpc.Creds(remoting.HandshakenTLS())
 	}
-	return grpc.Creds(credentials.NewTLS(b.cfg.TLS.ServerConfig()))
 }
 
 // clientKey names the client of an RPC for per-client limits: the

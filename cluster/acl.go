@@ -302,8 +302,7 @@ func (a *ACL) StreamInterceptor(table map[string]AccessRule) grpc.StreamServerIn
 }
 
 func (a *ACL) authorize(ctx context.Context, table map[string]AccessRule, method string, req any) error {
-	rule, ok := table[method]
-	if !ok {
+	if _, ok := table[method]; !ok {
 		return pb.StatusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, method+" is in no access rule", nil)
 	}
 	caller, known := Caller(ctx)
@@ -314,7 +313,7 @@ func (a *ACL) authorize(ctx context.Context, table map[string]AccessRule, method
 		}
 		known = true
 	}
-	return a.Check(caller, known, rule(req))
+	return a.CheckCall(caller, known, table, method, req)
 }
 
 // checkedStream checks every request message the handler reads.

@@ -17,6 +17,10 @@
 //     cluster/pb's): the signature checked against the policy's secret and
 //     this node's identity, stale timestamps and replayed nonces refused,
 //     with a bounded window of what was seen per signing session;
+//   - rocketmqsig.go: RocketMQ's access-key signature on remoting requests
+//     (HMAC-SHA1 over the fields' values and the body, replayable, so only
+//     over TLS), the caller of a remoting request, and the check a gateway
+//     makes of each native call it makes (CheckCall);
 //   - logstore.go: the Raft log on hashicorp/raft-wal, raft-boltdb/v2 kept
 //     for Raft's stable state (term and vote), the one-time move of a bolt
 //     log into the WAL, and the completion of a segment rotation that a

@@ -3,11 +3,15 @@ package namesrv
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/remoting"
@@ -67,5 +71,61 @@ func TestRemotingRouteQueryOnTheGRPCPort(t *testing.T) {
 	}
 	if resp := ask(n+1, "no-such-topic"); resp.Code != remoting.CodeTopicNotExist || resp.Opaque != n+1 {
 		t.Fatalf("an unknown topic: %+v", resp)
+	}
+}
+
+// Under TLS and access control, RocketMQ's route query comes over TLS
+// (the client's UseTls) on the gRPC port and is checked as GetRoute is:
+// unsigned, signed with a wrong secret, or for a topic the user may
+// neither publish nor subscribe to, it is answered 16 (no permission); a
+// user's own topic is looked up (17 here: no broker hosts it).
+func TestRemotingRouteQueryUnderAccessControl(t *testing.T) {
+	sec := newSecurity(t)
+	policy := filepath.Join(t.TempDir(), "acl.yaml")
+	if err := os.WriteFile(policy, []byte("users:\n  app: {publish: [orders], accessKeys: [{accessKey: app-key, secretKey: app-secret-0123456789}]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	self := cluster.Identity{Cluster: "raftmq", Role: cluster.IdentityNameServer, ID: "1"}
+	acl, err := cluster.LoadACL(policy, self, time.Second, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(acl.Close)
+	addrs := clustertest.FreeAddrs(t, 2)
+	ns := startNameServer(t, Config{Name: "ns-1", GRPCAddr: addrs[0], GossipAddr: addrs[1], FastGossip: true, Logger: quiet,
+		TLS: sec.load(self), SecretKey: sec.gossipKey, ACL: acl})
+	defer ns.Close()
+	conn, err := tls.Dial("tcp", ns.Addr(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	ask := func(topic, key, secret string) *remoting.Command {
+		ext := map[string]string{"topic": topic}
+		if key != "" {
+			ext["AccessKey"] = key
+			ext["Signature"] = cluster.RocketMQSignature([]byte(secret), ext, nil, false)
+		}
+		frame, _ := (&remoting.Command{Code: remoting.CodeGetRouteInfo, Opaque: 1, ExtFields: ext}).Encode(nil)
+		conn.Write(frame)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := remoting.ReadCommand(r, remoting.DefaultMaxFrame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for name, resp := range map[string]*remoting.Command{
+		"unsigned":        ask("orders", "", ""),
+		"a wrong secret":  ask("orders", "app-key", "wrong-secret-0123456789"),
+		"another's topic": ask("secret", "app-key", "app-secret-0123456789"),
+	} {
+		if resp.Code != remotingNoPermission {
+			t.Errorf("%s: answered %d %q, want 16", name, resp.Code, resp.Remark)
+		}
+	}
+	if resp := ask("orders", "app-key", "app-secret-0123456789"); resp.Code != remoting.CodeTopicNotExist {
+		t.Fatalf("the user's own topic: answered %d %q, want 17", resp.Code, resp.Remark)
 	}
 }

@@ -80,8 +80,8 @@ type Config struct {
 	TLS *cluster.TLS
 	// DisableRemoting turns off RocketMQ's remoting protocol, which
 	// otherwise answers RocketMQ clients' route queries on GRPCAddr beside
-	// gRPC (remoting.go). It is off with TLS for now: remoting over TLS,
-	// with RocketMQ's access-key signatures, is to come (issue #15).
+	// gRPC (remoting.go): with TLS, over TLS, and under ACL checked as
+	// GetRoute is, the caller named by RocketMQ's access-key signature.
 	DisableRemoting bool
 	// ACL, when set, is access control, deny by default (acl.go says what
 	// each RPC needs). It needs TLS. The caller owns it (Close).
@@ -166,8 +166,11 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	creds := insecure.NewCredentials()
-	if cfg.TLS != nil {
+	switch {
+	case cfg.TLS != nil && cfg.DisableRemoting:
 		creds = credentials.NewTLS(cfg.TLS.ServerConfig())
+	case cfg.TLS != nil: // the port's demux shakes hands (remoting.ShareTLS)
+		creds = remoting.HandshakenTLS()
 	}
 	unary, stream := cluster.ServerInterceptors(cfg.ACL, nameServerAccess)
 	s.grpc = grpc.NewServer(grpc.Creds(creds), grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
@@ -186,9 +189,13 @@ func Start(cfg Config) (*Server, error) {
 	}
 	s.wg.Add(3)
 	served := netutil.LimitListener(s.lis, s.cfg.MaxConnections)
-	if !cfg.DisableRemoting && cfg.TLS == nil {
+	if !cfg.DisableRemoting {
 		s.remoting = remoting.NewServer(remoting.ServerConfig{Handlers: s.remotingHandlers(), Logger: s.log})
-		served = remoting.Share(served, s.remoting, &s.wg)
+		if cfg.TLS != nil {
+			served = remoting.ShareTLS(served, cfg.TLS.ServerConfig(), s.remoting, &s.wg)
+		} else {
+			served = remoting.Share(served, s.remoting, &s.wg)
+		}
 	}
 	go func() {
 		defer s.wg.Done()

@@ -2,9 +2,14 @@ package remoting
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
 	"net"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/credentials"
 )
 
 // Demux serves two protocols on one port: a connection whose first byte
@@ -16,11 +21,19 @@ import (
 //
 // The first byte is read on the connection's own goroutine, with a
 // deadline, so a client that connects and sends nothing holds up no other.
+//
+// With TLS (ShareTLS) the demux does the handshake, on the same goroutine
+// under the same deadline, and the first byte it reads is the first one
+// the TLS connection carries: both protocols' clients begin with a TLS
+// ClientHello, and only what follows tells them apart. The gRPC server
+// then takes the connections as they are (HandshakenTLS), and RocketMQ's
+// clients (UseTls) get TLS on the address they already use.
 type Demux struct {
 	lis      net.Listener
 	remoting *Server
 	grpc     *chanListener
 	wait     time.Duration
+	tls      *tls.Config // nil: plaintext
 }
 
 // NewDemux splits lis between the returned gRPC listener (give it to
@@ -35,6 +48,24 @@ func NewDemux(lis net.Listener, remoting *Server) *Demux {
 // loop.
 func Share(lis net.Listener, srv *Server, wg *sync.WaitGroup) net.Listener {
 	d := NewDemux(lis, srv)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.Serve()
+	}()
+	return d.GRPC()
+}
+
+// ShareTLS is Share for a listener whose every connection speaks TLS with
+// cfg: give the gRPC server HandshakenTLS as its credentials. Plaintext
+// clients fail the handshake and are closed.
+func ShareTLS(lis net.Listener, cfg *tls.Config, srv *Server, wg *sync.WaitGroup) net.Listener {
+	cfg = cfg.Clone()
+	// gRPC's clients insist on HTTP/2 negotiated by ALPN; RocketMQ's
+	// offer no protocol, and get none.
+	cfg.NextProtos = append([]string{"h2"}, cfg.NextProtos...)
+	d := NewDemux(lis, srv)
+	d.tls = cfg
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -60,6 +91,18 @@ func (d *Demux) Serve() error {
 }
 
 func (d *Demux) route(conn net.Conn) {
+	var tc *tls.Conn
+	if d.tls != nil {
+		tc = tls.Server(conn, d.tls)
+		ctx, cancel := context.WithTimeout(context.Background(), d.wait)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			conn.Close()
+			return
+		}
+		conn = tc
+	}
 	conn.SetReadDeadline(time.Now().Add(d.wait))
 	r := bufio.NewReader(conn)
 	first, err := r.Peek(1)
@@ -68,7 +111,7 @@ func (d *Demux) route(conn net.Conn) {
 		conn.Close()
 		return
 	}
-	peeked := &peekedConn{Conn: conn, r: r}
+	peeked := &peekedConn{Conn: conn, r: r, tls: tc}
 	if first[0] == 'P' {
 		select {
 		case d.grpc.conns <- peeked:
@@ -83,10 +126,49 @@ func (d *Demux) route(conn net.Conn) {
 // peekedConn reads what was peeked first.
 type peekedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r   *bufio.Reader
+	tls *tls.Conn // the connection under it, when it speaks TLS
 }
 
 func (c *peekedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// tlsState is the TLS state of a connection Demux handed out, nil for a
+// plaintext one.
+func tlsState(c net.Conn) *tls.ConnectionState {
+	p, ok := c.(*peekedConn)
+	if !ok || p.tls == nil {
+		return nil
+	}
+	st := p.tls.ConnectionState()
+	return &st
+}
+
+// HandshakenTLS are the gRPC server's credentials behind ShareTLS: the
+// handshake is done, and the connection's TLS state is the call's
+// AuthInfo, as gRPC's own TLS credentials give it (so a verified client
+// certificate names the caller just the same).
+func HandshakenTLS() credentials.TransportCredentials { return handshaken{} }
+
+type handshaken struct{}
+
+func (handshaken) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	st := tlsState(c)
+	if st == nil {
+		c.Close()
+		return nil, nil, errors.New("remoting: a connection without TLS behind ShareTLS")
+	}
+	return c, credentials.TLSInfo{State: *st, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+}
+
+func (handshaken) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("remoting: HandshakenTLS is for servers")
+}
+
+func (handshaken) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls", SecurityVersion: "1.3"}
+}
+func (h handshaken) Clone() credentials.TransportCredentials { return h }
+func (handshaken) OverrideServerName(string) error           { return nil }
 
 // chanListener hands out the connections Demux gives it.
 type chanListener struct {

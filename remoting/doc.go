@@ -17,7 +17,9 @@
 //     supported" for codes without a handler; requests pushed to a client
 //     (Conn.Push), and the end of a connection reported (OnClose);
 //   - demux.go: gRPC and remoting on one port, told apart by the first
-//     byte (HTTP/2's preface against a frame's length);
+//     byte (HTTP/2's preface against a frame's length); with TLS the demux
+//     does the handshake first (ShareTLS) and gRPC takes the connections
+//     as they are (HandshakenTLS);
 //   - route.go: route answers in RocketMQ's JSON shape (code 105);
 //   - send.go: producers' sends (codes 10, 310, 320: long and short
 //     header names, batches, zlib bodies, properties, tags and keys) as

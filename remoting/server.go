@@ -3,6 +3,7 @@ package remoting
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -63,8 +64,21 @@ func ConnOf(ctx context.Context) *Conn {
 	return c
 }
 
+// TLSOf is the TLS state of the connection a handler's request came on
+// (nil for plaintext, or outside a handler).
+func TLSOf(ctx context.Context) *tls.ConnectionState {
+	if c := ConnOf(ctx); c != nil {
+		return c.TLS()
+	}
+	return nil
+}
+
 // RemoteAddr is the client's address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// TLS is the connection's TLS state (with a client's verified
+// certificate, if it gave one), nil when it speaks plaintext.
+func (c *Conn) TLS() *tls.ConnectionState { return tlsState(c.nc) }
 
 // write sends one frame; writes of a connection's answers and pushes do
 // not interleave. A failed write closes the connection (its reader then

@@ -17,7 +17,12 @@
 //     (and the code 40 push that makes it prompt), broadcasting, an
 //     orderly consumer (queue locks), a restart resuming from committed
 //     offsets; and the producer helpers the tests share;
-//   - failover_test.go: a cluster of processes (name server, 3 replicas),
-//     and the official producer's sends through a kill -9 of the master,
-//     every acknowledged one consumed after.
+//   - failover_test.go: a cluster of processes (name server, 3 replicas,
+//     secured or not), and the official producer's sends through a kill
+//     -9 of the master, every acknowledged one consumed after;
+//   - secure_test.go: the official client with UseTls and RocketMQ's
+//     access-key signatures on a cluster with TLS and access control.
+//
+// rmqbench/ is the official client's benchmark, which
+// deploy/bench-local.sh --rocketmq runs beside raftmq bench.
 package rocketmq

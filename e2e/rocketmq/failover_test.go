@@ -22,16 +22,29 @@ type procCluster struct {
 	ns      string
 	grpc    []string
 	brokers []*exec.Cmd
+	cli     []string // the flags raftmq's commands need (a secured cluster's)
 }
 
 // startProcCluster starts the name server and 3 replicas of broker-a on
-// loopback ports and waits for the group to have a master.
-func startProcCluster(t *testing.T) *procCluster {
+// loopback ports and waits for the group to have a master. With a
+// certificate directory (raftmq certs) and a policy, every node runs with
+// TLS, encrypted gossip and access control, and cli are the flags
+// raftmq's commands then need.
+func startProcCluster(t *testing.T) *procCluster { return startSecuredProcCluster(t, "", "", nil) }
+
+func startSecuredProcCluster(t *testing.T, certs, policy string, cli []string) *procCluster {
 	t.Helper()
 	base := freeBase(t)
 	addr := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", base+p) }
-	c := &procCluster{t: t, ns: addr(0)}
-	startProc(t, "namesrv", "--grpc", addr(0), "--gossip", addr(1), "--log-level", "error")
+	c := &procCluster{t: t, ns: addr(0), cli: cli}
+	secure := func(name string) []string {
+		if certs == "" {
+			return nil
+		}
+		return []string{"--tls-ca", filepath.Join(certs, "ca.pem"), "--tls-cert", filepath.Join(certs, name, "cert.pem"),
+			"--tls-key", filepath.Join(certs, name, "key.pem"), "--gossip-key-file", filepath.Join(certs, "gossip.key"), "--acl", policy}
+	}
+	startProc(t, append([]string{"namesrv", "--grpc", addr(0), "--gossip", addr(1), "--log-level", "error"}, secure("namesrv-1")...)...)
 	var peers []string
 	for i := 1; i <= 3; i++ {
 		peers = append(peers, fmt.Sprintf("%d=%s", i, addr(10*i+1)))
@@ -39,9 +52,9 @@ func startProcCluster(t *testing.T) *procCluster {
 	dir := t.TempDir()
 	for i := 1; i <= 3; i++ {
 		c.grpc = append(c.grpc, addr(10*i))
-		c.brokers = append(c.brokers, startProc(t, "broker", "--group", "broker-a", "--id", fmt.Sprint(i), "--dir", filepath.Join(dir, fmt.Sprint(i)),
-			"--grpc", addr(10*i), "--raft", addr(10*i+1), "--gossip", addr(10*i+2), "--peers", strings.Join(peers, ","), "--join", addr(1),
-			"--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error"))
+		c.brokers = append(c.brokers, startProc(t, append([]string{"broker", "--group", "broker-a", "--id", fmt.Sprint(i), "--dir", filepath.Join(dir, fmt.Sprint(i)),
+			"--grpc", addr(10 * i), "--raft", addr(10*i + 1), "--gossip", addr(10*i + 2), "--peers", strings.Join(peers, ","), "--join", addr(1),
+			"--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error"}, secure(fmt.Sprintf("broker-a-%d", i))...)...))
 	}
 	c.master()
 	return c
@@ -63,7 +76,7 @@ func startProc(t *testing.T, args ...string) *exec.Cmd {
 func (c *procCluster) master() int {
 	m := -1
 	waitUntil(c.t, 30*time.Second, "a master in the routes", func() bool {
-		out, err := exec.Command(raftmqBin, "cluster", "list", "--namesrv", c.ns).Output()
+		out, err := exec.Command(raftmqBin, append([]string{"cluster", "list", "--namesrv", c.ns}, c.cli...)...).Output()
 		if err != nil {
 			return false
 		}

@@ -135,18 +135,28 @@ func raftmq(t *testing.T, args ...string) string {
 	return raftmqIn(t, "", args...)
 }
 
-// raftmqIn runs raftmq with stdin (raftmq produce sends each line).
-func raftmqIn(t *testing.T, stdin string, args ...string) string {
-	t.Helper()
+// raftmqOut runs raftmq and returns its output and error.
+func raftmqOut(args ...string) (string, error) {
+	return raftmqWith("", args...)
+}
+
+func raftmqWith(stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, raftmqBin, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// raftmqIn runs raftmq with stdin (raftmq produce sends each line).
+func raftmqIn(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	out, err := raftmqWith(stdin, args...)
 	if err != nil {
 		t.Fatalf("raftmq %v: %v\n%s", args, err, out)
 	}
-	return string(out)
+	return out
 }
 
 // The official client asks raftmq's name server for a topic's route over
