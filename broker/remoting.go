@@ -264,7 +264,8 @@ func (s *service) remotingPull(ctx context.Context, c *remoting.Command) *remoti
 		return remotingError(err)
 	}
 	out := success(map[string]string{"nextBeginOffset": strconv.FormatInt(resp.NextBeginOffset, 10),
-		"minOffset": strconv.FormatInt(resp.MinOffset, 10), "maxOffset": strconv.FormatInt(resp.MaxOffset, 10), "suggestWhichBrokerId": "0"})
+		"minOffset": strconv.FormatInt(resp.MinOffset, 10), "maxOffset": strconv.FormatInt(resp.MaxOffset, 10),
+		"suggestWhichBrokerId": strconv.Itoa(int(s.b.routeBrokerID(resp.SuggestReplicaId)))})
 	switch resp.Status {
 	case pb.PullStatus_PULL_FOUND:
 	case pb.PullStatus_PULL_NO_MATCHED_MESSAGE:
@@ -283,6 +284,17 @@ func (s *service) remotingPull(ctx context.Context, c *remoting.Command) *remoti
 		out.Body = remoting.AppendStored(out.Body, &r, host, port)
 	}
 	return out
+}
+
+// routeBrokerID is the broker id RocketMQ's routes give replica id (the
+// master is 0, a slave its replica id; remoting.RouteJSON): a pull's
+// suggestion of the replica to pull from next, in the client's terms (no
+// suggestion is the master too).
+func (b *Broker) routeBrokerID(replica int32) int32 {
+	if master, _ := b.leaderInfo(); replica <= 0 || replica == master {
+		return 0
+	}
+	return replica
 }
 
 // storeHost is this replica's address in the stored layout's host fields

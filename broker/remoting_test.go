@@ -2,11 +2,14 @@ package broker
 
 import (
 	"bufio"
+	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/remoting"
 )
 
@@ -49,5 +52,35 @@ func TestASlaveAnswersRemotingSendsWithARetriedCode(t *testing.T) {
 	}
 	if resp := g.remotingCall(m, send); resp.Code != remoting.CodeSuccess || resp.ExtFields["msgId"] == "" {
 		t.Fatalf("the master's answer %d %q", resp.Code, resp.Remark)
+	}
+}
+
+// A RocketMQ consumer far behind is sent to a slave as the native one is:
+// the master's pull answer suggests the slave by its broker id in the
+// routes (its replica id); near the end it suggests the master (0).
+func TestRemotingPullSuggestsASlaveToALaggingConsumer(t *testing.T) {
+	g := newGroup(t, 3, func(c *Config) { c.SlaveReadLag = 10 })
+	g.createTopic("rmq-lag", 1)
+	m := g.master()
+	req := &pb.SendMessageRequest{Topic: "rmq-lag"}
+	for i := 0; i < 50; i++ {
+		req.Messages = append(req.Messages, &pb.Message{Body: []byte(fmt.Sprint(i))})
+	}
+	if _, err := g.client(m).SendMessage(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	pull := func(offset string) string {
+		resp := g.remotingCall(m, &remoting.Command{Code: remoting.CodePullMessage, Opaque: 1, ExtFields: map[string]string{
+			"consumerGroup": "cg", "topic": "rmq-lag", "queueId": "0", "queueOffset": offset, "maxMsgNums": "4"}})
+		if resp.Code != remoting.CodeSuccess {
+			t.Fatalf("pull at %s: %d %q", offset, resp.Code, resp.Remark)
+		}
+		return resp.ExtFields["suggestWhichBrokerId"]
+	}
+	if id := pull("0"); id == "0" || id == fmt.Sprint(m+1) || id == "" {
+		t.Fatalf("a lagging pull suggests broker id %q, want a slave's replica id (the master is replica %d)", id, m+1)
+	}
+	if id := pull("45"); id != "0" {
+		t.Fatalf("a caught-up pull suggests %q, want the master, 0", id)
 	}
 }

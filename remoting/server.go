@@ -53,7 +53,14 @@ type Conn struct {
 	nc      net.Conn
 	ctx     context.Context // ends with the connection
 	writeMu sync.Mutex
+	pushing atomic.Int32 // pushes not yet written
 }
+
+// maxPendingPushes bounds the pushes waiting to be written to one
+// connection (a client that reads nothing holds them up to writeTimeout
+// each): code 40 is a hint, and one of them does what many would, so the
+// rest are dropped.
+const maxPendingPushes = 4
 
 type connKey struct{}
 
@@ -95,7 +102,8 @@ func (c *Conn) write(frame []byte) {
 // Push sends cmd to the client as a request (RocketMQ's brokers push code
 // 40, "your group's members changed", so). It does not wait for the
 // write, nor for an answer, which the server ignores; a connection that
-// has ended or a server closing drops it.
+// has ended, a server closing, or maxPendingPushes not yet written drop
+// it.
 func (c *Conn) Push(cmd *Command) {
 	push := *cmd
 	push.Flag &^= FlagResponse
@@ -111,10 +119,16 @@ func (c *Conn) Push(cmd *Command) {
 		s.mu.Unlock()
 		return
 	}
+	if c.pushing.Add(1) > maxPendingPushes {
+		c.pushing.Add(-1)
+		s.mu.Unlock()
+		return
+	}
 	s.wg.Add(1)
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
+		defer c.pushing.Add(-1)
 		c.write(frame)
 	}()
 }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,4 +226,35 @@ func TestPushesReachTheClientAndCloseIsReported(t *testing.T) {
 		t.Fatal("a closed connection not reported")
 	}
 	c.Push(&Command{Code: 40}) // dropped: nothing to write to, nothing left running (goleak)
+}
+
+// Pushes to a client that reads nothing pile up no further than
+// maxPendingPushes writers: the rest are dropped, not queued.
+func TestPushesToAClientThatDoesNotReadAreBounded(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan *Conn, 1)
+	s := NewServer(ServerConfig{Logger: quiet, Handlers: map[int32]Handler{34: func(ctx context.Context, _ *Command) *Command {
+		conns <- ConnOf(ctx)
+		return &Command{Code: CodeSuccess}
+	}}})
+	go s.Serve(lis)
+	defer func() { lis.Close(); s.Close() }()
+	conn, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	call(t, conn, bufio.NewReader(conn), &Command{Code: 34, Opaque: 1})
+	c := <-conns
+	before := runtime.NumGoroutine()
+	big := &Command{Code: 40, Remark: strings.Repeat("x", 256<<10)} // the socket's buffers fill after a few
+	for i := 0; i < 200; i++ {
+		c.Push(big)
+	}
+	if n := runtime.NumGoroutine() - before; n > maxPendingPushes {
+		t.Fatalf("%d goroutines more after 200 pushes nobody reads, want at most %d", n, maxPendingPushes)
+	}
 }

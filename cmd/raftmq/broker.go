@@ -242,6 +242,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if cfg.ACL, err = f.nodeSecurity.loadACL(cfg.TLS, log); err != nil {
 		return err
 	}
+	cfg.DisableRemoting = f.NoRemoting
 	if cfg.ACL != nil {
 		defer cfg.ACL.Close()
 	}

@@ -32,7 +32,7 @@ seconds.`,
 			}
 			cfg.Logger = log
 			cfg.Join = splitList(join)
-			cfg.HTTPTLS = sec.HTTPTLS
+			cfg.HTTPTLS, cfg.DisableRemoting = sec.HTTPTLS, sec.NoRemoting
 			if cfg.TLS, cfg.SecretKey, err = sec.load(); err != nil {
 				return err
 			}

@@ -34,6 +34,8 @@ type nodeSecurity struct {
 	Insecure  bool   `yaml:"insecure-plaintext"`
 	ACL       string `yaml:"acl"`
 	HTTPTLS   bool   `yaml:"http-tls"`
+	// NoRemoting: no RocketMQ remoting protocol on the gRPC port.
+	NoRemoting bool `yaml:"no-remoting"`
 }
 
 func (s *nodeSecurity) flags(cmd *cobra.Command) {
@@ -44,6 +46,7 @@ func (s *nodeSecurity) flags(cmd *cobra.Command) {
 	fl.StringVar(&s.GossipKey, "gossip-key-file", "", "file holding the gossip encryption key (16, 24 or 32 bytes, raw or base64): gossip is encrypted and unencrypted gossip refused")
 	fl.StringVar(&s.ACL, "acl", "", "access control policy file (YAML, read again when it changes): deny by default, callers named by their client certificates; needs --tls-*")
 	fl.BoolVar(&s.HTTPTLS, "http-tls", false, "serve --http (metrics, health) over HTTPS with the node's certificate; needs --tls-*")
+	fl.BoolVar(&s.NoRemoting, "no-remoting", false, "do not serve RocketMQ's remoting protocol (its clients) on the gRPC port: RocketMQ's access-key signatures can be replayed and its Go client checks no server certificate, so turn it off where no RocketMQ client needs it")
 	fl.BoolVar(&s.Insecure, "insecure-plaintext", false, "serve gRPC and Raft without TLS, or gossip without a key, on addresses other than loopback (a network you trust): without it the node refuses to")
 }
 
@@ -62,6 +65,9 @@ func (s *nodeSecurity) fill(cmd *cobra.Command, from nodeSecurity) {
 	}
 	if !cmd.Flags().Changed("http-tls") && from.HTTPTLS {
 		s.HTTPTLS = true
+	}
+	if !cmd.Flags().Changed("no-remoting") && from.NoRemoting {
+		s.NoRemoting = true
 	}
 }
 

@@ -1,8 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"net"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/remoting"
 )
 
 // A node refuses to serve plaintext beyond loopback unless told to;
@@ -33,6 +40,43 @@ func TestPlaintextOnlyOnLoopbackUnlessAllowed(t *testing.T) {
 			t.Errorf("%s: refused: %v", tc.name, err)
 		case tc.refusedFlag != "" && (err == nil || !strings.Contains(err.Error(), tc.refusedFlag) || !strings.Contains(err.Error(), "--insecure-plaintext")):
 			t.Errorf("%s: %v, want a refusal naming %s and --insecure-plaintext", tc.name, err, tc.refusedFlag)
+		}
+	}
+}
+
+// A name server serves RocketMQ's route query on its gRPC port unless
+// --no-remoting, when the port speaks gRPC only.
+func TestNoRemotingTurnsTheProtocolOff(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		addrs := clustertest.FreeAddrs(t, 2)
+		args := []string{"namesrv", "--grpc", addrs[0], "--gossip", addrs[1], "--log-level", "error"}
+		if off {
+			args = append(args, "--no-remoting")
+		}
+		cmd := exec.Command(buildBinary(t), args...)
+		out, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, _ := bufio.NewReader(out).ReadString('\n'); !strings.HasPrefix(line, "namesrv ") {
+			t.Fatalf("namesrv said %q", line)
+		}
+		conn, err := net.Dial("tcp", addrs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		frame, _ := (&remoting.Command{Code: remoting.CodeGetRouteInfo, Opaque: 1, ExtFields: map[string]string{"topic": "t"}}).Encode(nil)
+		conn.Write(frame)
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := remoting.ReadCommand(bufio.NewReader(conn), remoting.DefaultMaxFrame)
+		conn.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+		switch {
+		case !off && (err != nil || resp.Code != remoting.CodeTopicNotExist):
+			t.Fatalf("remoting on: %+v %v, want RocketMQ's topic-not-exist answer", resp, err)
+		case off && err == nil:
+			t.Fatalf("--no-remoting: answered %+v", resp)
 		}
 	}
 }
