@@ -101,8 +101,8 @@ func DecodeMemberMeta(b []byte) (MemberMeta, error) {
 	m.Cluster, ok1 = str()
 	m.GRPCAddr, ok2 = str()
 	m.Group, ok3 = str()
-	if !ok1 || !ok2 || !ok3 {
-		return MemberMeta{}, errBadMeta
+	if !ok1 || !ok2 || !ok3 || len(m.Cluster) > maxMetaName || len(m.Group) > maxMetaName || len(m.GRPCAddr) > maxMetaAddr {
+		return MemberMeta{}, errBadMeta // what Encode would not have written
 	}
 	id, k := binary.Varint(b[p:])
 	if k <= 0 || p+k >= len(b) {

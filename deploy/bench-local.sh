@@ -18,7 +18,7 @@
 # default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
 # while the benches run and reports its peak.
 #
-# Usage: deploy/bench-local.sh [--runs N] [--long] [--nats] [--rocketmq] [--profile] [--json] [--keep] [--tls]
+# Usage: deploy/bench-local.sh [--runs N] [--long] [--nats] [--rocketmq] [--profile | --profile-bench NAME] [--json] [--keep] [--tls]
 #   --runs N   N runs (default 1); the figures reported are the medians
 #   --long     add the 120 s batched publish
 #   --nats     after each raftmq run, ../shared/tools/nats-r3-bench (3-server JetStream R3 on
@@ -28,6 +28,8 @@
 #              and the ratios official/raftmq SDK (its consume reads the same backlog)
 #   --profile  a 10 s CPU profile of the master during the batched publish, saved as
 #              ./raftmq-master-cpu-runR.pprof (the brokers run with --pprof)
+#   --profile-bench NAME  the same during bench NAME instead (sync16, sync1, consume, rmq.sync16,
+#              ...), saved as ./raftmq-master-cpu-NAME-runR.pprof
 #   --json     also a final line: one JSON object with all figures
 # Each produce bench also reports, from the master's /metrics, its CPU time per message stored
 # and the messages per Raft entry (group commit), as NAME.cpu_us and NAME.per_entry.
@@ -42,7 +44,8 @@ set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
-runs=1 long=0 nats=0 rocketmq=0 profile=0 json=0 keep=0 tls=0
+runs=1 long=0 nats=0 rocketmq=0 profile=0 profile_bench=batch json=0 keep=0 tls=0
+master="" prof="" run_no=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--runs) runs=${2:-}; shift 2 || shift ;;
@@ -51,6 +54,7 @@ while [ $# -gt 0 ]; do
 	--nats) nats=1; shift ;;
 	--rocketmq) rocketmq=1; shift ;;
 	--profile) profile=1; shift ;;
+	--profile-bench) profile=1 profile_bench=${2:-}; shift 2 || shift ;;
 	--json) json=1; shift ;;
 	--keep) keep=1; shift ;;
 	--tls) tls=1; shift ;;
@@ -339,10 +343,15 @@ bench() {
 	local -a tool=("$bin" bench) flags=(--json)
 	[[ $name == rmq.* ]] && tool=("$rmqbin") flags=()
 	say "  $name: ${tool[*]##*/} $*"
+	[ "$profile" = 1 ] && [ "$name" = "$profile_bench" ] && start_profile "$d"
 	before=$(master_stats)
 	run "$d/$name.out" "$d/$name.log" timeout "$tmo" "${tool[@]}" "$@" --namesrv "$ns_addr" --topic bench "${flags[@]}" ||
 		fail "$name: ${tool[*]##*/} exited $?"
 	after=$(master_stats)
+	if [ -n "$profpid" ]; then
+		wait "$profpid" && [ -s "$prof" ] && say "  CPU profile of the master during $name: $prof (go tool pprof -top $prof)"
+		profpid=""
+	fi
 	if [ "$1" = produce ]; then
 		master_deltas "$name" "$before" "$after"
 		say "  $name: the master spent ${V[$name.cpu_us]##* } CPU us per message; ${V[$name.per_entry]##* } messages per Raft entry"
@@ -354,9 +363,24 @@ bench() {
 	say "  $name: $(head -n 2 "$d/$name.out" | tr '\n' ' ')"
 }
 
+# start_profile DIR: a 10 s CPU profile of the master (replica $master), 3 s into the bench
+# about to start, downloaded in the background (bench waits for it)
+start_profile() {
+	local h=127.0.0.1:$((base + 40 + master)) suffix=""
+	[ "$profile_bench" = batch ] || suffix="-$profile_bench"
+	if command -v curl >/dev/null && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$h/debug/pprof/")" = 200 ]; then
+		prof="$PWD/raftmq-master-cpu$suffix-run$run_no.pprof"
+		(sleep 3 && curl -s -o "$prof" "http://$h/debug/pprof/profile?seconds=10") &
+		profpid=$!
+	else
+		say "  --profile: the broker's --http endpoint ($h) serves /metrics and /healthz only, no /debug/pprof/: no profile"
+	fi
+}
+
 # ---- one run ---------------------------------------------------------------------------
 run_raftmq() { # R
-	local r=$1 d="$work/run$1" master i h prof sent total
+	local r=$1 d="$work/run$1" i sent total
+	run_no=$r
 	say "run $r/$runs: raftmq, 1 namesrv + 3 brokers on 127.0.0.1:$base-$((base + 43)), data in $d"
 	anon=()
 	start_cluster "$d"
@@ -364,22 +388,7 @@ run_raftmq() { # R
 	create_topic
 	say "  master is replica $master; topic bench has 8 queues"
 
-	profpid=""
-	if [ "$profile" = 1 ]; then
-		h=127.0.0.1:$((base + 40 + master))
-		if command -v curl >/dev/null && [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$h/debug/pprof/")" = 200 ]; then
-			prof="$PWD/raftmq-master-cpu-run$r.pprof"
-			(sleep 3 && curl -s -o "$prof" "http://$h/debug/pprof/profile?seconds=10") &
-			profpid=$!
-		else
-			say "  --profile: the broker's --http endpoint ($h) serves /metrics and /healthz only, no /debug/pprof/: no profile"
-		fi
-	fi
 	bench "$d" batch 120 produce --clients 16 --size 1024 --mode batch --batch 64 --duration 15s
-	if [ -n "$profpid" ]; then
-		wait "$profpid" && [ -s "$prof" ] && say "  CPU profile of the master: $prof (go tool pprof -top $prof)"
-		profpid=""
-	fi
 	bench "$d" sync16 120 produce --clients 16 --size 1024 --mode sync --duration 15s
 	bench "$d" sync1 120 produce --clients 1 --size 1024 --mode sync --duration 10s
 	total=0

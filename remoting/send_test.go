@@ -61,3 +61,35 @@ func TestBatchBodiesDecodeOrAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// FuzzSendRequest: a producer's send (code 10, 310 or 320) with any header
+// fields and body becomes a native send or an error, never a panic; an
+// accepted one carries the header's topic and bodies within the limit
+// (a zlib body is inflated to at most the limit, not to what it claims).
+func FuzzSendRequest(f *testing.F) {
+	var zbody bytes.Buffer
+	zw := zlib.NewWriter(&zbody)
+	zw.Write(bytes.Repeat([]byte("0123456789"), 100))
+	zw.Close()
+	f.Add(uint8(0), "0", "0", "TAGS\x01a\x02KEYS\x01k1 k2\x02", []byte("body"))
+	f.Add(uint8(1), "3", "1", "", zbody.Bytes())
+	f.Add(uint8(2), "0", "0", "", append(binary.BigEndian.AppendUint32(nil, 27), append(make([]byte, 12), 0, 0, 0, 5, 'b', 'a', 't', 'c', 'h', 0, 0)...))
+	codes := []int32{CodeSendMessage, CodeSendMessageV2, CodeSendBatchMessage}
+	const limit = 4 << 10
+	f.Fuzz(func(t *testing.T, code uint8, queue, sysFlag, props string, body []byte) {
+		c := &Command{Code: codes[int(code)%len(codes)], Body: body,
+			ExtFields: map[string]string{"topic": "t", "b": "t", "queueId": queue, "e": queue, "sysFlag": sysFlag, "h": sysFlag, "properties": props, "i": props}}
+		req, err := SendRequest(c, limit)
+		if err != nil {
+			return
+		}
+		if req.Topic != "t" {
+			t.Fatalf("topic %q, want the header's", req.Topic)
+		}
+		for _, m := range req.Messages {
+			if len(m.Body) > limit && c.Code != CodeSendBatchMessage {
+				t.Fatalf("a body of %d bytes past the limit %d", len(m.Body), limit)
+			}
+		}
+	})
+}

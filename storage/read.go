@@ -111,7 +111,7 @@ func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
 			// Size the buffer once for what this read will likely return.
 			want := 0
 			for i, e := range entries {
-				if i == req.MaxMessages || (i > 0 && want+int(e.size) > req.MaxBytes) {
+				if i == req.MaxMessages || (i > 0 && want+int(e.size) > req.MaxBytes) || !s.entrySizeOK(e) {
 					break
 				}
 				want += int(e.size)
@@ -128,6 +128,9 @@ func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
 			}
 			if e.offset < clMin {
 				continue // its segment is gone: retention is passing this queue
+			}
+			if !s.entrySizeOK(e) {
+				return GetResult{}, fmt.Errorf("queue %s@%d offset %d: %w: its consume queue entry gives a record of %d bytes", req.Topic, req.QueueID, next-1, ErrCorrupt, e.size)
 			}
 			start := len(buf)
 			var err error
@@ -161,9 +164,27 @@ func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
 	return res, nil
 }
 
+// entrySizeOK reports whether a consume queue entry's size is one a
+// stored record can have (at least a record header, at most a segment:
+// not the message size limit, which may have been lowered since): a
+// damaged entry's is not read (a negative size crashed the read's buffer
+// sizing: FuzzDamagedConsumeQueue).
+func (s *Store) entrySizeOK(e cqEntry) bool {
+	return e.size >= message.MinSize && int64(e.size) <= s.cfg.SegmentSize
+}
+
+// checkStored checks the record read at commitlog offset off with the
+// size its consume queue entry gives: its CRC, the offset it claims, and
+// its own size equal to the entry's (a damaged entry claiming more would
+// otherwise serve the records after it, of any topic, with it: found by
+// FuzzDamagedConsumeQueue).
 func (s *Store) checkStored(rec []byte, off int64) error {
-	if _, err := checkRecord(rec); err != nil {
+	size, err := checkRecord(rec)
+	if err != nil {
 		return fmt.Errorf("commitlog offset %d: %w", off, err)
+	}
+	if size != len(rec) {
+		return fmt.Errorf("%w: the record at commitlog offset %d is %d bytes, its consume queue entry says %d", ErrCorrupt, off, size, len(rec))
 	}
 	if message.HeaderOffset(rec) != off {
 		return fmt.Errorf("%w: record at commitlog offset %d claims offset %d", ErrCorrupt, off, message.HeaderOffset(rec))
