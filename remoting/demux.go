@@ -47,7 +47,12 @@ func NewDemux(lis net.Listener, remoting *Server) *Demux {
 // in wg, and returns the listener to serve gRPC on. Closing lis ends the
 // loop.
 func Share(lis net.Listener, srv *Server, wg *sync.WaitGroup) net.Listener {
-	d := NewDemux(lis, srv)
+	return NewDemux(lis, srv).serveIn(wg)
+}
+
+// serveIn runs d's accept loop, counted in wg, and returns the gRPC
+// listener.
+func (d *Demux) serveIn(wg *sync.WaitGroup) net.Listener {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -66,12 +71,7 @@ func ShareTLS(lis net.Listener, cfg *tls.Config, srv *Server, wg *sync.WaitGroup
 	cfg.NextProtos = append([]string{"h2"}, cfg.NextProtos...)
 	d := NewDemux(lis, srv)
 	d.tls = cfg
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.Serve()
-	}()
-	return d.GRPC()
+	return d.serveIn(wg)
 }
 
 // GRPC is the listener of the gRPC connections.
