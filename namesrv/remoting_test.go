@@ -6,8 +6,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -80,20 +78,7 @@ func TestRemotingRouteQueryOnTheGRPCPort(t *testing.T) {
 // neither publish nor subscribe to, it is answered 16 (no permission); a
 // user's own topic is looked up (17 here: no broker hosts it).
 func TestRemotingRouteQueryUnderAccessControl(t *testing.T) {
-	sec := newSecurity(t)
-	policy := filepath.Join(t.TempDir(), "acl.yaml")
-	if err := os.WriteFile(policy, []byte("users:\n  app: {publish: [orders], accessKeys: [{accessKey: app-key, secretKey: app-secret-0123456789}]}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	self := cluster.Identity{Cluster: "raftmq", Role: cluster.IdentityNameServer, ID: "1"}
-	acl, err := cluster.LoadACL(policy, self, time.Second, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(acl.Close)
-	addrs := clustertest.FreeAddrs(t, 2)
-	ns := startNameServer(t, Config{Name: "ns-1", GRPCAddr: addrs[0], GossipAddr: addrs[1], FastGossip: true, Logger: quiet,
-		TLS: sec.load(self), SecretKey: sec.gossipKey, ACL: acl})
+	ns := startSecuredNameServer(t, "users:\n  app: {publish: [orders], accessKeys: [{accessKey: app-key, secretKey: app-secret-0123456789}]}\n")
 	defer ns.Close()
 	conn, err := tls.Dial("tcp", ns.Addr(), &tls.Config{InsecureSkipVerify: true})
 	if err != nil {

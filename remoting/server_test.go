@@ -170,30 +170,8 @@ func TestAGoneClientsRequestsEnd(t *testing.T) {
 // before; the connection's end is reported once its requests returned,
 // and a push to it then is dropped.
 func TestPushesReachTheClientAndCloseIsReported(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := make(chan *Conn, 1)
 	closed := make(chan *Conn, 1)
-	s := NewServer(ServerConfig{Logger: quiet, OnClose: func(c *Conn) { closed <- c }, Handlers: map[int32]Handler{34: func(ctx context.Context, _ *Command) *Command {
-		conns <- ConnOf(ctx)
-		return &Command{Code: CodeSuccess}
-	}}})
-	go s.Serve(lis)
-	defer func() { lis.Close(); s.Close() }()
-	conn, err := net.Dial("tcp", lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := bufio.NewReader(conn)
-	if resp := call(t, conn, r, &Command{Code: 34, Opaque: 7}); resp.Code != CodeSuccess || resp.Opaque != 7 {
-		t.Fatalf("heartbeat answer %+v", resp)
-	}
-	c := <-conns
-	if c == nil {
-		t.Fatal("no connection in the handler's context")
-	}
+	conn, r, c := heartbeatedConn(t, func(c *Conn) { closed <- c })
 	c.Push(&Command{Code: 40, ExtFields: map[string]string{"consumerGroup": "g"}})
 	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	push, err := ReadCommand(r, DefaultMaxFrame)
@@ -210,7 +188,6 @@ func TestPushesReachTheClientAndCloseIsReported(t *testing.T) {
 	if resp := call(t, conn, r, &Command{Code: 34, Opaque: 8}); resp.Opaque != 8 {
 		t.Fatalf("after the push's answer %+v", resp)
 	}
-	<-conns
 	select {
 	case <-closed:
 		t.Fatal("reported closed while open")
@@ -231,24 +208,7 @@ func TestPushesReachTheClientAndCloseIsReported(t *testing.T) {
 // Pushes to a client that reads nothing pile up no further than
 // maxPendingPushes writers: the rest are dropped, not queued.
 func TestPushesToAClientThatDoesNotReadAreBounded(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conns := make(chan *Conn, 1)
-	s := NewServer(ServerConfig{Logger: quiet, Handlers: map[int32]Handler{34: func(ctx context.Context, _ *Command) *Command {
-		conns <- ConnOf(ctx)
-		return &Command{Code: CodeSuccess}
-	}}})
-	go s.Serve(lis)
-	defer func() { lis.Close(); s.Close() }()
-	conn, err := net.Dial("tcp", lis.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	call(t, conn, bufio.NewReader(conn), &Command{Code: 34, Opaque: 1})
-	c := <-conns
+	_, _, c := heartbeatedConn(t, nil)
 	before := runtime.NumGoroutine()
 	big := &Command{Code: 40, Remark: strings.Repeat("x", 256<<10)} // the socket's buffers fill after a few
 	for i := 0; i < 200; i++ {
@@ -257,4 +217,36 @@ func TestPushesToAClientThatDoesNotReadAreBounded(t *testing.T) {
 	if n := runtime.NumGoroutine() - before; n > maxPendingPushes {
 		t.Fatalf("%d goroutines more after 200 pushes nobody reads, want at most %d", n, maxPendingPushes)
 	}
+}
+
+// heartbeatedConn serves one connection (onClose, if set, told of its
+// end) and sends a heartbeat (code 34) on it: the client's side, its
+// reader, and the server's Conn as the heartbeat's handler found it.
+func heartbeatedConn(t *testing.T, onClose func(*Conn)) (net.Conn, *bufio.Reader, *Conn) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conns := make(chan *Conn, 8)
+	s := NewServer(ServerConfig{Logger: quiet, OnClose: onClose, Handlers: map[int32]Handler{34: func(ctx context.Context, _ *Command) *Command {
+		conns <- ConnOf(ctx)
+		return &Command{Code: CodeSuccess}
+	}}})
+	go s.Serve(lis)
+	t.Cleanup(func() { lis.Close(); s.Close() })
+	conn, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	r := bufio.NewReader(conn)
+	if resp := call(t, conn, r, &Command{Code: 34, Opaque: 7}); resp.Code != CodeSuccess || resp.Opaque != 7 {
+		t.Fatalf("heartbeat answer %+v", resp)
+	}
+	c := <-conns
+	if c == nil {
+		t.Fatal("no connection in the handler's context")
+	}
+	return conn, r, c
 }
