@@ -144,18 +144,27 @@ func TestSlaveDoesNotHoldAndSendsConsumerToMaster(t *testing.T) {
 	})
 }
 
-// The master suggests a slave to a consumer far behind.
-func TestMasterSuggestsSlaveToLaggingConsumer(t *testing.T) {
+// laggingGroup is a group of 3 that suggests a slave to a consumer more
+// than 10 messages behind, with 50 messages on topic's one queue; and its
+// master.
+func laggingGroup(t *testing.T, topic string) (*group, int) {
+	t.Helper()
 	g := newGroup(t, 3, func(c *Config) { c.SlaveReadLag = 10 })
-	g.createTopic("lag", 1)
+	g.createTopic(topic, 1)
 	m := g.master()
-	req := &pb.SendMessageRequest{Topic: "lag"}
+	req := &pb.SendMessageRequest{Topic: topic}
 	for i := 0; i < 50; i++ {
 		req.Messages = append(req.Messages, &pb.Message{Body: []byte(fmt.Sprint(i))})
 	}
 	if _, err := g.client(m).SendMessage(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
+	return g, m
+}
+
+// The master suggests a slave to a consumer far behind.
+func TestMasterSuggestsSlaveToLaggingConsumer(t *testing.T) {
+	g, m := laggingGroup(t, "lag")
 	o := <-g.pullAsync(context.Background(), m, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: "lag", MaxMessages: 4})
 	if o.err != nil || o.resp.Status != pb.PullStatus_PULL_FOUND || o.resp.SuggestReplicaId == 0 || o.resp.SuggestReplicaId == int32(m+1) {
 		t.Fatalf("lagging pull on master: %+v %v", o.resp, o.err)

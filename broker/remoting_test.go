@@ -2,14 +2,12 @@ package broker
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/remoting"
 )
 
@@ -59,16 +57,7 @@ func TestASlaveAnswersRemotingSendsWithARetriedCode(t *testing.T) {
 // the master's pull answer suggests the slave by its broker id in the
 // routes (its replica id); near the end it suggests the master (0).
 func TestRemotingPullSuggestsASlaveToALaggingConsumer(t *testing.T) {
-	g := newGroup(t, 3, func(c *Config) { c.SlaveReadLag = 10 })
-	g.createTopic("rmq-lag", 1)
-	m := g.master()
-	req := &pb.SendMessageRequest{Topic: "rmq-lag"}
-	for i := 0; i < 50; i++ {
-		req.Messages = append(req.Messages, &pb.Message{Body: []byte(fmt.Sprint(i))})
-	}
-	if _, err := g.client(m).SendMessage(context.Background(), req); err != nil {
-		t.Fatal(err)
-	}
+	g, m := laggingGroup(t, "rmq-lag")
 	pull := func(offset string) string {
 		resp := g.remotingCall(m, &remoting.Command{Code: remoting.CodePullMessage, Opaque: 1, ExtFields: map[string]string{
 			"consumerGroup": "cg", "topic": "rmq-lag", "queueId": "0", "queueOffset": offset, "maxMsgNums": "4"}})

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
@@ -267,10 +268,19 @@ func Caller(ctx context.Context) (Identity, bool) {
 		return Identity{}, false
 	}
 	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(info.State.VerifiedChains) == 0 {
+	if !ok {
 		return Identity{}, false
 	}
-	ids := Identities(info.State.VerifiedChains[0][0])
+	return CertIdentity(&info.State)
+}
+
+// CertIdentity is the identity the verified client certificate of a TLS
+// connection names, if it has one.
+func CertIdentity(st *tls.ConnectionState) (Identity, bool) {
+	if st == nil || len(st.VerifiedChains) == 0 {
+		return Identity{}, false
+	}
+	ids := Identities(st.VerifiedChains[0][0])
 	if len(ids) == 0 {
 		return Identity{}, false
 	}

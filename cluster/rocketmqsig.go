@@ -42,10 +42,8 @@ const (
 // ok false for a request with neither; an error for a signature that
 // does not verify.
 func (a *ACL) RemotingCaller(conn *tls.ConnectionState, ext map[string]string, body []byte) (Identity, bool, error) {
-	if conn != nil && len(conn.VerifiedChains) > 0 {
-		if ids := Identities(conn.VerifiedChains[0][0]); len(ids) > 0 {
-			return ids[0], true, nil
-		}
+	if id, ok := CertIdentity(conn); ok {
+		return id, true, nil
 	}
 	key, signedReq := ext[rocketmqAccessKey]
 	if !signedReq {

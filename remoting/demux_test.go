@@ -87,16 +87,7 @@ func TestOnePortServesBothOverTLS(t *testing.T) {
 	defer func() { g.Stop(); lis.Close(); rs.Close(); wg.Wait() }()
 	addr := lis.Addr().String()
 
-	gc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := healthpb.NewHealthClient(gc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
-		t.Fatalf("gRPC over TLS on the shared port: %v", err)
-	}
+	checkHealth(t, addr, credentials.NewTLS(&tls.Config{RootCAs: pool}))
 	hp.mu.Lock()
 	info, ok := hp.auth.(credentials.TLSInfo)
 	hp.mu.Unlock()

@@ -51,7 +51,8 @@ type ServerConfig struct {
 type Conn struct {
 	s       *Server
 	nc      net.Conn
-	ctx     context.Context // ends with the connection
+	tls     *tls.ConnectionState // nil: plaintext; fixed once the handshake is done
+	ctx     context.Context      // ends with the connection
 	writeMu sync.Mutex
 	pushing atomic.Int32 // pushes not yet written
 }
@@ -80,12 +81,9 @@ func TLSOf(ctx context.Context) *tls.ConnectionState {
 	return nil
 }
 
-// RemoteAddr is the client's address.
-func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
-
 // TLS is the connection's TLS state (with a client's verified
 // certificate, if it gave one), nil when it speaks plaintext.
-func (c *Conn) TLS() *tls.ConnectionState { return tlsState(c.nc) }
+func (c *Conn) TLS() *tls.ConnectionState { return c.tls }
 
 // write sends one frame; writes of a connection's answers and pushes do
 // not interleave. A failed write closes the connection (its reader then
@@ -206,7 +204,7 @@ func (s *Server) Close() {
 
 func (s *Server) serve(conn net.Conn) {
 	ctx, cancel := context.WithCancel(s.ctx)
-	c := &Conn{s: s, nc: conn}
+	c := &Conn{s: s, nc: conn, tls: tlsState(conn)} // Demux shook hands before it handed conn over
 	ctx = context.WithValue(ctx, connKey{}, c)
 	c.ctx = ctx
 	var (

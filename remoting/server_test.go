@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -74,16 +75,7 @@ func call(t *testing.T, conn net.Conn, r *bufio.Reader, req *Command) *Command {
 // supported" answer, and the connection goes on.
 func TestOnePortServesGRPCAndRemoting(t *testing.T) {
 	addr := sharedPort(t, ServerConfig{})
-	gc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := healthpb.NewHealthClient(gc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
-		t.Fatalf("gRPC on the shared port: %v", err)
-	}
+	checkHealth(t, addr, insecure.NewCredentials())
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -249,4 +241,19 @@ func heartbeatedConn(t *testing.T, onClose func(*Conn)) (net.Conn, *bufio.Reader
 		t.Fatal("no connection in the handler's context")
 	}
 	return conn, r, c
+}
+
+// checkHealth makes a gRPC health check to addr with creds.
+func checkHealth(t *testing.T, addr string, creds credentials.TransportCredentials) {
+	t.Helper()
+	gc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(gc).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("gRPC health check on %s: %v", addr, err)
+	}
 }

@@ -33,17 +33,9 @@ func TestOfficialProducerSendsAndNativeConsumerReads(t *testing.T) {
 		t.Fatalf("batch SendSync: %v %v", r, err)
 	}
 
-	out := raftmq(t, "consume", "--namesrv", ns, "--topic", "from-rmq", "--group", "native", "--count", "5", "--timeout", "20s", "--json")
-	got := map[string]map[string]any{}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("consume --json line %q: %v", line, err)
-		}
-		got[m["body"].(string)] = m
-	}
+	got := consumeNatively(t, ns, "from-rmq", 5)
 	if len(got) != 5 {
-		t.Fatalf("the native consumer read %d distinct messages, want 5:\n%s", len(got), out)
+		t.Fatalf("the native consumer read %d distinct messages, want 5: %v", len(got), got)
 	}
 	s := got["hello from rocketmq"]
 	props, _ := s["properties"].(map[string]any)
@@ -58,6 +50,23 @@ func TestOfficialProducerSendsAndNativeConsumerReads(t *testing.T) {
 			t.Fatalf("batch member %s not read", b)
 		}
 	}
+}
+
+// consumeNatively reads count messages of topic with raftmq's own
+// consumer (`raftmq consume --json`, a new group from the first offset)
+// and returns each by its body, as the JSON fields it printed.
+func consumeNatively(t *testing.T, ns, topic string, count int) map[string]map[string]any {
+	t.Helper()
+	out := raftmq(t, "consume", "--namesrv", ns, "--topic", topic, "--group", "native", "--count", fmt.Sprint(count), "--timeout", "20s", "--json")
+	got := map[string]map[string]any{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("consume --json line %q: %v", line, err)
+		}
+		got[m["body"].(string)] = m
+	}
+	return got
 }
 
 func toStrings(v any) []string {
@@ -107,17 +116,9 @@ func TestOfficialAsyncAndOneWaySendsAreStored(t *testing.T) {
 			t.Fatalf("SendOneWay: %v", err)
 		}
 	}
-	out := raftmq(t, "consume", "--namesrv", ns, "--topic", "async-rmq", "--group", "native", "--count", "11", "--timeout", "20s", "--json")
-	got := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("consume --json line %q: %v", line, err)
-		}
-		got[m["body"].(string)] = true
-	}
+	got := consumeNatively(t, ns, "async-rmq", 11)
 	for _, b := range append(bodies("async", 5), bodies("oneway", 5)...) {
-		if !got[b] {
+		if got[b] == nil {
 			t.Fatalf("%s not read back (read %v)", b, got)
 		}
 	}
