@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft-wal/migrate"
 	"github.com/hashicorp/raft-wal/segment"
 	"github.com/hashicorp/raft-wal/types"
+	"go.etcd.io/bbolt"
 )
 
 // The Raft log lives in a segmented write-ahead log (hashicorp/raft-wal, as
@@ -69,6 +70,9 @@ func openWAL(walDir string, segmentSize int, hlog hclog.Logger) (*wal.WAL, error
 	if err := os.MkdirAll(walDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cluster: create raft log dir: %w", err)
 	}
+	if err := checkWALMeta(walDir); err != nil {
+		return nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		filer := &walFiler{SegmentFiler: segment.NewFiler(walDir, walfs.New())}
 		w, err := wal.Open(walDir, wal.WithSegmentSize(segmentSize), wal.WithLogger(hlog.Named("wal")), wal.WithSegmentFiler(filer))
@@ -91,6 +95,42 @@ func openWAL(walDir string, segmentSize int, hlog hclog.Logger) (*wal.WAL, error
 		}
 		sealedTailRepairs.Add(1)
 	}
+}
+
+// checkWALMeta refuses a wal-meta.db that is there but empty or without
+// raft-wal's buckets. raft-wal creates it whole and fsynced before it
+// renames it into place, so only a disk that lost synced data leaves one
+// like that; raft-wal's Open would then dereference the missing bucket
+// (a nil pointer panic in metadb.Load, seen under lazyfs with fsync
+// ignored). A missing file is a new log, for raft-wal to create.
+func checkWALMeta(walDir string) error {
+	path := filepath.Join(walDir, metadb.FileName)
+	fi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: raft log metadata: %w", err)
+	}
+	damaged := func(why string) error {
+		return fmt.Errorf("cluster: raft log metadata %s is damaged: %s (the disk lost data it had synced?); the replica cannot start on it: replace it from its peers", path, why)
+	}
+	if fi.Size() == 0 {
+		return damaged("it is empty")
+	}
+	db, err := bbolt.Open(path, 0o644, &bbolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		return damaged(err.Error())
+	}
+	defer db.Close()
+	return db.View(func(tx *bbolt.Tx) error {
+		for _, b := range []string{metadb.MetaBucket, metadb.StableBucket} {
+			if tx.Bucket([]byte(b)) == nil {
+				return damaged("bucket " + b + " is missing")
+			}
+		}
+		return nil
+	})
 }
 
 // completeRotation commits to wal-meta.db what the interrupted rotation

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.etcd.io/bbolt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -647,5 +648,51 @@ func TestSealedSegmentsLetGoOfTheirWriteBuffers(t *testing.T) {
 	}
 	if grew > 8<<20 {
 		t.Fatalf("the heap grew by %d MiB over 20 sealed segments", grew>>20)
+	}
+}
+
+// A wal-meta.db left empty or without its buckets (a disk that lost what
+// it had synced; raft-wal creates the file whole) is refused with an error
+// naming it. raft-wal v0.4.2 alone panics on a nil bucket.
+func TestDamagedWALMetadataIsRefusedByName(t *testing.T) {
+	hlog := hclog.NewNullLogger()
+	for name, damage := range map[string]func(path string) error{
+		"empty": func(path string) error { return os.Truncate(path, 0) },
+		"no buckets": func(path string) error {
+			if err := os.Remove(path); err != nil {
+				return err
+			}
+			db, err := bbolt.Open(path, 0o644, nil)
+			if err != nil {
+				return err
+			}
+			return db.Close()
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			w, err := openWAL(dir, 4<<10, hlog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte(entry("r", 1))}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			meta := filepath.Join(dir, "wal-meta.db")
+			if err := damage(meta); err != nil {
+				t.Fatal(err)
+			}
+			w, err = openWAL(dir, 4<<10, hlog)
+			if err == nil {
+				w.Close()
+				t.Fatal("a damaged wal-meta.db opened")
+			}
+			if !strings.Contains(err.Error(), meta) || !strings.Contains(err.Error(), "damaged") {
+				t.Fatalf("the error does not name the damaged file: %v", err)
+			}
+		})
 	}
 }

@@ -1,5 +1,20 @@
 // Package e2e holds the tests across real processes and containers:
 // failover drills under load, judged by a history checker.
+//
+// Files:
+//   - checker.go: the history (sends, deliveries, what is read back after
+//     a drill, replica checksums) and its verdict.
+//   - drill_test.go: the load every drill runs (orderly and round-robin
+//     producers, two push consumers) and the read-back after it.
+//   - proc_test.go: raftmq processes on 127.0.0.1 and the kill, stop and
+//     pause drills on them.
+//   - netns_test.go: brokers in network namespaces, to cut one off.
+//   - powerloss_test.go: brokers whose data dirs are lazyfs mounts that lose
+//     what was not fsynced at a power cut, and the power-loss drills.
+//   - docker_test.go: the compose cluster's drills (RAFTMQ_E2E_DOCKER=1).
+//   - secure_test.go: the CLI against a cluster with TLS and access control.
+//
+// lazyfs (its own package) is the power-loss filesystem.
 package e2e
 
 import (
@@ -54,6 +69,9 @@ type History struct {
 	sends      []Send
 	deliveries []Delivery
 	checksums  []Checksum
+	// readBack holds what a consumer group of the checker's own read from
+	// the topic's first offset once the drill was over; nil until then.
+	readBack map[string]bool
 }
 
 // Replica records a replica's commitlog checksum, taken once the drill's
@@ -76,6 +94,29 @@ func (h *History) Delivered(d Delivery) {
 	h.mu.Unlock()
 }
 
+// ReadBack records a message read again after the drill, by a consumer
+// group that starts from the first offset: what the store holds.
+func (h *History) ReadBack(body string) {
+	h.mu.Lock()
+	if h.readBack == nil {
+		h.readBack = map[string]bool{}
+	}
+	h.readBack[body] = true
+	h.mu.Unlock()
+}
+
+// AllReadBack reports whether every acknowledged send was read back.
+func (h *History) AllReadBack() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.sends {
+		if s.Outcome == Acked && !h.readBack[s.Body] {
+			return false
+		}
+	}
+	return true
+}
+
 // Consumed reports whether every acknowledged send was delivered.
 func (h *History) Consumed() bool {
 	h.mu.Lock()
@@ -96,6 +137,7 @@ func (h *History) Consumed() bool {
 type Report struct {
 	Acked, Failed, Unknown int
 	Lost                   []string // acked, never consumed
+	NotStored              []string // acked, and not read back after the drill (when it was read back)
 	Unexpected             []string // consumed, never sent (or sent and refused)
 	DupFromUnknown         int      // deliveries beyond the first of messages whose send outcome was unknown
 	DupOther               int      // deliveries beyond the first of other messages
@@ -110,14 +152,14 @@ func (r Report) String() string {
 	for i, g := range r.WriteGaps {
 		gaps[i] = g.Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("acked %d, failed %d, unknown %d; lost %d, unexpected %d, duplicates %d (+%d from unknown sends), order breaks %d, divergent groups %d (of %d replicas compared); write gaps over 1s: [%s]",
-		r.Acked, r.Failed, r.Unknown, len(r.Lost), len(r.Unexpected), r.DupOther, r.DupFromUnknown, len(r.OrderBreaks), len(r.Divergent), r.Replicas, strings.Join(gaps, " "))
+	return fmt.Sprintf("acked %d, failed %d, unknown %d; lost %d, not stored %d, unexpected %d, duplicates %d (+%d from unknown sends), order breaks %d, divergent groups %d (of %d replicas compared); write gaps over 1s: [%s]",
+		r.Acked, r.Failed, r.Unknown, len(r.Lost), len(r.NotStored), len(r.Unexpected), r.DupOther, r.DupFromUnknown, len(r.OrderBreaks), len(r.Divergent), r.Replicas, strings.Join(gaps, " "))
 }
 
-// OK is the drills' pass: nothing lost, nothing unexpected, no order
+// OK is the drills' pass: nothing lost or missing from the store, nothing unexpected, no order
 // break, no replicas differing.
 func (r Report) OK() bool {
-	return len(r.Lost) == 0 && len(r.Unexpected) == 0 && len(r.OrderBreaks) == 0 && len(r.Divergent) == 0
+	return len(r.Lost) == 0 && len(r.NotStored) == 0 && len(r.Unexpected) == 0 && len(r.OrderBreaks) == 0 && len(r.Divergent) == 0
 }
 
 // Check judges the history.
@@ -158,6 +200,9 @@ func (h *History) Check() Report {
 	for _, s := range h.sends {
 		if s.Outcome == Acked && count[s.Body] == 0 {
 			r.Lost = append(r.Lost, s.Body)
+		}
+		if s.Outcome == Acked && h.readBack != nil && !h.readBack[s.Body] {
+			r.NotStored = append(r.NotStored, s.Body)
 		}
 	}
 	// Order: within a queue, a producer's messages must be stored in the

@@ -51,12 +51,22 @@ func TestCheckerFindsFaults(t *testing.T) {
 	if r.OK() || h.Consumed() {
 		t.Fatal("a faulty history passed")
 	}
+	if r.NotStored != nil {
+		t.Fatalf("not stored %v without a read-back", r.NotStored)
+	}
+	// Read back after the drill: a, consumed during it, is gone from the store.
+	h.ReadBack("b")
+	h.ReadBack("d")
+	if r := h.Check(); len(r.NotStored) != 1 || r.NotStored[0] != "a" || h.AllReadBack() {
+		t.Fatalf("not stored %v", r.NotStored)
+	}
 	clean := &History{}
 	clean.Sent(Send{Producer: "p", Seq: 0, Body: "a", Outcome: Acked, At: t0})
 	clean.Delivered(Delivery{Body: "a", Queue: "q"})
 	clean.Replica(Checksum{Group: "g", Replica: "1", ToOffset: 100, SHA256: "aa"})
 	clean.Replica(Checksum{Group: "g", Replica: "2", ToOffset: 100, SHA256: "aa"})
-	if r := clean.Check(); !r.OK() || !clean.Consumed() {
+	clean.ReadBack("a")
+	if r := clean.Check(); !r.OK() || !clean.Consumed() || !clean.AllReadBack() {
 		t.Fatalf("a clean history failed: %s", r)
 	}
 }

@@ -50,12 +50,42 @@ var drillProducers = []struct {
 // queue, replicas identical after quiescence, and every write gap under
 // 10 s. It logs the figures.
 func runDrill(t *testing.T, name string, c drillCluster, fault func()) Report {
+	h := driveDrill(t, c, fault)
+	clustertest.WaitFor(t, 60*time.Second, "every acked message consumed", h.Consumed)
+	readBack(t, c, h, 30*time.Second)
+	c.recordReplicas(t, h)
+	r := h.Check()
+	t.Logf("drill %s: %s", name, r)
+	if !r.OK() {
+		t.Fatalf("drill failed: lost %v, unexpected %v, order %v, divergent %v", r.Lost[:min(len(r.Lost), 10)],
+			r.Unexpected[:min(len(r.Unexpected), 10)], r.OrderBreaks[:min(len(r.OrderBreaks), 10)], r.Divergent)
+	}
+	if r.Acked < 100 {
+		t.Fatalf("only %d sends acknowledged", r.Acked)
+	}
+	for _, g := range r.WriteGaps {
+		if g > 10*time.Second {
+			t.Fatalf("a write gap of %v (the limit is 10 s)", g)
+		}
+	}
+	return r
+}
+
+// driveDrill runs a fault against a cluster under load from drillProducers
+// read by 2 push consumers, and returns the history once the producers
+// have stopped. The consumers go on until the test ends.
+func driveDrill(t *testing.T, c drillCluster, fault func()) *History {
 	c.createTopic(t, "drill", 4)
 	h := &History{}
 	opts := func(o ...client.Option) []client.Option {
 		return append(append([]client.Option{client.WithNameServers(c.nameServers()...)}, c.clientOptions()...), o...)
 	}
 	var consumers []*client.PushConsumer
+	t.Cleanup(func() {
+		for _, pc := range consumers {
+			pc.Shutdown()
+		}
+	})
 	for _, id := range []string{"c1", "c2"} {
 		pc, err := client.NewPushConsumer(client.PushConfig{ConsumeFrom: client.ConsumeFromFirst, ClientID: id,
 			RebalanceInterval: 200 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, CommitInterval: 100 * time.Millisecond,
@@ -74,11 +104,6 @@ func runDrill(t *testing.T, name string, c drillCluster, fault func()) Report {
 		}
 		consumers = append(consumers, pc)
 	}
-	defer func() {
-		for _, pc := range consumers {
-			pc.Shutdown()
-		}
-	}()
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -122,23 +147,35 @@ func runDrill(t *testing.T, name string, c drillCluster, fault func()) Report {
 	fault()
 	time.Sleep(time.Second) // load after it
 	halt()
-	clustertest.WaitFor(t, 60*time.Second, "every acked message consumed", h.Consumed)
-	c.recordReplicas(t, h)
-	r := h.Check()
-	t.Logf("drill %s: %s", name, r)
-	if !r.OK() {
-		t.Fatalf("drill failed: lost %v, unexpected %v, order %v, divergent %v", r.Lost[:min(len(r.Lost), 10)],
-			r.Unexpected[:min(len(r.Unexpected), 10)], r.OrderBreaks[:min(len(r.OrderBreaks), 10)], r.Divergent)
+	return h
+}
+
+// readBack reads the drill's topic again from its first offset, as a
+// consumer group of its own, until every acknowledged message has been
+// read back or within has passed: an acknowledged message consumed during
+// the drill and gone from the store since is lost too.
+func readBack(t *testing.T, c drillCluster, h *History, within time.Duration) {
+	t.Helper()
+	opts := append([]client.Option{client.WithNameServers(c.nameServers()...), client.WithGroup("drill-readback")}, c.clientOptions()...)
+	pc, err := client.NewPushConsumer(client.PushConfig{ConsumeFrom: client.ConsumeFromFirst, ClientID: "readback",
+		RebalanceInterval: 200 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond, PullSuspend: time.Second, ErrorBackoff: 200 * time.Millisecond}, opts...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if r.Acked < 100 {
-		t.Fatalf("only %d sends acknowledged", r.Acked)
-	}
-	for _, g := range r.WriteGaps {
-		if g > 10*time.Second {
-			t.Fatalf("a write gap of %v (the limit is 10 s)", g)
+	pc.Subscribe("drill", "*", func(_ context.Context, msgs []*client.MessageExt) client.ConsumeResult {
+		for _, msg := range msgs {
+			h.ReadBack(string(msg.Body))
 		}
+		return client.ConsumeSuccess
+	})
+	if err := pc.Start(); err != nil {
+		t.Fatal(err)
 	}
-	return r
+	defer pc.Shutdown()
+	h.ReadBack("") // a read-back was made, even if it finds nothing
+	for deadline := time.Now().Add(within); !h.AllReadBack() && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // recordGroup waits until every replica of a group answers with the same

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/raftmq/raftmq/e2e/lazyfs"
 )
 
 // The network-cut drill needs a network from which one broker can be cut
@@ -87,9 +89,10 @@ func (l *netLab) teardown() {
 
 // newNetCluster is a procCluster whose brokers each run in their own
 // network namespace; the name server runs on the host's bridge address.
-func newNetCluster(t *testing.T) (*procCluster, *netLab) {
+// With disks, the brokers keep their data on lazyfs (powerloss_test.go).
+func newNetCluster(t *testing.T, disks *lazyfs.Options) (*procCluster, *netLab) {
 	l := newNetLab(t, 3)
-	c := &procCluster{t: t, nsGRPC: l.subnet + ".1:9876", nsGossip: l.subnet + ".1:9877",
+	c := &procCluster{t: t, nsGRPC: l.subnet + ".1:9876", nsGossip: l.subnet + ".1:9877", diskOpts: disks,
 		wrap: func(i int) []string { return []string{"ip", "netns", "exec", l.ns(i)} }}
 	for i := 0; i < 3; i++ {
 		c.grpc = append(c.grpc, l.addr(i)+":10911")
@@ -104,7 +107,7 @@ func newNetCluster(t *testing.T) (*procCluster, *netLab) {
 // (it loses its lease and steps down; the others elect a master), then
 // reconnected: it rejoins as a follower, catches up, and ends identical.
 func TestDrillMasterCutOff(t *testing.T) {
-	c, l := newNetCluster(t)
+	c, l := newNetCluster(t, nil)
 	runDrill(t, "master cut off 5 s", c, func() {
 		m := c.master()
 		l.cut(m)

@@ -20,6 +20,7 @@ import (
 	"github.com/raftmq/raftmq/client"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/e2e/lazyfs"
 )
 
 // procCluster is a name server and one broker group of 3 replicas, each a
@@ -42,6 +43,10 @@ type procCluster struct {
 	// certs, when set, is what `raftmq certs` made for the cluster: every
 	// process runs with TLS and the gossip key, and clients speak TLS.
 	certs string
+	// disks, when set, are made by run: each broker's data dir is a lazyfs
+	// mount of these options, which can lose power (powerloss_test.go).
+	disks    []*lazyfs.Mount
+	diskOpts *lazyfs.Options
 }
 
 func startProc(t *testing.T, args ...string) *exec.Cmd {
@@ -140,6 +145,9 @@ func (c *procCluster) clientTLS() *tls.Config {
 func (c *procCluster) run() {
 	t := c.t
 	c.dir, c.procs = t.TempDir(), make([]*exec.Cmd, 3)
+	if c.diskOpts != nil {
+		c.mountDisks()
+	}
 	c.ns = startProc(t, append([]string{"namesrv", "--grpc", c.nsGRPC, "--gossip", c.nsGossip, "--log-level", "error"}, c.nodeFlags("namesrv-1")...)...)
 	creds := insecure.NewCredentials()
 	if cfg := c.clientTLS(); cfg != nil {

@@ -1,0 +1,162 @@
+package lazyfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Options configure a mount.
+type Options struct {
+	// UnsyncedLimit bounds the replaced bytes kept for undoing (default
+	// 256 MiB): past it, the oldest unsynced changes become durable.
+	UnsyncedLimit int64
+	// IgnoreFsync makes fsync persist nothing, as a disk whose volatile
+	// cache lies about flushes.
+	IgnoreFsync bool
+}
+
+// Mount is a lazyfs mounted on Dir, passing through to Backing.
+type Mount struct {
+	Dir, Backing string
+	log          *undoLog
+	server       *fuse.Server
+}
+
+// New mounts a lazyfs on dir (an existing, empty directory) over backing
+// (an existing directory).
+func New(backing, dir string, opts Options) (*Mount, error) {
+	if opts.UnsyncedLimit <= 0 {
+		opts.UnsyncedLimit = 256 << 20
+	}
+	m := &Mount{Dir: dir, Backing: backing, log: newUndoLog(opts.UnsyncedLimit, opts.IgnoreFsync)}
+	if err := m.mount(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func (m *Mount) mount() error {
+	root, err := newRoot(m.Backing, m.log)
+	if err != nil {
+		return fmt.Errorf("lazyfs: %w", err)
+	}
+	zero := time.Duration(0)
+	server, err := fs.Mount(m.Dir, root, &fs.Options{
+		// Nothing cached about names: the backing directory is the truth.
+		EntryTimeout: &zero, AttrTimeout: &zero, NegativeTimeout: &zero,
+		MountOptions: fuse.MountOptions{
+			FsName: "lazyfs", Name: "lazyfs",
+			// mount(2) itself, as root: no fusermount needed.
+			DirectMount: true,
+			// go-fuse logs every EINTR and unknown opcode otherwise.
+			Logger: log.New(io.Discard, "", 0),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("lazyfs: mount %s: %w", m.Dir, err)
+	}
+	m.server = server
+	return nil
+}
+
+// PowerLoss cuts the power: from now nothing written reaches the backing
+// files; the mount goes away, taking the kernel's cached pages with it;
+// every change not fsynced is undone (with tear, the oldest lost write of
+// each file keeps its first half); and the filesystem is mounted again,
+// as it would be found at boot. Whatever uses the mount must be gone
+// first (kill -9 it): a mount with open files cannot be unmounted.
+func (m *Mount) PowerLoss(tear bool) (Loss, error) {
+	m.log.cutPower()
+	if err := m.abort(); err != nil {
+		return Loss{}, err
+	}
+	if err := m.unmount(); err != nil {
+		return Loss{}, err
+	}
+	loss, err := m.log.undoAll(tear)
+	if err != nil {
+		return loss, err
+	}
+	return loss, m.mount()
+}
+
+// IgnoreFsync makes fsync persist nothing from now on (or again
+// everything), as Options.IgnoreFsync does from the start.
+func (m *Mount) IgnoreFsync(ignore bool) {
+	m.log.mu.Lock()
+	m.log.ignoreFsync = ignore
+	m.log.mu.Unlock()
+}
+
+// Close unmounts. What was not fsynced stays, as at a clean shutdown.
+func (m *Mount) Close() error {
+	return m.unmount()
+}
+
+// fuseControl is where the kernel lists FUSE connections (fusectl).
+const fuseControl = "/sys/fs/fuse/connections"
+
+// abort ends the mount's FUSE connection, as pulling the disk would: the
+// requests in flight fail, and no namespace keeps the filesystem alive. An
+// unmount alone does not end it while a copy of the mount lives on in
+// another mount namespace (ip netns exec makes one per broker, holding
+// copies of every mount made before it), and the serving loops then never
+// return (seen as a hung power-loss drill).
+func (m *Mount) abort() error {
+	var st unix.Stat_t
+	if err := unix.Stat(m.Dir, &st); err != nil {
+		return fmt.Errorf("lazyfs: stat %s: %w", m.Dir, err)
+	}
+	ctl := filepath.Join(fuseControl, strconv.Itoa(int(unix.Minor(st.Dev))), "abort")
+	if _, err := os.Stat(ctl); errors.Is(err, os.ErrNotExist) {
+		if err := unix.Mount("fusectl", fuseControl, "fusectl", 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("lazyfs: mount fusectl on %s: %w", fuseControl, err)
+		}
+	}
+	if err := os.WriteFile(ctl, []byte("1"), 0); err != nil {
+		return fmt.Errorf("lazyfs: abort the FUSE connection of %s: %w", m.Dir, err)
+	}
+	return nil
+}
+
+// unmount waits until the kernel has let go of the last open file of a
+// process just killed (its descriptors close as it exits, not at once).
+func (m *Mount) unmount() error {
+	if m.server == nil {
+		return nil
+	}
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if err = m.server.Unmount(); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("lazyfs: unmount %s: %w", m.Dir, err)
+	}
+	m.server.Wait()
+	m.server = nil
+	return nil
+}
+
+// Available says why lazyfs cannot mount here, or nil: it needs root and
+// /dev/fuse.
+func Available() error {
+	if os.Geteuid() != 0 {
+		return errors.New("lazyfs needs root to mount")
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return fmt.Errorf("lazyfs needs /dev/fuse: %w", err)
+	}
+	return nil
+}
