@@ -93,6 +93,10 @@ var brokerAccess = map[string]cluster.AccessRule{
 	pb.Broker_DescribeBroker_FullMethodName:    func(any) cluster.Access { return cluster.Access{Admin: true, Node: cluster.NodeCluster} },
 	pb.Broker_CopyCommitlog_FullMethodName:     func(any) cluster.Access { return cluster.Access{Admin: true, Node: cluster.NodeGroup} },
 	pb.Broker_ChecksumCommitlog_FullMethodName: func(any) cluster.Access { return cluster.Access{Admin: true, Node: cluster.NodeCluster} },
+	// Membership changes are an operator's.
+	pb.Broker_AddReplica_FullMethodName:     admin,
+	pb.Broker_RemoveReplica_FullMethodName:  admin,
+	pb.Broker_TransferLeader_FullMethodName: admin,
 }
 
 var admin = cluster.AdminOnly

@@ -9,7 +9,9 @@
 // answering its held pulls at once (consumers.go), resets of a group's
 // offsets and the notice that moves its live members (resets.go), catch-up of
 // a replica behind the Raft log by snapshot plus commitlog copy
-// (catchup.go), the stop of a replica whose store failed
+// (catchup.go), membership changes through the master — a replica added
+// as a non-voter until caught up, removed, the leadership handed over
+// (membership.go), the stop of a replica whose store failed
 // (storefail.go), RocketMQ clients' sends, heartbeats, pulls, offsets and
 // queue locks over the remoting protocol on the gRPC port (over TLS when
 // it has TLS), onto the native services, each call checked under access

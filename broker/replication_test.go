@@ -262,16 +262,20 @@ func TestMasterKilledUnderLoad(t *testing.T) {
 	g.checkIdentical(acks)
 }
 
+// compactedLog makes a group snapshot and drop its Raft log often, so that
+// a replica that misses a few hundred entries needs a snapshot.
+func compactedLog(c *Config) {
+	c.Raft.SnapshotThreshold = 32
+	c.Raft.TrailingLogs = 8
+	c.Raft.SnapshotInterval = 20 * time.Millisecond
+	// The log drops compacted entries a segment at a time.
+	c.Raft.LogSegmentSize = 16 << 10
+}
+
 // A replica that missed more than the master's retained Raft log gets a
 // snapshot and copies the commitlog from a peer; it ends byte-identical.
 func TestReplicaBehindRetainedLogCatchesUpBySnapshotAndCopy(t *testing.T) {
-	g := newGroup(t, 3, func(c *Config) {
-		c.Raft.SnapshotThreshold = 32
-		c.Raft.TrailingLogs = 8
-		c.Raft.SnapshotInterval = 20 * time.Millisecond
-		// The log drops compacted entries a segment at a time.
-		c.Raft.LogSegmentSize = 16 << 10
-	})
+	g := newGroup(t, 3, compactedLog)
 	g.createTopic("far", 2)
 	m := g.master()
 	behind := (m + 1) % 3

@@ -39,6 +39,10 @@ type RaftConfig struct {
 	// included. It bootstraps the group when this member has no Raft
 	// state; afterwards the Raft configuration in the log rules.
 	Peers map[string]string
+	// JoinGroup starts a member with no Raft state without bootstrapping:
+	// it waits for the group's master to add it (AddReplica). Peers is
+	// then unused.
+	JoinGroup bool
 
 	// Timings: defaults 1 s heartbeat and election timeouts, 500 ms leader
 	// lease, 50 ms commit timeout. Tests use tens of milliseconds.
@@ -267,7 +271,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		closeAll()
 		return nil, fmt.Errorf("cluster: read raft state: %w", err)
 	}
-	if !hasState {
+	if !hasState && !cfg.JoinGroup {
 		if _, ok := cfg.Peers[cfg.ID]; !ok {
 			closeAll()
 			return nil, fmt.Errorf("cluster: peers %v do not include this member %s", cfg.Peers, cfg.ID)

@@ -9,6 +9,7 @@
 //   - proc_test.go: raftmq processes on 127.0.0.1 and the kill, stop and
 //     pause drills on them.
 //   - netns_test.go: brokers in network namespaces, to cut one off.
+//   - membership_test.go: a dead replica replaced through the CLI under load.
 //   - powerloss_test.go: brokers whose data dirs are lazyfs mounts that lose
 //     what was not fsynced at a power cut, and the power-loss drills.
 //   - docker_test.go: the compose cluster's drills (RAFTMQ_E2E_DOCKER=1).

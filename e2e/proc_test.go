@@ -47,6 +47,18 @@ type procCluster struct {
 	// mount of these options, which can lose power (powerloss_test.go).
 	disks    []*lazyfs.Mount
 	diskOpts *lazyfs.Options
+	// ids, when set, are the replica ids of the brokers (default i+1);
+	// joining ones start with --join-group (membership_test.go).
+	ids     []int
+	joining map[int]bool
+}
+
+// id is broker i's replica id.
+func (c *procCluster) id(i int) int {
+	if c.ids != nil {
+		return c.ids[i]
+	}
+	return i + 1
 }
 
 func startProc(t *testing.T, args ...string) *exec.Cmd {
@@ -174,16 +186,20 @@ func (c *procCluster) run() {
 func (c *procCluster) start(i int) {
 	var peers []string
 	for j, a := range c.raft {
-		peers = append(peers, fmt.Sprintf("%d=%s", j+1, a))
+		peers = append(peers, fmt.Sprintf("%d=%s", c.id(j), a))
 	}
 	var wrap []string
 	if c.wrap != nil {
 		wrap = c.wrap(i)
 	}
-	c.procs[i] = startWrapped(c.t, wrap, append([]string{"broker", "--group", "broker-a", "--id", fmt.Sprint(i + 1), "--dir", filepath.Join(c.dir, fmt.Sprint(i+1)),
-		"--grpc", c.grpc[i], "--raft", c.raft[i], "--peers", strings.Join(peers, ","), "--gossip", c.gossip[i],
-		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error"},
-		c.nodeFlags(fmt.Sprintf("broker-a-%d", i+1))...)...)
+	membership := []string{"--peers", strings.Join(peers, ",")}
+	if c.joining[i] {
+		membership = []string{"--join-group"}
+	}
+	args := append([]string{"broker", "--group", "broker-a", "--id", fmt.Sprint(c.id(i)), "--dir", filepath.Join(c.dir, fmt.Sprint(c.id(i))),
+		"--grpc", c.grpc[i], "--raft", c.raft[i], "--gossip", c.gossip[i],
+		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error"}, membership...)
+	c.procs[i] = startWrapped(c.t, wrap, append(args, c.nodeFlags(fmt.Sprintf("broker-a-%d", c.id(i)))...)...)
 }
 
 // kill stops replica i with SIGKILL.
@@ -239,7 +255,7 @@ func (c *procCluster) createTopic(t *testing.T, topic string, queues int32) {
 func (c *procCluster) recordReplicas(t *testing.T, h *History) {
 	replicas := map[string]pb.BrokerClient{}
 	for i, bc := range c.clients {
-		replicas[fmt.Sprint(i+1)] = bc
+		replicas[fmt.Sprint(c.id(i))] = bc
 	}
 	recordGroup(t, h, "broker-a", replicas)
 }

@@ -50,6 +50,7 @@ const (
 	ErrorReason_TIMEOUT                  ErrorReason = 11 // replication did not finish in time: outcome unknown
 	ErrorReason_TOO_MANY_REQUESTS        ErrorReason = 12 // a configured limit was reached
 	ErrorReason_TOPIC_EXISTS             ErrorReason = 13
+	ErrorReason_MEMBERSHIP_CONFLICT      ErrorReason = 14 // a replica id or address already taken, or a change the group cannot make
 )
 
 // Enum value maps for ErrorReason.
@@ -69,6 +70,7 @@ var (
 		11: "TIMEOUT",
 		12: "TOO_MANY_REQUESTS",
 		13: "TOPIC_EXISTS",
+		14: "MEMBERSHIP_CONFLICT",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -85,6 +87,7 @@ var (
 		"TIMEOUT":                  11,
 		"TOO_MANY_REQUESTS":        12,
 		"TOPIC_EXISTS":             13,
+		"MEMBERSHIP_CONFLICT":      14,
 	}
 )
 
@@ -3493,6 +3496,231 @@ func (x *ChecksumCommitlogRequest) GetToOffset() int64 {
 	return 0
 }
 
+// AddReplica adds replica id (a broker started with --join-group, its
+// data dir empty) to the group: first as a non-voter, which the master
+// replicates to (a snapshot and the commitlog copied from a peer, then
+// the log), then, once it has applied what the master had applied when
+// the call began, as a voter.
+type AddReplicaRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Id               int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddress      string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	GrpcAddress      string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`                     // where the master asks how far the replica got
+	CatchUpTimeoutMs int64                  `protobuf:"varint,4,opt,name=catch_up_timeout_ms,json=catchUpTimeoutMs,proto3" json:"catch_up_timeout_ms,omitempty"` // 0: 5 minutes (or the call's deadline)
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *AddReplicaRequest) Reset() {
+	*x = AddReplicaRequest{}
+	mi := &file_raftmq_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddReplicaRequest) ProtoMessage() {}
+
+func (x *AddReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddReplicaRequest.ProtoReflect.Descriptor instead.
+func (*AddReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *AddReplicaRequest) GetId() int32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *AddReplicaRequest) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *AddReplicaRequest) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+func (x *AddReplicaRequest) GetCatchUpTimeoutMs() int64 {
+	if x != nil {
+		return x.CatchUpTimeoutMs
+	}
+	return 0
+}
+
+// RemoveReplica takes replica id out of the group. The master cannot
+// remove itself: transfer the leadership first.
+type RemoveReplicaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int32                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveReplicaRequest) Reset() {
+	*x = RemoveReplicaRequest{}
+	mi := &file_raftmq_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveReplicaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveReplicaRequest) ProtoMessage() {}
+
+func (x *RemoveReplicaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveReplicaRequest.ProtoReflect.Descriptor instead.
+func (*RemoveReplicaRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *RemoveReplicaRequest) GetId() int32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+// TransferLeader hands the master role to replica to_id (0: any caught-up
+// voter), and answers once a new master is known.
+type TransferLeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ToId          int32                  `protobuf:"varint,1,opt,name=to_id,json=toId,proto3" json:"to_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferLeaderRequest) Reset() {
+	*x = TransferLeaderRequest{}
+	mi := &file_raftmq_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferLeaderRequest) ProtoMessage() {}
+
+func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
+func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *TransferLeaderRequest) GetToId() int32 {
+	if x != nil {
+		return x.ToId
+	}
+	return 0
+}
+
+type MembershipResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Voters        []*ReplicaInfo         `protobuf:"bytes,1,rep,name=voters,proto3" json:"voters,omitempty"`
+	Nonvoters     []*ReplicaInfo         `protobuf:"bytes,2,rep,name=nonvoters,proto3" json:"nonvoters,omitempty"`
+	MasterId      int32                  `protobuf:"varint,3,opt,name=master_id,json=masterId,proto3" json:"master_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MembershipResponse) Reset() {
+	*x = MembershipResponse{}
+	mi := &file_raftmq_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MembershipResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MembershipResponse) ProtoMessage() {}
+
+func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
+func (*MembershipResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *MembershipResponse) GetVoters() []*ReplicaInfo {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *MembershipResponse) GetNonvoters() []*ReplicaInfo {
+	if x != nil {
+		return x.Nonvoters
+	}
+	return nil
+}
+
+func (x *MembershipResponse) GetMasterId() int32 {
+	if x != nil {
+		return x.MasterId
+	}
+	return 0
+}
+
 type ChecksumCommitlogResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FromOffset    int64                  `protobuf:"varint,1,opt,name=from_offset,json=fromOffset,proto3" json:"from_offset,omitempty"`
@@ -3504,7 +3732,7 @@ type ChecksumCommitlogResponse struct {
 
 func (x *ChecksumCommitlogResponse) Reset() {
 	*x = ChecksumCommitlogResponse{}
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3516,7 +3744,7 @@ func (x *ChecksumCommitlogResponse) String() string {
 func (*ChecksumCommitlogResponse) ProtoMessage() {}
 
 func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3529,7 +3757,7 @@ func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumCommitlogResponse.ProtoReflect.Descriptor instead.
 func (*ChecksumCommitlogResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{57}
+	return file_raftmq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ChecksumCommitlogResponse) GetFromOffset() int64 {
@@ -3573,7 +3801,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3585,7 +3813,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3598,7 +3826,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{58}
+	return file_raftmq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RaftCommand) GetCommand() isRaftCommand_Command {
@@ -3729,7 +3957,7 @@ type MasterAnnounce struct {
 
 func (x *MasterAnnounce) Reset() {
 	*x = MasterAnnounce{}
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +3969,7 @@ func (x *MasterAnnounce) String() string {
 func (*MasterAnnounce) ProtoMessage() {}
 
 func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +3982,7 @@ func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterAnnounce.ProtoReflect.Descriptor instead.
 func (*MasterAnnounce) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{59}
+	return file_raftmq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *MasterAnnounce) GetReplicaId() int32 {
@@ -3786,7 +4014,7 @@ type SendBatch struct {
 
 func (x *SendBatch) Reset() {
 	*x = SendBatch{}
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3798,7 +4026,7 @@ func (x *SendBatch) String() string {
 func (*SendBatch) ProtoMessage() {}
 
 func (x *SendBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3811,7 +4039,7 @@ func (x *SendBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatch.ProtoReflect.Descriptor instead.
 func (*SendBatch) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{60}
+	return file_raftmq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *SendBatch) GetStoreTimestamp() int64 {
@@ -3845,7 +4073,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3857,7 +4085,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3870,7 +4098,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{61}
+	return file_raftmq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -3897,7 +4125,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3909,7 +4137,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3922,7 +4150,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{62}
+	return file_raftmq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *OffsetCommit) GetConsumerGroup() string {
@@ -3957,7 +4185,7 @@ type BrokerSnapshot struct {
 
 func (x *BrokerSnapshot) Reset() {
 	*x = BrokerSnapshot{}
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3969,7 +4197,7 @@ func (x *BrokerSnapshot) String() string {
 func (*BrokerSnapshot) ProtoMessage() {}
 
 func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3982,7 +4210,7 @@ func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerSnapshot.ProtoReflect.Descriptor instead.
 func (*BrokerSnapshot) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{63}
+	return file_raftmq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BrokerSnapshot) GetStoreRaftIndex() uint64 {
@@ -4050,7 +4278,7 @@ type GetRouteRequest struct {
 
 func (x *GetRouteRequest) Reset() {
 	*x = GetRouteRequest{}
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4062,7 +4290,7 @@ func (x *GetRouteRequest) String() string {
 func (*GetRouteRequest) ProtoMessage() {}
 
 func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4075,7 +4303,7 @@ func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRouteRequest.ProtoReflect.Descriptor instead.
 func (*GetRouteRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{64}
+	return file_raftmq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetRouteRequest) GetTopic() string {
@@ -4101,7 +4329,7 @@ type GroupRoute struct {
 
 func (x *GroupRoute) Reset() {
 	*x = GroupRoute{}
-	mi := &file_raftmq_proto_msgTypes[65]
+	mi := &file_raftmq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4341,7 @@ func (x *GroupRoute) String() string {
 func (*GroupRoute) ProtoMessage() {}
 
 func (x *GroupRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[65]
+	mi := &file_raftmq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4354,7 @@ func (x *GroupRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
 func (*GroupRoute) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{65}
+	return file_raftmq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GroupRoute) GetGroup() string {
@@ -4188,7 +4416,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_raftmq_proto_msgTypes[66]
+	mi := &file_raftmq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4200,7 +4428,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[66]
+	mi := &file_raftmq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4213,7 +4441,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{66}
+	return file_raftmq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RouteResponse) GetTopic() string {
@@ -4238,7 +4466,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_raftmq_proto_msgTypes[67]
+	mi := &file_raftmq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4250,7 +4478,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[67]
+	mi := &file_raftmq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4263,7 +4491,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{67}
+	return file_raftmq_proto_rawDescGZIP(), []int{71}
 }
 
 type ClusterGroup struct {
@@ -4280,7 +4508,7 @@ type ClusterGroup struct {
 
 func (x *ClusterGroup) Reset() {
 	*x = ClusterGroup{}
-	mi := &file_raftmq_proto_msgTypes[68]
+	mi := &file_raftmq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4292,7 +4520,7 @@ func (x *ClusterGroup) String() string {
 func (*ClusterGroup) ProtoMessage() {}
 
 func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[68]
+	mi := &file_raftmq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4305,7 +4533,7 @@ func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterGroup.ProtoReflect.Descriptor instead.
 func (*ClusterGroup) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{68}
+	return file_raftmq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ClusterGroup) GetGroup() string {
@@ -4361,7 +4589,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_raftmq_proto_msgTypes[69]
+	mi := &file_raftmq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4373,7 +4601,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[69]
+	mi := &file_raftmq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4386,7 +4614,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{69}
+	return file_raftmq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ClusterInfoResponse) GetCluster() string {
@@ -4419,7 +4647,7 @@ type ListTopicNamesResponse struct {
 
 func (x *ListTopicNamesResponse) Reset() {
 	*x = ListTopicNamesResponse{}
-	mi := &file_raftmq_proto_msgTypes[70]
+	mi := &file_raftmq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4431,7 +4659,7 @@ func (x *ListTopicNamesResponse) String() string {
 func (*ListTopicNamesResponse) ProtoMessage() {}
 
 func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[70]
+	mi := &file_raftmq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4444,7 +4672,7 @@ func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicNamesResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicNamesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{70}
+	return file_raftmq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListTopicNamesResponse) GetTopics() []string {
@@ -4463,7 +4691,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_raftmq_proto_msgTypes[71]
+	mi := &file_raftmq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4475,7 +4703,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[71]
+	mi := &file_raftmq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4488,7 +4716,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{71}
+	return file_raftmq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *WatchRoutesRequest) GetTopics() []string {
@@ -4726,7 +4954,20 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x18ChecksumCommitlogRequest\x12\x1f\n" +
 	"\vfrom_offset\x18\x01 \x01(\x03R\n" +
 	"fromOffset\x12\x1b\n" +
-	"\tto_offset\x18\x02 \x01(\x03R\btoOffset\"q\n" +
+	"\tto_offset\x18\x02 \x01(\x03R\btoOffset\"\x98\x01\n" +
+	"\x11AddReplicaRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x05R\x02id\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
+	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12-\n" +
+	"\x13catch_up_timeout_ms\x18\x04 \x01(\x03R\x10catchUpTimeoutMs\"&\n" +
+	"\x14RemoveReplicaRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x05R\x02id\",\n" +
+	"\x15TransferLeaderRequest\x12\x13\n" +
+	"\x05to_id\x18\x01 \x01(\x05R\x04toId\"\x97\x01\n" +
+	"\x12MembershipResponse\x12.\n" +
+	"\x06voters\x18\x01 \x03(\v2\x16.raftmq.v1.ReplicaInfoR\x06voters\x124\n" +
+	"\tnonvoters\x18\x02 \x03(\v2\x16.raftmq.v1.ReplicaInfoR\tnonvoters\x12\x1b\n" +
+	"\tmaster_id\x18\x03 \x01(\x05R\bmasterId\"q\n" +
 	"\x19ChecksumCommitlogResponse\x12\x1f\n" +
 	"\vfrom_offset\x18\x01 \x01(\x03R\n" +
 	"fromOffset\x12\x1b\n" +
@@ -4800,7 +5041,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x16ListTopicNamesResponse\x12\x16\n" +
 	"\x06topics\x18\x01 \x03(\tR\x06topics\",\n" +
 	"\x12WatchRoutesRequest\x12\x16\n" +
-	"\x06topics\x18\x01 \x03(\tR\x06topics*\xa9\x02\n" +
+	"\x06topics\x18\x01 \x03(\tR\x06topics*\xc2\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -4817,7 +5058,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x12\v\n" +
 	"\aTIMEOUT\x10\v\x12\x15\n" +
 	"\x11TOO_MANY_REQUESTS\x10\f\x12\x10\n" +
-	"\fTOPIC_EXISTS\x10\r*\x9f\x01\n" +
+	"\fTOPIC_EXISTS\x10\r\x12\x17\n" +
+	"\x13MEMBERSHIP_CONFLICT\x10\x0e*\x9f\x01\n" +
 	"\n" +
 	"PullStatus\x12\x1b\n" +
 	"\x17PULL_STATUS_UNSPECIFIED\x10\x00\x12\x0e\n" +
@@ -4831,7 +5073,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x18CONSUME_MODE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"CLUSTERING\x10\x01\x12\x10\n" +
-	"\fBROADCASTING\x10\x022\x94\x11\n" +
+	"\fBROADCASTING\x10\x022\x83\x13\n" +
 	"\x06Broker\x12L\n" +
 	"\vSendMessage\x12\x1d.raftmq.v1.SendMessageRequest\x1a\x1e.raftmq.v1.SendMessageResponse\x12L\n" +
 	"\vPullMessage\x12\x1d.raftmq.v1.PullMessageRequest\x1a\x1e.raftmq.v1.PullMessageResponse\x12d\n" +
@@ -4858,7 +5100,11 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x11QueryMessageByKey\x12#.raftmq.v1.QueryMessageByKeyRequest\x1a\x1f.raftmq.v1.QueryMessageResponse\x12U\n" +
 	"\x0eDescribeBroker\x12 .raftmq.v1.DescribeBrokerRequest\x1a!.raftmq.v1.DescribeBrokerResponse\x12M\n" +
 	"\rCopyCommitlog\x12\x1f.raftmq.v1.CopyCommitlogRequest\x1a\x19.raftmq.v1.CommitlogChunk0\x01\x12^\n" +
-	"\x11ChecksumCommitlog\x12#.raftmq.v1.ChecksumCommitlogRequest\x1a$.raftmq.v1.ChecksumCommitlogResponse2\xbb\x02\n" +
+	"\x11ChecksumCommitlog\x12#.raftmq.v1.ChecksumCommitlogRequest\x1a$.raftmq.v1.ChecksumCommitlogResponse\x12I\n" +
+	"\n" +
+	"AddReplica\x12\x1c.raftmq.v1.AddReplicaRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12O\n" +
+	"\rRemoveReplica\x12\x1f.raftmq.v1.RemoveReplicaRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12Q\n" +
+	"\x0eTransferLeader\x12 .raftmq.v1.TransferLeaderRequest\x1a\x1d.raftmq.v1.MembershipResponse2\xbb\x02\n" +
 	"\n" +
 	"NameServer\x12@\n" +
 	"\bGetRoute\x12\x1a.raftmq.v1.GetRouteRequest\x1a\x18.raftmq.v1.RouteResponse\x12R\n" +
@@ -4880,7 +5126,7 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 }
 
 var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
@@ -4942,27 +5188,31 @@ var file_raftmq_proto_goTypes = []any{
 	(*CopyCommitlogRequest)(nil),            // 57: raftmq.v1.CopyCommitlogRequest
 	(*CommitlogChunk)(nil),                  // 58: raftmq.v1.CommitlogChunk
 	(*ChecksumCommitlogRequest)(nil),        // 59: raftmq.v1.ChecksumCommitlogRequest
-	(*ChecksumCommitlogResponse)(nil),       // 60: raftmq.v1.ChecksumCommitlogResponse
-	(*RaftCommand)(nil),                     // 61: raftmq.v1.RaftCommand
-	(*MasterAnnounce)(nil),                  // 62: raftmq.v1.MasterAnnounce
-	(*SendBatch)(nil),                       // 63: raftmq.v1.SendBatch
-	(*StoredMessage)(nil),                   // 64: raftmq.v1.StoredMessage
-	(*OffsetCommit)(nil),                    // 65: raftmq.v1.OffsetCommit
-	(*BrokerSnapshot)(nil),                  // 66: raftmq.v1.BrokerSnapshot
-	(*GetRouteRequest)(nil),                 // 67: raftmq.v1.GetRouteRequest
-	(*GroupRoute)(nil),                      // 68: raftmq.v1.GroupRoute
-	(*RouteResponse)(nil),                   // 69: raftmq.v1.RouteResponse
-	(*GetClusterInfoRequest)(nil),           // 70: raftmq.v1.GetClusterInfoRequest
-	(*ClusterGroup)(nil),                    // 71: raftmq.v1.ClusterGroup
-	(*ClusterInfoResponse)(nil),             // 72: raftmq.v1.ClusterInfoResponse
-	(*ListTopicNamesResponse)(nil),          // 73: raftmq.v1.ListTopicNamesResponse
-	(*WatchRoutesRequest)(nil),              // 74: raftmq.v1.WatchRoutesRequest
-	nil,                                     // 75: raftmq.v1.Message.PropertiesEntry
-	nil,                                     // 76: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 77: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	(*AddReplicaRequest)(nil),               // 60: raftmq.v1.AddReplicaRequest
+	(*RemoveReplicaRequest)(nil),            // 61: raftmq.v1.RemoveReplicaRequest
+	(*TransferLeaderRequest)(nil),           // 62: raftmq.v1.TransferLeaderRequest
+	(*MembershipResponse)(nil),              // 63: raftmq.v1.MembershipResponse
+	(*ChecksumCommitlogResponse)(nil),       // 64: raftmq.v1.ChecksumCommitlogResponse
+	(*RaftCommand)(nil),                     // 65: raftmq.v1.RaftCommand
+	(*MasterAnnounce)(nil),                  // 66: raftmq.v1.MasterAnnounce
+	(*SendBatch)(nil),                       // 67: raftmq.v1.SendBatch
+	(*StoredMessage)(nil),                   // 68: raftmq.v1.StoredMessage
+	(*OffsetCommit)(nil),                    // 69: raftmq.v1.OffsetCommit
+	(*BrokerSnapshot)(nil),                  // 70: raftmq.v1.BrokerSnapshot
+	(*GetRouteRequest)(nil),                 // 71: raftmq.v1.GetRouteRequest
+	(*GroupRoute)(nil),                      // 72: raftmq.v1.GroupRoute
+	(*RouteResponse)(nil),                   // 73: raftmq.v1.RouteResponse
+	(*GetClusterInfoRequest)(nil),           // 74: raftmq.v1.GetClusterInfoRequest
+	(*ClusterGroup)(nil),                    // 75: raftmq.v1.ClusterGroup
+	(*ClusterInfoResponse)(nil),             // 76: raftmq.v1.ClusterInfoResponse
+	(*ListTopicNamesResponse)(nil),          // 77: raftmq.v1.ListTopicNamesResponse
+	(*WatchRoutesRequest)(nil),              // 78: raftmq.v1.WatchRoutesRequest
+	nil,                                     // 79: raftmq.v1.Message.PropertiesEntry
+	nil,                                     // 80: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 81: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
-	75, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
+	79, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
 	3,  // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
 	5,  // 2: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
 	1,  // 3: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
@@ -4983,85 +5233,93 @@ var file_raftmq_proto_depIdxs = []int32{
 	40, // 18: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
 	55, // 19: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
 	33, // 20: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
-	63, // 21: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
-	33, // 22: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
-	65, // 23: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
-	40, // 24: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	62, // 25: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
-	64, // 26: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	76, // 27: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	3,  // 28: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	11, // 29: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	33, // 30: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	65, // 31: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	40, // 32: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	62, // 33: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	77, // 34: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	55, // 35: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	68, // 36: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	55, // 37: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	71, // 38: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	4,  // 39: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	7,  // 40: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	9,  // 41: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	12, // 42: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	14, // 43: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
-	19, // 44: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	21, // 45: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	23, // 46: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
-	27, // 47: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	29, // 48: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	31, // 49: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	34, // 50: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	36, // 51: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	38, // 52: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	41, // 53: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	43, // 54: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	45, // 55: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	47, // 56: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	49, // 57: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	51, // 58: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	52, // 59: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	54, // 60: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	57, // 61: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	59, // 62: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	67, // 63: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	70, // 64: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	38, // 65: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	74, // 66: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	6,  // 67: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	8,  // 68: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	10, // 69: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	13, // 70: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	15, // 71: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
-	20, // 72: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	22, // 73: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	26, // 74: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
-	28, // 75: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	30, // 76: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	32, // 77: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	35, // 78: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	37, // 79: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	39, // 80: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	42, // 81: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	44, // 82: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	46, // 83: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	48, // 84: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	50, // 85: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	53, // 86: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	53, // 87: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	56, // 88: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	58, // 89: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	60, // 90: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	69, // 91: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	72, // 92: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	73, // 93: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	69, // 94: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	67, // [67:95] is the sub-list for method output_type
-	39, // [39:67] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	55, // 21: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
+	55, // 22: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
+	67, // 23: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
+	33, // 24: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
+	69, // 25: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
+	40, // 26: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	66, // 27: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
+	68, // 28: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	80, // 29: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	3,  // 30: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	11, // 31: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	33, // 32: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	69, // 33: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	40, // 34: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	66, // 35: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	81, // 36: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	55, // 37: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	72, // 38: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	55, // 39: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	75, // 40: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	4,  // 41: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	7,  // 42: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	9,  // 43: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	12, // 44: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	14, // 45: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
+	19, // 46: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	21, // 47: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	23, // 48: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	27, // 49: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	29, // 50: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	31, // 51: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	34, // 52: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	36, // 53: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	38, // 54: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	41, // 55: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	43, // 56: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	45, // 57: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	47, // 58: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	49, // 59: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	51, // 60: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	52, // 61: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	54, // 62: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	57, // 63: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	59, // 64: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	60, // 65: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
+	61, // 66: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
+	62, // 67: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
+	71, // 68: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	74, // 69: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	38, // 70: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	78, // 71: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	6,  // 72: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	8,  // 73: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	10, // 74: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	13, // 75: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	15, // 76: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
+	20, // 77: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	22, // 78: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	26, // 79: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	28, // 80: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	30, // 81: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	32, // 82: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	35, // 83: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	37, // 84: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	39, // 85: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	42, // 86: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	44, // 87: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	46, // 88: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	48, // 89: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	50, // 90: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	53, // 91: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	53, // 92: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	56, // 93: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	58, // 94: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	64, // 95: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	63, // 96: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
+	63, // 97: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
+	63, // 98: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
+	73, // 99: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	76, // 100: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	77, // 101: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	73, // 102: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	72, // [72:103] is the sub-list for method output_type
+	41, // [41:72] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -5075,7 +5333,7 @@ func file_raftmq_proto_init() {
 		(*ResetConsumerOffsetRequest_TimestampMs)(nil),
 		(*ResetConsumerOffsetRequest_Offset)(nil),
 	}
-	file_raftmq_proto_msgTypes[58].OneofWrappers = []any{
+	file_raftmq_proto_msgTypes[62].OneofWrappers = []any{
 		(*RaftCommand_Send)(nil),
 		(*RaftCommand_UpsertTopic)(nil),
 		(*RaftCommand_DeleteTopic)(nil),
@@ -5090,7 +5348,7 @@ func file_raftmq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   75,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

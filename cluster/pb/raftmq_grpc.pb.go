@@ -54,6 +54,9 @@ const (
 	Broker_DescribeBroker_FullMethodName          = "/raftmq.v1.Broker/DescribeBroker"
 	Broker_CopyCommitlog_FullMethodName           = "/raftmq.v1.Broker/CopyCommitlog"
 	Broker_ChecksumCommitlog_FullMethodName       = "/raftmq.v1.Broker/ChecksumCommitlog"
+	Broker_AddReplica_FullMethodName              = "/raftmq.v1.Broker/AddReplica"
+	Broker_RemoveReplica_FullMethodName           = "/raftmq.v1.Broker/RemoveReplica"
+	Broker_TransferLeader_FullMethodName          = "/raftmq.v1.Broker/TransferLeader"
 )
 
 // BrokerClient is the client API for Broker service.
@@ -85,6 +88,10 @@ type BrokerClient interface {
 	// Streams the commitlog range [from, to) to a replica catching up.
 	CopyCommitlog(ctx context.Context, in *CopyCommitlogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CommitlogChunk], error)
 	ChecksumCommitlog(ctx context.Context, in *ChecksumCommitlogRequest, opts ...grpc.CallOption) (*ChecksumCommitlogResponse, error)
+	// The group's membership, changed through its master (an admin's right).
+	AddReplica(ctx context.Context, in *AddReplicaRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
+	RemoveReplica(ctx context.Context, in *RemoveReplicaRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
+	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
 }
 
 type brokerClient struct {
@@ -344,6 +351,36 @@ func (c *brokerClient) ChecksumCommitlog(ctx context.Context, in *ChecksumCommit
 	return out, nil
 }
 
+func (c *brokerClient) AddReplica(ctx context.Context, in *AddReplicaRequest, opts ...grpc.CallOption) (*MembershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MembershipResponse)
+	err := c.cc.Invoke(ctx, Broker_AddReplica_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brokerClient) RemoveReplica(ctx context.Context, in *RemoveReplicaRequest, opts ...grpc.CallOption) (*MembershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MembershipResponse)
+	err := c.cc.Invoke(ctx, Broker_RemoveReplica_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brokerClient) TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*MembershipResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MembershipResponse)
+	err := c.cc.Invoke(ctx, Broker_TransferLeader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServer is the server API for Broker service.
 // All implementations must embed UnimplementedBrokerServer
 // for forward compatibility.
@@ -373,6 +410,10 @@ type BrokerServer interface {
 	// Streams the commitlog range [from, to) to a replica catching up.
 	CopyCommitlog(*CopyCommitlogRequest, grpc.ServerStreamingServer[CommitlogChunk]) error
 	ChecksumCommitlog(context.Context, *ChecksumCommitlogRequest) (*ChecksumCommitlogResponse, error)
+	// The group's membership, changed through its master (an admin's right).
+	AddReplica(context.Context, *AddReplicaRequest) (*MembershipResponse, error)
+	RemoveReplica(context.Context, *RemoveReplicaRequest) (*MembershipResponse, error)
+	TransferLeader(context.Context, *TransferLeaderRequest) (*MembershipResponse, error)
 	mustEmbedUnimplementedBrokerServer()
 }
 
@@ -454,6 +495,15 @@ func (UnimplementedBrokerServer) CopyCommitlog(*CopyCommitlogRequest, grpc.Serve
 }
 func (UnimplementedBrokerServer) ChecksumCommitlog(context.Context, *ChecksumCommitlogRequest) (*ChecksumCommitlogResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ChecksumCommitlog not implemented")
+}
+func (UnimplementedBrokerServer) AddReplica(context.Context, *AddReplicaRequest) (*MembershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddReplica not implemented")
+}
+func (UnimplementedBrokerServer) RemoveReplica(context.Context, *RemoveReplicaRequest) (*MembershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveReplica not implemented")
+}
+func (UnimplementedBrokerServer) TransferLeader(context.Context, *TransferLeaderRequest) (*MembershipResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
 }
 func (UnimplementedBrokerServer) mustEmbedUnimplementedBrokerServer() {}
 func (UnimplementedBrokerServer) testEmbeddedByValue()                {}
@@ -901,6 +951,60 @@ func _Broker_ChecksumCommitlog_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Broker_AddReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddReplicaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).AddReplica(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_AddReplica_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).AddReplica(ctx, req.(*AddReplicaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Broker_RemoveReplica_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveReplicaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).RemoveReplica(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_RemoveReplica_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).RemoveReplica(ctx, req.(*RemoveReplicaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Broker_TransferLeader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferLeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).TransferLeader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_TransferLeader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).TransferLeader(ctx, req.(*TransferLeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Broker_ServiceDesc is the grpc.ServiceDesc for Broker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -999,6 +1103,18 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ChecksumCommitlog",
 			Handler:    _Broker_ChecksumCommitlog_Handler,
+		},
+		{
+			MethodName: "AddReplica",
+			Handler:    _Broker_AddReplica_Handler,
+		},
+		{
+			MethodName: "RemoveReplica",
+			Handler:    _Broker_RemoveReplica_Handler,
+		},
+		{
+			MethodName: "TransferLeader",
+			Handler:    _Broker_TransferLeader_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -126,6 +126,11 @@ func (a *admin) broker(addr string) (pb.BrokerClient, error) {
 // onMaster runs fn on a group's master, following NOT_LEADER answers and
 // waiting out an election, within the admin timeout.
 func (a *admin) onMaster(ctx context.Context, g *pb.ClusterGroup, fn func(context.Context, pb.BrokerClient) error) error {
+	return a.onMasterWithin(ctx, g, 5*time.Second, fn)
+}
+
+// onMasterWithin is onMaster with each call given callTimeout.
+func (a *admin) onMasterWithin(ctx context.Context, g *pb.ClusterGroup, callTimeout time.Duration, fn func(context.Context, pb.BrokerClient) error) error {
 	addr := ""
 	for _, r := range g.Replicas {
 		if r.Master {
@@ -144,7 +149,7 @@ func (a *admin) onMaster(ctx context.Context, g *pb.ClusterGroup, fn func(contex
 		if b, err = a.broker(addr); err != nil {
 			return err
 		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		err = fn(cctx, b)
 		cancel()
 		reason, meta := pb.ReasonOf(err)

@@ -27,6 +27,7 @@ type brokerFlags struct {
 	Raft            string `yaml:"raft"`
 	AdvertiseRaft   string `yaml:"advertise-raft"`
 	Peers           string `yaml:"peers"`
+	JoinGroup       bool   `yaml:"join-group"`
 	Gossip          string `yaml:"gossip"`
 	AdvertiseGossip string `yaml:"advertise-gossip"`
 	Join            string `yaml:"join"`
@@ -78,6 +79,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.Raft, "raft", "127.0.0.1:10921", "Raft listen address")
 	fl.StringVar(&f.AdvertiseRaft, "advertise-raft", "", "Raft address peers dial (default --raft)")
 	fl.StringVar(&f.Peers, "peers", "", "the group's Raft addresses: 1=HOST:PORT,2=HOST:PORT,...")
+	fl.BoolVar(&f.JoinGroup, "join-group", false, "a new replica of a running group: start empty, without --peers, and wait for `raftmq group add-replica`")
 	fl.StringVar(&f.Gossip, "gossip", "", "gossip address (TCP and UDP), where name servers learn about this replica")
 	fl.StringVar(&f.AdvertiseGossip, "advertise-gossip", "", "gossip address others reach (default --gossip; a host name is resolved)")
 	fl.StringVar(&f.Join, "join", "", "gossip members to join (name servers): HOST:PORT,...")
@@ -143,6 +145,9 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	}
 	if !cmd.Flags().Changed("pprof") && fromFile.Pprof {
 		f.Pprof = true
+	}
+	if !cmd.Flags().Changed("join-group") && fromFile.JoinGroup {
+		f.JoinGroup = true
 	}
 	f.nodeSecurity.fill(cmd, fromFile.nodeSecurity)
 	return nil
@@ -211,6 +216,9 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if err != nil {
 		return err
 	}
+	if f.JoinGroup && len(peers) > 0 {
+		return fmt.Errorf("--join-group and --peers: a joining replica learns the group from its master, not from --peers")
+	}
 	if len(peers) == 0 {
 		// A group of one: still a Raft group, on the same code path.
 		peers[strconv.Itoa(f.ID)] = firstNonEmpty(f.AdvertiseRaft, f.Raft)
@@ -230,6 +238,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	cfg.Raft.BindAddr = f.Raft
 	cfg.Raft.AdvertiseAddr = f.AdvertiseRaft
 	cfg.Raft.Peers = peers
+	cfg.Raft.JoinGroup = f.JoinGroup
 	rt, err := time.ParseDuration(f.RaftTimeout)
 	if err != nil || rt < 20*time.Millisecond {
 		return fmt.Errorf("--raft-timeout %q: want a duration of at least 20ms", f.RaftTimeout)

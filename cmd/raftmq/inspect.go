@@ -18,7 +18,7 @@ import (
 
 func groupCommand() *cobra.Command {
 	var ns string
-	cmd := &cobra.Command{Use: "group", Short: "inspect consumer groups: members, queues held, progress"}
+	cmd := &cobra.Command{Use: "group", Short: "inspect consumer groups (members, queues held, progress); change a broker group's replicas"}
 	namesrvFlag(cmd, &ns)
 	var group, topic string
 	progress := &cobra.Command{
@@ -40,6 +40,7 @@ group has none for the queue (its lag counts from the queue's minimum).`,
 	progress.Flags().StringVar(&topic, "topic", "", "only this topic")
 	cmd.AddCommand(progress)
 	cmd.AddCommand(groupMembersCommands(&ns)...)
+	cmd.AddCommand(replicaCommands(&ns)...)
 	return cmd
 }
 

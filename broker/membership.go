@@ -1,0 +1,242 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// Membership changes, as operators make them (issue #16): through the
+// master, with hashicorp/raft's configuration changes. A new replica joins
+// as a non-voter, so that a replica still copying the commitlog neither
+// counts toward the quorum of every send nor can be elected, and is made a
+// voter only once it has applied what the master had when the call began.
+
+// defaultCatchUp bounds AddReplica's wait for the new replica when the
+// request names no timeout.
+const defaultCatchUp = 5 * time.Minute
+
+// membershipChangeTimeout bounds how long one configuration change waits
+// to be enqueued (hashicorp/raft's timeout argument).
+const membershipChangeTimeout = 10 * time.Second
+
+func (s *service) AddReplica(ctx context.Context, req *pb.AddReplicaRequest) (*pb.MembershipResponse, error) {
+	b := s.b
+	if req.Id < 1 {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a replica id >= 1 is needed")
+	}
+	for what, addr := range map[string]string{"raft_address": req.RaftAddress, "grpc_address": req.GrpcAddress} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("%s %q is not HOST:PORT", what, addr))
+		}
+	}
+	if err := b.requireMaster(); err != nil {
+		return nil, err
+	}
+	id := raft.ServerID(strconv.Itoa(int(req.Id)))
+	servers, err := b.servers()
+	if err != nil {
+		return nil, err
+	}
+	for _, srv := range servers {
+		switch {
+		case srv.ID == id && srv.Address != raft.ServerAddress(req.RaftAddress):
+			return nil, conflict(fmt.Sprintf("replica %d is in the group at %s", req.Id, srv.Address))
+		case srv.ID != id && srv.Address == raft.ServerAddress(req.RaftAddress):
+			return nil, conflict(fmt.Sprintf("%s is replica %s's address", req.RaftAddress, srv.ID))
+		case srv.ID == id && srv.Suffrage == raft.Voter:
+			return b.membership() // added already: the call is idempotent
+		}
+	}
+	timeout := defaultCatchUp
+	if req.CatchUpTimeoutMs > 0 {
+		timeout = time.Duration(req.CatchUpTimeoutMs) * time.Millisecond
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	target := b.node.Raft.AppliedIndex()
+	if err := b.node.Raft.AddNonvoter(id, raft.ServerAddress(req.RaftAddress), 0, membershipChangeTimeout).Error(); err != nil {
+		return nil, b.membershipError("add replica "+string(id)+" as a non-voter", err)
+	}
+	b.log.Info("replica added as a non-voter; waiting for it to catch up", "replica", req.Id, "raft", req.RaftAddress, "target_index", target)
+	if err := b.waitApplied(ctx, req.GrpcAddress, target); err != nil {
+		return nil, err
+	}
+	if err := b.node.Raft.AddVoter(id, raft.ServerAddress(req.RaftAddress), 0, membershipChangeTimeout).Error(); err != nil {
+		return nil, b.membershipError("make replica "+string(id)+" a voter", err)
+	}
+	b.log.Info("replica caught up and made a voter", "replica", req.Id)
+	return b.membership()
+}
+
+// waitApplied polls the replica at addr until it has applied index target.
+func (b *Broker) waitApplied(ctx context.Context, addr string, target uint64) error {
+	// Only a replica of this group may be asked: its certificate says so.
+	conn, err := grpc.NewClient(addr, b.dialCreds(cluster.Want{Cluster: b.cfg.Gossip.Cluster, Role: cluster.IdentityBroker, Group: b.cfg.Group}))
+	if err != nil {
+		return invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "grpc_address: "+err.Error())
+	}
+	defer conn.Close()
+	client := pb.NewBrokerClient(conn)
+	var last error
+	var applied uint64
+	for tick := time.NewTicker(100 * time.Millisecond); ; {
+		d, err := client.DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
+		switch {
+		case err == nil && d.Group != b.cfg.Group:
+			return conflict(fmt.Sprintf("%s is a replica of group %s, not %s", addr, d.Group, b.cfg.Group))
+		case err == nil && d.AppliedIndex >= target:
+			tick.Stop()
+			return nil
+		case err == nil:
+			applied = d.AppliedIndex
+		default:
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, fmt.Sprintf(
+				"the new replica at %s applied index %d of %d before the catch-up timeout (last error: %v); it stays a non-voter: call again to wait on, or remove it",
+				addr, applied, target, last), nil)
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *service) RemoveReplica(_ context.Context, req *pb.RemoveReplicaRequest) (*pb.MembershipResponse, error) {
+	b := s.b
+	if req.Id < 1 {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a replica id >= 1 is needed")
+	}
+	if err := b.requireMaster(); err != nil {
+		return nil, err
+	}
+	if req.Id == b.self {
+		return nil, conflict(fmt.Sprintf("replica %d is the master: transfer the leadership first (transfer-leader)", req.Id))
+	}
+	servers, err := b.servers()
+	if err != nil {
+		return nil, err
+	}
+	id := raft.ServerID(strconv.Itoa(int(req.Id)))
+	found := false
+	for _, srv := range servers {
+		found = found || srv.ID == id
+	}
+	if !found {
+		return b.membership() // not a member: the call is idempotent
+	}
+	if err := b.node.Raft.RemoveServer(id, 0, membershipChangeTimeout).Error(); err != nil {
+		return nil, b.membershipError("remove replica "+string(id), err)
+	}
+	b.log.Info("replica removed from the group", "replica", req.Id)
+	return b.membership()
+}
+
+func (s *service) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequest) (*pb.MembershipResponse, error) {
+	b := s.b
+	if req.ToId < 0 {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "to_id is a replica id, or 0 for any")
+	}
+	if err := b.requireMaster(); err != nil {
+		return nil, err
+	}
+	if req.ToId == b.self {
+		return b.membership()
+	}
+	var f raft.Future
+	if req.ToId == 0 {
+		f = b.node.Raft.LeadershipTransfer()
+	} else {
+		servers, err := b.servers()
+		if err != nil {
+			return nil, err
+		}
+		to := raft.ServerID(strconv.Itoa(int(req.ToId)))
+		var addr raft.ServerAddress
+		for _, srv := range servers {
+			if srv.ID == to && srv.Suffrage == raft.Voter {
+				addr = srv.Address
+			}
+		}
+		if addr == "" {
+			return nil, conflict(fmt.Sprintf("replica %d is not a voter of the group", req.ToId))
+		}
+		f = b.node.Raft.LeadershipTransferToServer(to, addr)
+	}
+	if err := f.Error(); err != nil {
+		return nil, b.membershipError("transfer the leadership", err)
+	}
+	// The new master is known to this replica once it has heard from it.
+	for tick := time.NewTicker(20 * time.Millisecond); ; {
+		if id, _ := b.leaderInfo(); id > 0 && id != b.self {
+			tick.Stop()
+			return b.membership()
+		}
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return nil, statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, "the leadership was handed over, but no new master was heard of before the call's deadline", nil)
+		case <-tick.C:
+		}
+	}
+}
+
+// servers is the group's latest Raft configuration.
+func (b *Broker) servers() ([]raft.Server, error) {
+	f := b.node.Raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, statusError(codes.Unavailable, pb.ErrorReason_STORE_ERROR, "read the raft configuration: "+err.Error(), nil)
+	}
+	return f.Configuration().Servers, nil
+}
+
+// membership answers a membership call with the configuration now.
+func (b *Broker) membership() (*pb.MembershipResponse, error) {
+	servers, err := b.servers()
+	if err != nil {
+		return nil, err
+	}
+	leaderID, _ := b.leaderInfo()
+	out := &pb.MembershipResponse{MasterId: leaderID}
+	for _, srv := range servers {
+		id, err := strconv.Atoi(string(srv.ID))
+		if err != nil {
+			continue
+		}
+		r := &pb.ReplicaInfo{Id: int32(id), RaftAddress: string(srv.Address), GrpcAddress: b.meta.replicaAddr(int32(id)), Master: int32(id) == leaderID}
+		if srv.Suffrage == raft.Voter {
+			out.Voters = append(out.Voters, r)
+		} else {
+			out.Nonvoters = append(out.Nonvoters, r)
+		}
+	}
+	return out, nil
+}
+
+// membershipError maps a failed configuration change to a status.
+func (b *Broker) membershipError(what string, err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost):
+		return b.notLeader()
+	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return statusError(codes.Unavailable, pb.ErrorReason_TIMEOUT, what+": "+err.Error()+"; try again", nil)
+	default:
+		return conflict(what + ": " + err.Error())
+	}
+}
+
+func conflict(msg string) error {
+	return statusError(codes.FailedPrecondition, pb.ErrorReason_MEMBERSHIP_CONFLICT, msg, nil)
+}

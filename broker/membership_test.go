@@ -1,0 +1,167 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/cluster/pb"
+)
+
+// addJoiner starts a new, empty replica with JoinGroup, beside the group's
+// (before any load runs: the group's tables are read without locks), and
+// returns its index.
+func (g *group) addJoiner() int {
+	g.t.Helper()
+	i := len(g.cfgs)
+	addrs := clustertest.FreeAddrs(g.t, 2)
+	cfg := g.cfgs[0]
+	cfg.ReplicaID = int32(i + 1)
+	cfg.Dir = filepath.Join(filepath.Dir(g.cfgs[0].Dir), fmt.Sprintf("r%d", i+1))
+	cfg.GRPCAddr, cfg.Raft.BindAddr = addrs[0], addrs[1]
+	cfg.Raft.Peers, cfg.Raft.JoinGroup = nil, true
+	c, err := grpc.NewClient(cfg.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	g.conns[cfg.GRPCAddr] = c
+	g.cfgs, g.brokers, g.procs = append(g.cfgs, cfg), append(g.brokers, nil), append(g.procs, nil)
+	g.start(i)
+	return i
+}
+
+func ids(rs []*pb.ReplicaInfo) []int32 {
+	var out []int32
+	for _, r := range rs {
+		out = append(out, r.Id)
+	}
+	return out
+}
+
+func wantStatus(t *testing.T, err error, code codes.Code, reason pb.ErrorReason) {
+	t.Helper()
+	if got, _ := ReasonOf(err); status.Code(err) != code || got != reason {
+		t.Fatalf("got %v (%v), want %v with reason %v", err, got, code, reason)
+	}
+}
+
+// A new replica with an empty disk is added while the group takes writes:
+// it joins as a non-voter, catches up by snapshot and commitlog copy, is
+// made a voter, and ends byte-identical with every acknowledged message.
+func TestAddedReplicaCatchesUpUnderLoadAndVotes(t *testing.T) {
+	g := newGroup(t, 3, compactedLog) // the new replica needs a snapshot and a copy
+	g.createTopic("grow", 2)
+	m := g.master()
+	var acks []acked
+	for n := 0; n < 200; n++ {
+		body := fmt.Sprintf("before-%d", n)
+		resp, _, err := g.sendRedirecting(m, oneMessage("grow", int32(n%2), body), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks = append(acks, acked{body: body, queue: int32(n % 2), res: resp.Results[0]})
+	}
+	waitFor(t, 10*time.Second, func() bool { return !g.brokers[m].node.LogHolds(1) })
+	j := g.addJoiner()
+	if d := g.describe(j); d == nil || d.Master || d.AppliedIndex != 0 {
+		t.Fatalf("the joiner before it is added: %v", d)
+	}
+
+	l := g.startLoad(t, 4, "grow", 2, 10*time.Second)
+	l.grow(t, 50)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := g.client(m).AddReplica(ctx, &pb.AddReplicaRequest{Id: int32(j + 1), RaftAddress: g.cfgs[j].Raft.BindAddr, GrpcAddress: g.cfgs[j].GRPCAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(resp.Voters); len(got) != 4 || len(resp.Nonvoters) != 0 {
+		t.Fatalf("voters %v, non-voters %v after the add", got, ids(resp.Nonvoters))
+	}
+	l.grow(t, 50)
+	acks = append(acks, l.end()...)
+	if t.Failed() {
+		return
+	}
+	g.checkIdentical(acks)
+	if g.brokers[j].catchUps.Load() == 0 {
+		t.Fatal("the new replica caught up without a snapshot and a commitlog copy: the test did not reach that path")
+	}
+	if d := g.describe(j); len(d.Replicas) != 4 {
+		t.Fatalf("the new replica lists replicas %v", ids(d.Replicas))
+	}
+	// Adding it again changes nothing.
+	if resp, err := g.client(m).AddReplica(ctx, &pb.AddReplicaRequest{Id: int32(j + 1), RaftAddress: g.cfgs[j].Raft.BindAddr, GrpcAddress: g.cfgs[j].GRPCAddr}); err != nil || len(resp.Voters) != 4 {
+		t.Fatalf("adding it again: %v, %v", resp, err)
+	}
+}
+
+// Remove a replica, transfer the leadership, and the changes the group
+// refuses, each with its reason.
+func TestRemoveReplicaAndTransferLeader(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.createTopic("two", 1)
+	m := g.master()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	slave := (m + 1) % 3
+	other := (m + 2) % 3
+
+	_, err := g.client(slave).RemoveReplica(ctx, &pb.RemoveReplicaRequest{Id: int32(other + 1)})
+	wantStatus(t, err, codes.FailedPrecondition, pb.ErrorReason_NOT_LEADER)
+	_, err = g.client(m).RemoveReplica(ctx, &pb.RemoveReplicaRequest{Id: int32(m + 1)})
+	wantStatus(t, err, codes.FailedPrecondition, pb.ErrorReason_MEMBERSHIP_CONFLICT)
+	_, err = g.client(m).RemoveReplica(ctx, &pb.RemoveReplicaRequest{})
+	wantStatus(t, err, codes.InvalidArgument, pb.ErrorReason_ILLEGAL_ARGUMENT)
+	_, err = g.client(m).AddReplica(ctx, &pb.AddReplicaRequest{Id: int32(slave + 1), RaftAddress: "127.0.0.1:1", GrpcAddress: "127.0.0.1:2"})
+	wantStatus(t, err, codes.FailedPrecondition, pb.ErrorReason_MEMBERSHIP_CONFLICT)
+	_, err = g.client(m).AddReplica(ctx, &pb.AddReplicaRequest{Id: 9, RaftAddress: g.cfgs[slave].Raft.BindAddr, GrpcAddress: "127.0.0.1:2"})
+	wantStatus(t, err, codes.FailedPrecondition, pb.ErrorReason_MEMBERSHIP_CONFLICT)
+	_, err = g.client(m).AddReplica(ctx, &pb.AddReplicaRequest{Id: 9, RaftAddress: "nowhere", GrpcAddress: "127.0.0.1:2"})
+	wantStatus(t, err, codes.InvalidArgument, pb.ErrorReason_ILLEGAL_ARGUMENT)
+	_, err = g.client(m).TransferLeader(ctx, &pb.TransferLeaderRequest{ToId: 9})
+	wantStatus(t, err, codes.FailedPrecondition, pb.ErrorReason_MEMBERSHIP_CONFLICT)
+
+	// A replica that never catches up stays a non-voter.
+	dead := clustertest.FreeAddrs(t, 2)
+	_, err = g.client(m).AddReplica(ctx, &pb.AddReplicaRequest{Id: 9, RaftAddress: dead[0], GrpcAddress: dead[1], CatchUpTimeoutMs: 300})
+	wantStatus(t, err, codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT)
+	resp, err := g.client(m).RemoveReplica(ctx, &pb.RemoveReplicaRequest{Id: 9})
+	if err != nil || len(resp.Voters) != 3 || len(resp.Nonvoters) != 0 {
+		t.Fatalf("remove the non-voter: %v, %v", resp, err)
+	}
+
+	resp, err = g.client(m).TransferLeader(ctx, &pb.TransferLeaderRequest{ToId: int32(slave + 1)})
+	if err != nil || resp.MasterId != int32(slave+1) {
+		t.Fatalf("transfer to %d: %v, %v", slave+1, resp, err)
+	}
+	if got := g.master(); got != slave {
+		t.Fatalf("master is replica %d after the transfer, want %d", got+1, slave+1)
+	}
+
+	resp, err = g.client(slave).RemoveReplica(ctx, &pb.RemoveReplicaRequest{Id: int32(m + 1)})
+	if err != nil || len(resp.Voters) != 2 {
+		t.Fatalf("remove the old master: %v, %v", resp, err)
+	}
+	for _, r := range resp.Voters {
+		if r.Id == int32(m+1) {
+			t.Fatalf("replica %d still a voter: %v", m+1, ids(resp.Voters))
+		}
+	}
+	// The group of two commits without the removed replica.
+	g.stop(m)
+	if _, _, err := g.sendRedirecting(slave, oneMessage("two", 0, "after"), 5*time.Second); err != nil {
+		t.Fatalf("send to the group of two: %v", err)
+	}
+	if d := g.describe(slave); d == nil || !d.Master || len(d.Replicas) != 2 {
+		t.Fatalf("the group after the removal: %v", d)
+	}
+}
