@@ -105,11 +105,29 @@ func (s *service) ListSubscriptionGroups(context.Context, *pb.ListSubscriptionGr
 	return &pb.ListSubscriptionGroupsResponse{Groups: s.b.meta.groupList()}, nil
 }
 
+// QueryConsumerOffset is answered by the master only: a slave's table lags
+// it, and a replica just restarted holds its snapshot's offsets until it
+// has replayed the log. A consumer that starts a queue from such an offset
+// consumes everything after it again (the compose cluster's rolling
+// restart drill: 1442 duplicates for 9745 acked messages, CI at fc09a27).
+// The master answers with a pull's commit not yet replicated, too.
 func (s *service) QueryConsumerOffset(_ context.Context, req *pb.QueryConsumerOffsetRequest) (*pb.QueryConsumerOffsetResponse, error) {
 	if !validName(req.ConsumerGroup) || !validName(req.Topic) {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group and topic names must match "+message.TopicRule)
 	}
-	return &pb.QueryConsumerOffsetResponse{Offset: s.b.meta.offset(req.ConsumerGroup, req.Topic, req.QueueId)}, nil
+	if err := s.b.requireMaster(); err != nil {
+		return nil, err
+	}
+	return &pb.QueryConsumerOffsetResponse{Offset: s.b.committedOffset(req)}, nil
+}
+
+// committedOffset is the group's offset for the queue as this replica
+// knows it, a pending commit first.
+func (b *Broker) committedOffset(req *pb.QueryConsumerOffsetRequest) int64 {
+	if off, ok := b.offsets.pendingOffset(req.ConsumerGroup, req.Topic, req.QueueId); ok {
+		return off
+	}
+	return b.meta.offset(req.ConsumerGroup, req.Topic, req.QueueId)
 }
 
 func (s *service) UpdateConsumerOffset(ctx context.Context, req *pb.UpdateConsumerOffsetRequest) (*pb.UpdateConsumerOffsetResponse, error) {

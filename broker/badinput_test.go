@@ -152,9 +152,13 @@ func TestConsumerOffsetsSurviveFailover(t *testing.T) {
 	if _, err := g.client(m).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: "off", QueueId: 0, CommitOffset: 7}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool {
-		r, err := g.client(m).QueryConsumerOffset(ctx, &pb.QueryConsumerOffsetRequest{ConsumerGroup: "cg", Topic: "off", QueueId: 0})
-		return err == nil && r.Offset == 7
+	waitFor(t, 5*time.Second, func() bool { // replicated: every replica's table has it
+		for _, b := range g.brokers {
+			if b.meta.offset("cg", "off", 0) != 7 {
+				return false
+			}
+		}
+		return true
 	})
 	g.quiesce()
 	g.stop(m)

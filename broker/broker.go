@@ -255,6 +255,11 @@ func (b *Broker) TransferLeadership() error {
 		return nil
 	}
 	defer b.calls.end()
+	if b.node.Raft.State() == raft.Leader && b.fsm.failed() == nil {
+		// The commits that rode on pulls since the last flush, or the
+		// next master would answer the group with older offsets.
+		b.offsets.flush(b.ctx)
+	}
 	var err error
 	for range transferTries {
 		if b.node.Raft.State() != raft.Leader {
@@ -407,6 +412,20 @@ func (b *Broker) requireMaster() error {
 		return nil
 	}
 	return b.notLeader()
+}
+
+// caughtUp reports whether this replica has heard from a master and
+// applied every entry it knows to be committed. A replica just restarted
+// learns the commit index with the master's first heartbeat, and is
+// behind until it has replayed its log up to it.
+func (b *Broker) caughtUp() bool {
+	if id, _ := b.leaderInfo(); id == 0 {
+		return false
+	}
+	stats := b.node.Raft.Stats()
+	commit, err1 := strconv.ParseUint(stats["commit_index"], 10, 64)
+	applied, err2 := strconv.ParseUint(stats["applied_index"], 10, 64)
+	return err1 == nil && err2 == nil && commit > 0 && applied >= commit
 }
 
 // leaderInfo returns the master's replica id and gRPC address as far as

@@ -155,6 +155,7 @@ func (s *service) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequ
 	if req.ToId == b.self {
 		return b.membership()
 	}
+	b.offsets.flush(ctx) // as TransferLeadership does
 	var f raft.Future
 	if req.ToId == 0 {
 		f = b.node.Raft.LeadershipTransfer()

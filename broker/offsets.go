@@ -31,6 +31,15 @@ func (c *offsetCommitter) add(group, topic string, queue int32, offset int64) {
 	c.mu.Unlock()
 }
 
+// pendingOffset is the offset a pull committed for the queue that is not
+// replicated yet, if any.
+func (c *offsetCommitter) pendingOffset(group, topic string, queue int32) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	off, ok := c.pending[offsetKey{group, topic, queue}]
+	return off, ok
+}
+
 // forget drops the pending commits of group on topic (their offsets were
 // just reset).
 func (c *offsetCommitter) forget(group, topic string) {

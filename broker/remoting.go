@@ -314,7 +314,7 @@ func (s *service) remotingQueryOffset(ctx context.Context, c *remoting.Command) 
 	if err != nil {
 		return illegal(err)
 	}
-	resp, err := native(ctx, s, pb.Broker_QueryConsumerOffset_FullMethodName, s.QueryConsumerOffset, &pb.QueryConsumerOffsetRequest{ConsumerGroup: c.ExtFields["consumerGroup"], Topic: topic, QueueId: queue})
+	resp, err := native(ctx, s, pb.Broker_QueryConsumerOffset_FullMethodName, s.remotingOffsetOf, &pb.QueryConsumerOffsetRequest{ConsumerGroup: c.ExtFields["consumerGroup"], Topic: topic, QueueId: queue})
 	if err != nil {
 		return remotingError(err)
 	}
@@ -322,6 +322,23 @@ func (s *service) remotingQueryOffset(ctx context.Context, c *remoting.Command) 
 		return &remoting.Command{Code: remoting.CodeQueryNotFound, Remark: "no offset committed"}
 	}
 	return success(map[string]string{"offset": strconv.FormatInt(resp.Offset, 10)})
+}
+
+// remotingOffsetOf answers RocketMQ's offset query on the master, and on a
+// slave that is caught up: RocketMQ's clients ask the master of the route
+// they last polled (every 30 s), and take any answer but "none" as a
+// failure that leaves the queue unconsumed until their next rebalance, so
+// a caught-up slave answering spares them that wait. One behind (just
+// restarted, replaying) is refused: its offsets are stale
+// (QueryConsumerOffset says what that costs).
+func (s *service) remotingOffsetOf(ctx context.Context, req *pb.QueryConsumerOffsetRequest) (*pb.QueryConsumerOffsetResponse, error) {
+	if !s.b.master.Load() && s.b.caughtUp() {
+		if !validName(req.ConsumerGroup) || !validName(req.Topic) {
+			return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group and topic names must match "+message.TopicRule)
+		}
+		return &pb.QueryConsumerOffsetResponse{Offset: s.b.committedOffset(req)}, nil
+	}
+	return s.QueryConsumerOffset(ctx, req)
 }
 
 func (s *service) remotingUpdateOffset(ctx context.Context, c *remoting.Command) *remoting.Command {
