@@ -77,7 +77,7 @@ func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.Pul
 	}
 	res, err := b.store.GetMessages(get)
 	if err != nil {
-		return nil, storeError(err)
+		return nil, b.readError(err)
 	}
 	suspend := min(time.Duration(req.SuspendTimeoutMs)*time.Millisecond, b.cfg.MaxSuspend)
 	if res.Status == storage.NoNewMessage && suspend > 0 && master && !b.consumers.changedFor(req.ClientId, req.ConsumerGroup) {
@@ -121,7 +121,7 @@ func (s *service) hold(ctx context.Context, get storage.GetRequest, group string
 	}
 	res, err := b.store.GetMessages(get)
 	if err != nil {
-		return res, storeError(err)
+		return res, b.readError(err)
 	}
 	return res, nil
 }

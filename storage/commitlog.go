@@ -243,6 +243,17 @@ func (c *commitlog) write(pos int64, b []byte) error {
 // prepared under.)
 func (c *commitlog) path(s *segment) string { return filepath.Join(c.dir, segmentName(s.start)) }
 
+// pathAt is the path of the segment holding commitlog offset off, "" when
+// none does.
+func (c *commitlog) pathAt(off int64) string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if s := c.segmentAt(off); s != nil {
+		return c.path(s)
+	}
+	return ""
+}
+
 // pathError is err of the system call op on segment s as an
 // *os.PathError naming the segment's path.
 func (c *commitlog) pathError(op string, s *segment, err error) error {

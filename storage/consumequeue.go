@@ -101,6 +101,17 @@ func (q *consumeQueue) fileFor(off int64) *mappedFile {
 	return q.files[i]
 }
 
+// pathFor is the path of the file holding queue offset off, "" when none
+// does.
+func (q *consumeQueue) pathFor(off int64) string {
+	q.mu.RLock()
+	defer q.mu.RUnlock()
+	if f := q.fileFor(off); f != nil {
+		return f.path
+	}
+	return ""
+}
+
 // at reads the entry at off. Caller holds mu.
 func (q *consumeQueue) at(off int64) (cqEntry, bool) {
 	f := q.fileFor(off)

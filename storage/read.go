@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/raftmq/raftmq/message"
@@ -130,7 +131,8 @@ func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
 				continue // its segment is gone: retention is passing this queue
 			}
 			if !s.entrySizeOK(e) {
-				return GetResult{}, fmt.Errorf("queue %s@%d offset %d: %w: its consume queue entry gives a record of %d bytes", req.Topic, req.QueueID, next-1, ErrCorrupt, e.size)
+				err := fmt.Errorf("%w: its consume queue entry gives a record of %d bytes", ErrCorrupt, e.size)
+				return GetResult{}, fmt.Errorf("queue %s@%d offset %d: %w", req.Topic, req.QueueID, next-1, q.damaged(next-1, err))
 			}
 			start := len(buf)
 			var err error
@@ -146,7 +148,7 @@ func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
 				err = fmt.Errorf("%w: consume queue entry points at commitlog offset %d, a record of another queue", ErrCorrupt, e.offset)
 			}
 			if err != nil {
-				return GetResult{}, fmt.Errorf("queue %s@%d offset %d: %w", req.Topic, req.QueueID, next-1, err)
+				return GetResult{}, fmt.Errorf("queue %s@%d offset %d: %w", req.Topic, req.QueueID, next-1, q.damaged(next-1, err))
 			}
 			spans = append(spans, [2]int{start, len(buf)})
 		}
@@ -162,6 +164,20 @@ func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
 		res.Records[i] = buf[sp[0]:sp[1]:sp[1]]
 	}
 	return res, nil
+}
+
+// damaged names the consume queue file of entry off in err, when err is
+// damage that names no file yet: an entry that does not match its record
+// (a record failing its own checks names its commitlog segment already).
+func (q *consumeQueue) damaged(off int64, err error) error {
+	var pe *os.PathError
+	if !errors.Is(err, ErrCorrupt) || errors.As(err, &pe) {
+		return err
+	}
+	if path := q.pathFor(off); path != "" {
+		return &os.PathError{Op: "check", Path: path, Err: err}
+	}
+	return err
 }
 
 // entrySizeOK reports whether a consume queue entry's size is one a
@@ -181,7 +197,13 @@ func (s *Store) entrySizeOK(e cqEntry) bool {
 func (s *Store) checkStored(rec []byte, off int64) error {
 	size, err := checkRecord(rec)
 	if err != nil {
-		return fmt.Errorf("commitlog offset %d: %w", off, err)
+		// The record's own bytes are damaged: name the segment file, for
+		// the one error line its owner logs when it stops.
+		err = fmt.Errorf("commitlog offset %d: %w", off, err)
+		if path := s.cl.pathAt(off); path != "" {
+			err = &os.PathError{Op: "check", Path: path, Err: err}
+		}
+		return err
 	}
 	if size != len(rec) {
 		return fmt.Errorf("%w: the record at commitlog offset %d is %d bytes, its consume queue entry says %d", ErrCorrupt, off, size, len(rec))

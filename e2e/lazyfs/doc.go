@@ -28,5 +28,8 @@
 //   - undolog.go: the undo log of unsynced changes, by backing inode.
 //   - node.go: the FUSE node and file handle that record before they change a file.
 //
-// It needs root (or CAP_SYS_ADMIN) and /dev/fuse; CI has both.
+// It needs root (or CAP_SYS_ADMIN) and /dev/fuse; CI has both. Use the
+// mount from other processes, or with plain system calls: a mapping of one
+// of its files in the serving process can deadlock it (a page fault cannot
+// reach a garbage collection's safepoint while the server is stopped).
 package lazyfs

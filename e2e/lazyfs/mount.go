@@ -66,6 +66,30 @@ func (m *Mount) mount() error {
 		return fmt.Errorf("lazyfs: mount %s: %w", m.Dir, err)
 	}
 	m.server = server
+	return closeFUSEOnExec()
+}
+
+// closeFUSEOnExec marks this process's /dev/fuse descriptors close-on-exec.
+// go-fuse opens them without the flag (fusermount must inherit one), so
+// every broker the test started held every mount's connection open; a test
+// binary that died (a timeout) then left mounts whose every access hangs,
+// kept alive by those brokers, instead of failing with ENOTCONN.
+func closeFUSEOnExec() error {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("lazyfs: list descriptors: %w", err)
+	}
+	for _, e := range fds {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+			if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+				return fmt.Errorf("lazyfs: close-on-exec /dev/fuse: %w", err)
+			}
+		}
+	}
 	return nil
 }
 
