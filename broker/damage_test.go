@@ -52,11 +52,7 @@ func TestDamageFoundByAReadStopsTheReplica(t *testing.T) {
 			g := newFaultyGroup(t, "none", 0, nil)
 			g.createTopic("dmg", 1)
 			m := g.master()
-			for n := 0; n < 10; n++ {
-				if _, _, err := g.sendRedirecting(m, oneMessage("dmg", 0, fmt.Sprintf("dmg-body-%d", n)), 5*time.Second); err != nil {
-					t.Fatal(err)
-				}
-			}
+			g.sendBodies(m, "dmg", 1, "dmg-body", 0, 10)
 			g.quiesce()
 			f := (m + 1) % 3
 			g.stop(f)
@@ -99,29 +95,14 @@ func TestADamagedCheckpointIsRebuiltFrom(t *testing.T) {
 	g := newGroup(t, 3, nil)
 	g.createTopic("cp", 2)
 	m := g.master()
-	var acks []acked
-	for n := 0; n < 50; n++ {
-		body := fmt.Sprintf("cp-%d", n)
-		resp, _, err := g.sendRedirecting(m, oneMessage("cp", int32(n%2), body), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acks = append(acks, acked{body: body, queue: int32(n % 2), res: resp.Results[0]})
-	}
+	acks := g.sendBodies(m, "cp", 2, "cp", 0, 50)
 	g.quiesce()
 	f := (m + 1) % 3
 	g.stop(f)
 	// The Raft index it claims (bytes 12-20) made huge.
 	rewrite(t, onlyFile(t, filepath.Join(g.cfgs[f].Dir, "store"), "checkpoint"), func(b []byte) { b[13] = 0x7f })
 	g.start(f)
-	for n := 50; n < 60; n++ {
-		body := fmt.Sprintf("cp-%d", n)
-		resp, _, err := g.sendRedirecting(m, oneMessage("cp", int32(n%2), body), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acks = append(acks, acked{body: body, queue: int32(n % 2), res: resp.Results[0]})
-	}
+	acks = append(acks, g.sendBodies(m, "cp", 2, "cp", 50, 60)...)
 	g.checkIdentical(acks)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

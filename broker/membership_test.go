@@ -60,15 +60,7 @@ func TestAddedReplicaCatchesUpUnderLoadAndVotes(t *testing.T) {
 	g := newGroup(t, 3, compactedLog) // the new replica needs a snapshot and a copy
 	g.createTopic("grow", 2)
 	m := g.master()
-	var acks []acked
-	for n := 0; n < 200; n++ {
-		body := fmt.Sprintf("before-%d", n)
-		resp, _, err := g.sendRedirecting(m, oneMessage("grow", int32(n%2), body), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acks = append(acks, acked{body: body, queue: int32(n % 2), res: resp.Results[0]})
-	}
+	acks := g.sendBodies(m, "grow", 2, "before", 0, 200)
 	waitFor(t, 10*time.Second, func() bool { return !g.brokers[m].node.LogHolds(1) })
 	j := g.addJoiner()
 	if d := g.describe(j); d == nil || d.Master || d.AppliedIndex != 0 {

@@ -57,6 +57,23 @@ func (g *group) sendRedirecting(i int, req *pb.SendMessageRequest, d time.Durati
 	return nil, i, lastErr
 }
 
+// sendBodies sends one message each, prefix-first to prefix-(last-1), to
+// queue n%queues of topic through replica i (following redirects), and
+// returns their acks.
+func (g *group) sendBodies(i int, topic string, queues int32, prefix string, first, last int) []acked {
+	g.t.Helper()
+	var acks []acked
+	for n := first; n < last; n++ {
+		body, q := fmt.Sprintf("%s-%d", prefix, n), int32(n)%queues
+		resp, _, err := g.sendRedirecting(i, oneMessage(topic, q, body), 5*time.Second)
+		if err != nil {
+			g.t.Fatalf("send %s: %v", body, err)
+		}
+		acks = append(acks, acked{body: body, queue: q, res: resp.Results[0]})
+	}
+	return acks
+}
+
 func oneMessage(topic string, queue int32, body string) *pb.SendMessageRequest {
 	return &pb.SendMessageRequest{Topic: topic, QueueId: queue, Messages: []*pb.Message{{Body: []byte(body), Tags: "t", Keys: []string{body}}}}
 }
