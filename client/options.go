@@ -13,6 +13,8 @@
 //     fault isolation, TLS);
 //   - tls.go: TLS to the cluster's nodes, checked against its CA;
 //   - routes.go: connections, the name servers, cached topic routes;
+//   - routewatch.go: a push consumer following its topics' routes on a
+//     name server, rebalancing as soon as a topic's queues change;
 //   - faults.go: brokers isolated for a while after a failed send;
 //   - message.go: Message, MessageExt and MessageQueue, decoding records;
 //   - producer.go: sends, queue selection, retries;

@@ -134,9 +134,10 @@ func (c PushConfig) withDefaults() PushConfig {
 // assigned queue feeds that queue's process queue and a pool of workers;
 // flow control pauses pulls; rebalance splits the queues among the
 // group's members every RebalanceInterval and when a broker says the group
-// changed; the group's offset per queue is the smallest offset still in
-// flight, committed every CommitInterval, with pulls, when a queue is
-// taken away, and at Shutdown.
+// changed or a topic's route (followed on a name server, routewatch.go)
+// changed its queues; the group's offset per queue is the smallest offset
+// still in flight, committed every CommitInterval, with pulls, when a
+// queue is taken away, and at Shutdown.
 type PushConsumer struct {
 	opts  options
 	cfg   PushConfig
@@ -253,10 +254,14 @@ func (c *PushConsumer) Start() error {
 	if c.cfg.Orderly {
 		c.loop(c.cfg.LockInterval, c.renewLocks)
 	}
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go func() {
 		defer c.wg.Done()
 		c.rebalanceLoop()
+	}()
+	go func() {
+		defer c.wg.Done()
+		c.watchRoutes()
 	}()
 	return nil
 }

@@ -125,6 +125,45 @@ func TestJoiningMemberTakesItsShareAtOnce(t *testing.T) {
 	}
 }
 
+// Members that learned a topic's route at different moments agree on its
+// queues as soon as the name server's route changes, at the default
+// intervals (rebalance 20 s, route refresh 30 s). Here the topic grows onto
+// a second group between two members' starts: the member that started
+// first held a route of one group, took its share of those queues alone,
+// and without the route watch kept consuming a queue that the other member
+// also took, while the new group's queues went unconsumed, until its route
+// expired (the compose baseline drill once delivered 2240 duplicates of
+// 7049 acknowledged messages with no fault at all: its consumers started
+// while one name server did not yet route the topic on both groups).
+func TestMembersAgreeOnQueuesWhenTheRouteGrows(t *testing.T) {
+	c := newCluster(t, 2, 1, nil)
+	c.createTopicIn("grow", 2, "broker-a")
+	seen := &tally{seen: map[string]int{}}
+	listener := func(_ context.Context, msgs []*MessageExt) ConsumeResult { seen.add(msgs); return ConsumeSuccess }
+	// "second" sorts after "first": with the old route it takes broker-a's
+	// queue 1, which "first", seeing both groups, takes too.
+	second := c.pushConsumer(defaultPush("second"), "grow", listener)
+	defer second.Shutdown()
+	checkSharesWithin(t, 5*time.Second, 2, second)
+
+	c.createTopicIn("grow", 2, "broker-b")
+	first := c.pushConsumer(defaultPush("first"), "grow", listener)
+	defer first.Shutdown()
+	checkSharesWithin(t, 3*time.Second, 4, first, second)
+
+	p := c.producer()
+	defer p.Shutdown()
+	for i := 0; i < 100; i++ {
+		if _, err := p.Send(context.Background(), &Message{Topic: "grow", Body: []byte(bodyOf(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clustertest.WaitFor(t, 5*time.Second, "every message consumed", func() bool { return seen.distinct() == 100 })
+	if d := seen.duplicates(); d != 0 {
+		t.Fatalf("%d messages reached both members", d)
+	}
+}
+
 // checkSharesWithin is checkShares with a deadline of d.
 func checkSharesWithin(t *testing.T, d time.Duration, n int, consumers ...*PushConsumer) {
 	t.Helper()

@@ -20,6 +20,7 @@ package e2e
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -50,9 +51,10 @@ type Send struct {
 
 // Delivery is one message as a consumer received it.
 type Delivery struct {
-	Body   string
-	Queue  string
-	Offset int64
+	Body     string
+	Queue    string
+	Offset   int64
+	Consumer string // the member of the group it was delivered to
 }
 
 // Checksum is one replica's commitlog hash after quiescence.
@@ -73,6 +75,31 @@ type History struct {
 	// readBack holds what a consumer group of the checker's own read from
 	// the topic's first offset once the drill was over; nil until then.
 	readBack map[string]bool
+	// inFlight is the consumers' in-flight window when the fault began:
+	// messages delivered but not yet covered by the group's committed
+	// offset, summed over the queues (inFlightTaken: it was taken).
+	inFlight      int
+	inFlightTaken bool
+}
+
+// InFlightAtFault records the consumers' in-flight window as the fault
+// begins: what a master change may deliver again.
+func (h *History) InFlightAtFault(n int) {
+	h.mu.Lock()
+	h.inFlight, h.inFlightTaken = n, true
+	h.mu.Unlock()
+}
+
+// DeliveredBeyond returns, per queue, the offset after the highest one
+// delivered so far.
+func (h *History) DeliveredBeyond() map[string]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int64{}
+	for _, d := range h.deliveries {
+		out[d.Queue] = max(out[d.Queue], d.Offset+1)
+	}
+	return out
 }
 
 // Replica records a replica's commitlog checksum, taken once the drill's
@@ -142,10 +169,16 @@ type Report struct {
 	Unexpected             []string // consumed, never sent (or sent and refused)
 	DupFromUnknown         int      // deliveries beyond the first of messages whose send outcome was unknown
 	DupOther               int      // deliveries beyond the first of other messages
-	OrderBreaks            []string // a producer's messages stored out of send order within a queue
-	Divergent              []string // groups whose replicas' commitlogs differ
-	Replicas               int      // replica checksums compared
-	WriteGaps              []time.Duration
+	// DupElsewhere counts the DupOther deliveries made to another member
+	// than the message's first; DupQueues names the queues with the most
+	// duplicates and the members they went to ("broker-a/2: 812 c1+c2").
+	DupElsewhere int
+	DupQueues    []string
+	InFlight     int      // the in-flight window at the fault (-1: not taken)
+	OrderBreaks  []string // a producer's messages stored out of send order within a queue
+	Divergent    []string // groups whose replicas' commitlogs differ
+	Replicas     int      // replica checksums compared
+	WriteGaps    []time.Duration
 }
 
 func (r Report) String() string {
@@ -153,8 +186,13 @@ func (r Report) String() string {
 	for i, g := range r.WriteGaps {
 		gaps[i] = g.Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("acked %d, failed %d, unknown %d; lost %d, not stored %d, unexpected %d, duplicates %d (+%d from unknown sends), order breaks %d, divergent groups %d (of %d replicas compared); write gaps over 1s: [%s]",
-		r.Acked, r.Failed, r.Unknown, len(r.Lost), len(r.NotStored), len(r.Unexpected), r.DupOther, r.DupFromUnknown, len(r.OrderBreaks), len(r.Divergent), r.Replicas, strings.Join(gaps, " "))
+	dups := ""
+	if r.DupOther > 0 {
+		dups = fmt.Sprintf(": %d to another member, by queue [%s]", r.DupElsewhere, strings.Join(r.DupQueues, "; "))
+	}
+	return fmt.Sprintf("acked %d, failed %d, unknown %d; lost %d, not stored %d, unexpected %d, duplicates %d%s (+%d from unknown sends; in flight at the fault %d), order breaks %d, divergent groups %d (of %d replicas compared); write gaps over 1s: [%s]",
+		r.Acked, r.Failed, r.Unknown, len(r.Lost), len(r.NotStored), len(r.Unexpected), r.DupOther, dups, r.DupFromUnknown, r.InFlight,
+		len(r.OrderBreaks), len(r.Divergent), r.Replicas, strings.Join(gaps, " "))
 }
 
 // OK is the drills' pass: nothing lost or missing from the store, nothing unexpected, no order
@@ -180,7 +218,17 @@ func (h *History) Check() Report {
 			r.Unknown++
 		}
 	}
+	r.InFlight = -1
+	if h.inFlightTaken {
+		r.InFlight = h.inFlight
+	}
 	count := map[string]int{}
+	firstTo := map[string]string{} // body -> the member it was first delivered to
+	type dupQueue struct {
+		n       int
+		members map[string]bool
+	}
+	byQueue := map[string]*dupQueue{}
 	for _, d := range h.deliveries {
 		count[d.Body]++
 		if o, ok := outcome[d.Body]; !ok || o == Failed {
@@ -188,16 +236,35 @@ func (h *History) Check() Report {
 				r.Unexpected = append(r.Unexpected, d.Body)
 			}
 		}
-	}
-	for body, n := range count {
-		if n > 1 {
-			if outcome[body] == Unknown {
-				r.DupFromUnknown += n - 1
-			} else {
-				r.DupOther += n - 1
-			}
+		if count[d.Body] == 1 {
+			firstTo[d.Body] = d.Consumer
+			continue
 		}
+		if outcome[d.Body] == Unknown {
+			r.DupFromUnknown++
+			continue
+		}
+		r.DupOther++
+		if d.Consumer != firstTo[d.Body] {
+			r.DupElsewhere++
+		}
+		q := byQueue[d.Queue]
+		if q == nil {
+			q = &dupQueue{members: map[string]bool{}}
+			byQueue[d.Queue] = q
+		}
+		q.n++
+		q.members[firstTo[d.Body]], q.members[d.Consumer] = true, true
 	}
+	for name, q := range byQueue {
+		members := slices.Sorted(maps.Keys(q.members))
+		r.DupQueues = append(r.DupQueues, fmt.Sprintf("%s: %d %s", name, q.n, strings.Join(members, "+")))
+	}
+	sort.Slice(r.DupQueues, func(i, j int) bool {
+		ni, nj := byQueue[strings.SplitN(r.DupQueues[i], ":", 2)[0]].n, byQueue[strings.SplitN(r.DupQueues[j], ":", 2)[0]].n
+		return ni > nj || ni == nj && r.DupQueues[i] < r.DupQueues[j]
+	})
+	r.DupQueues = r.DupQueues[:min(len(r.DupQueues), 4)]
 	for _, s := range h.sends {
 		if s.Outcome == Acked && count[s.Body] == 0 {
 			r.Lost = append(r.Lost, s.Body)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -39,6 +40,9 @@ func TestCheckerFindsFaults(t *testing.T) {
 	if r.DupOther != 1 || r.DupFromUnknown != 1 {
 		t.Fatalf("duplicates %d / %d", r.DupOther, r.DupFromUnknown)
 	}
+	if r.InFlight != -1 {
+		t.Fatalf("in flight %d without a window taken", r.InFlight)
+	}
 	if len(r.OrderBreaks) != 1 {
 		t.Fatalf("order breaks %v", r.OrderBreaks)
 	}
@@ -59,6 +63,25 @@ func TestCheckerFindsFaults(t *testing.T) {
 	h.ReadBack("d")
 	if r := h.Check(); len(r.NotStored) != 1 || r.NotStored[0] != "a" || h.AllReadBack() {
 		t.Fatalf("not stored %v", r.NotStored)
+	}
+	// Duplicates by member: a message delivered to another member than
+	// its first (two members on one queue) is told from one delivered
+	// again to the same member, and the queues are named.
+	byMember := &History{}
+	byMember.Sent(Send{Producer: "p", Seq: 0, Body: "x", Outcome: Acked, At: t0})
+	byMember.Sent(Send{Producer: "p", Seq: 1, Body: "y", Outcome: Acked, At: t0})
+	byMember.Delivered(Delivery{Body: "x", Queue: "q1", Offset: 0, Consumer: "c1"})
+	byMember.Delivered(Delivery{Body: "x", Queue: "q1", Offset: 0, Consumer: "c2"})
+	byMember.Delivered(Delivery{Body: "x", Queue: "q1", Offset: 0, Consumer: "c2"})
+	byMember.Delivered(Delivery{Body: "y", Queue: "q2", Offset: 0, Consumer: "c1"})
+	byMember.Delivered(Delivery{Body: "y", Queue: "q2", Offset: 0, Consumer: "c1"})
+	byMember.InFlightAtFault(7)
+	if r := byMember.Check(); r.DupOther != 3 || r.DupElsewhere != 2 || r.InFlight != 7 ||
+		!slices.Equal(r.DupQueues, []string{"q1: 2 c1+c2", "q2: 1 c1"}) {
+		t.Fatalf("duplicates %d, elsewhere %d, by queue %q, in flight %d", r.DupOther, r.DupElsewhere, r.DupQueues, r.InFlight)
+	}
+	if got := byMember.DeliveredBeyond(); got["q1"] != 1 || got["q2"] != 1 {
+		t.Fatalf("delivered beyond %v", got)
 	}
 	clean := &History{}
 	clean.Sent(Send{Producer: "p", Seq: 0, Body: "a", Outcome: Acked, At: t0})

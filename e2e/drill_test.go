@@ -95,7 +95,7 @@ func driveDrill(t *testing.T, c drillCluster, fault func()) *History {
 		}
 		pc.Subscribe("drill", "*", func(_ context.Context, msgs []*client.MessageExt) client.ConsumeResult {
 			for _, msg := range msgs {
-				h.Delivered(Delivery{Body: string(msg.Body), Queue: fmt.Sprintf("%s/%d", msg.Queue.Group, msg.Queue.QueueID), Offset: msg.QueueOffset})
+				h.Delivered(Delivery{Body: string(msg.Body), Queue: fmt.Sprintf("%s/%d", msg.Queue.Group, msg.Queue.QueueID), Offset: msg.QueueOffset, Consumer: id})
 			}
 			return client.ConsumeSuccess
 		})
@@ -144,10 +144,39 @@ func driveDrill(t *testing.T, c drillCluster, fault func()) *History {
 		}()
 	}
 	time.Sleep(time.Second) // load before the fault: a chosen moment, not a wait for a condition
+	h.InFlightAtFault(inFlight(t, h, opts(client.WithGroup("drill"))))
 	fault()
 	time.Sleep(time.Second) // load after it
 	halt()
 	return h
+}
+
+// inFlight is the drill consumers' in-flight window now: per queue, the
+// messages delivered beyond the group's committed offset (what a new
+// owner of the queue, or a consumer resuming after a master change, may
+// deliver again), summed. A queue whose offset cannot be read counts 0.
+func inFlight(t *testing.T, h *History, opts []client.Option) int {
+	pc, err := client.NewPullConsumer(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.Start()
+	defer pc.Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	queues, err := pc.Queues(ctx, "drill")
+	if err != nil {
+		t.Logf("in-flight window not taken: %v", err)
+		return 0
+	}
+	beyond, n := h.DeliveredBeyond(), 0
+	for _, mq := range queues {
+		committed, err := pc.FetchOffset(ctx, mq)
+		if err == nil && committed >= 0 {
+			n += int(max(0, beyond[fmt.Sprintf("%s/%d", mq.Group, mq.QueueID)]-committed))
+		}
+	}
+	return n
 }
 
 // readBack reads the drill's topic again from its first offset, as a
