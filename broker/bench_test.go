@@ -61,7 +61,12 @@ const (
 // hashicorp/raft's 1 s defaults: with the tests' 100 ms, a 3-replica group
 // under batch load lost its leader within seconds on a 2-core machine,
 // failing sends with NOT_LEADER); the tests' 5 ms commit timeout.
+//
+// RAFTMQ_BENCH_SERIAL_LEADER_LOG=1 has the master write its Raft log
+// before it replicates (cluster.RaftConfig.SerialLeaderLog), for A/B runs
+// of one build.
 func benchTweak(c *Config) {
+	c.Raft.SerialLeaderLog = os.Getenv("RAFTMQ_BENCH_SERIAL_LEADER_LOG") == "1"
 	c.Raft.HeartbeatTimeout = 500 * time.Millisecond
 	c.Raft.ElectionTimeout = 500 * time.Millisecond
 	c.Raft.LeaderLeaseTimeout = 500 * time.Millisecond

@@ -88,6 +88,11 @@ func (f *fsm) fail(err error) *storeFailure {
 	return sf
 }
 
+// LogFailed is Raft's word that this replica's own Raft log could not hold
+// an entry (cluster.LogFailer): the replica stops as when its store fails,
+// applying nothing more.
+func (f *fsm) LogFailed(err error) any { return &applyResult{err: f.fail(err)} }
+
 // failed is the failure that stopped the state machine, nil while none.
 func (f *fsm) failed() *storeFailure { return f.failure.Load() }
 

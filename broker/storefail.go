@@ -13,7 +13,8 @@ import (
 )
 
 // A replica whose store fails (a write error, a full disk, a failed
-// fdatasync, a topic's files that cannot be removed) stops: its state
+// fdatasync, a topic's files that cannot be removed), or whose Raft log
+// fails a write it made as master (cluster/leaderlog.go), stops: its state
 // machine applies nothing after the entry the store could not take (see
 // fsm.fail), it stops claiming master at once (gossip included), and
 // watchStore hands leadership over if it has it, then stops its Raft
@@ -43,6 +44,8 @@ func (b *Broker) watchStore(ctx context.Context) {
 		return
 	case <-b.store.Failed():
 		b.fsm.fail(b.store.Err())
+	case <-b.node.LogFailed(): // the master's write of its own Raft log
+		b.fsm.fail(b.node.LogErr())
 	case <-b.fsm.stopped:
 	}
 	// A master hands over at once rather than let the others wait for an

@@ -25,6 +25,11 @@
 //     for Raft's stable state (term and vote), the one-time move of a bolt
 //     log into the WAL, and the completion of a segment rotation that a
 //     crash interrupted;
+//   - leaderlog.go: the leader's Raft log written beside replication
+//     rather than before it (a queue and one writer while leading), with
+//     the commit index sent to followers and the leader's own applies held
+//     to what its log holds durably, so every applied entry is on a
+//     majority of disks; a failed write stops the member;
 //   - stablestore.go: Raft's stable store (term and vote), closed only
 //     once no write is in flight (a heartbeat handled as the node closes);
 //   - walfiler.go: raft-wal's segment filer, mended: it finds the tail that

@@ -33,6 +33,7 @@ type brokerFlags struct {
 	Join            string `yaml:"join"`
 	Cluster         string `yaml:"cluster"`
 	FlushSync       bool   `yaml:"flush-sync"`
+	SerialLeaderLog bool   `yaml:"raft-serial-leader-log"`
 	SegmentSize     string `yaml:"segment-size"`
 	HTTP            string `yaml:"http"`
 	Pprof           bool   `yaml:"pprof"`
@@ -90,6 +91,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.Preallocate, "preallocate-ahead", "", "how far ahead of the writer the next commitlog segment is zero-filled, e.g. 32MiB, or off (default: the store's, 32MiB)")
 	fl.StringVar(&f.SegmentSize, "segment-size", "1GiB", "commitlog segment size (every replica of a group must use the same): e.g. 64MiB, 1GiB")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
+	fl.BoolVar(&f.SerialLeaderLog, "raft-serial-leader-log", false, "the master writes and syncs its Raft log before it replicates, instead of beside replication (slower; for comparison)")
 	fl.StringVar(&f.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fl.StringVar(&f.Retention, "retention", "72h", "commitlog segments last written longer ago are deleted (a duration, or off)")
 	fl.StringVar(&f.DiskMaxRatio, "disk-max-ratio", "0.75", "while the disk is fuller than this (0 to 1), the oldest segments are deleted whatever their age (1: never)")
@@ -142,6 +144,9 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	}
 	if !cmd.Flags().Changed("flush-sync") && fromFile.FlushSync {
 		f.FlushSync = true
+	}
+	if !cmd.Flags().Changed("raft-serial-leader-log") && fromFile.SerialLeaderLog {
+		f.SerialLeaderLog = true
 	}
 	if !cmd.Flags().Changed("pprof") && fromFile.Pprof {
 		f.Pprof = true
@@ -259,6 +264,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		map[string]string{"grpc": f.GRPC, "raft": f.Raft}, map[string]string{"gossip": f.Gossip}); err != nil {
 		return err
 	}
+	cfg.Raft.SerialLeaderLog = f.SerialLeaderLog
 	if f.FlushSync {
 		cfg.Store.FlushMode = storage.FlushSync
 	}
