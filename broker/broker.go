@@ -111,6 +111,9 @@ func Start(cfg Config) (*Broker, error) {
 		store.Close()
 		return nil, fmt.Errorf("broker: listen on %s: %w", cfg.GRPCAddr, err)
 	}
+	// The Raft log must reach what the store applied from it (cluster:
+	// checkLogHolds).
+	cfg.Raft.AppliedIndex = store.LastRaftIndex()
 	if b.node, err = cluster.StartRaft(cfg.Raft, b.fsm); err != nil {
 		b.lis.Close()
 		store.Close()

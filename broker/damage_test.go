@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -176,4 +177,44 @@ func TestADamagedSnapshotIsPassedOver(t *testing.T) {
 	rewrite(t, newest, func(b []byte) { b[len(b)/2] ^= 0xff })
 	g.start(f)
 	g.checkIdentical(acks)
+}
+
+// A follower's Raft log that lost entries it had synced (here its tail
+// segment's newest frames zeroed while it was down, which raft-wal reads
+// as an end it never got past) no longer reaches what its store applied
+// from it. The replica refuses to start, naming the log, rather than vote
+// as if it held those entries (and skip whatever a new master put in
+// their place); the group goes on with the others, which hold every
+// acknowledged message. Without the check it starts, and its Raft log is
+// short of its own commitlog.
+func TestARaftLogThatLostSyncedEntriesIsRefused(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.createTopic("rl", 1)
+	m := g.master()
+	acks := g.sendBodies(m, "rl", 1, "rl", 0, 20)
+	g.quiesce()
+	f := (m + 1) % 3
+	g.stop(f)
+	walDir := filepath.Join(g.cfgs[f].Dir, "raft", "wal") // Config.Raft.Dir's default
+	segs, err := filepath.Glob(filepath.Join(walDir, "*.wal"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("no raft log segments in %s: %v", walDir, err)
+	}
+	rewrite(t, segs[len(segs)-1], func(b []byte) { // names sort by base index
+		at := bytes.Index(b, []byte("rl-10"))
+		if at < 0 {
+			t.Fatal("the entry to cut from is not in the tail segment")
+		}
+		clear(b[at:])
+	})
+	_, err = Start(g.cfgs[f])
+	if err == nil {
+		t.Fatal("the replica started on a raft log short of what its store applied")
+	}
+	if !strings.Contains(err.Error(), walDir) || !strings.Contains(err.Error(), "lost entries it had synced") {
+		t.Fatalf("refused with %q, want it to name %s and say what it lost", err, walDir)
+	}
+	acks = append(acks, g.sendBodies(g.master(), "rl", 1, "rl", 20, 25)...)
+	g.checkIdentical(acks) // the two running
+
 }

@@ -133,6 +133,37 @@ func checkWALMeta(walDir string) error {
 	})
 }
 
+// checkLogHolds refuses a Raft log that ends before an entry the state
+// machine already applied from it. Every replica writes an entry to its
+// own log, synced, before it applies it (a follower before it even
+// acknowledges it; the master before it applies it, leaderlog.go), so the
+// log, or its newest snapshot, always reaches the applied index; one that
+// does not lost entries it had synced: a truncated or damaged segment (a
+// tail segment's last batch failing raft-wal's CRC is cut as a torn write
+// would be), or a disk that lost synced writes. Such a member must not
+// start: it would vote, and be counted, as holding less than it
+// acknowledged, and its state machine would skip the entries a new leader
+// put in their place (issue #16 item 2).
+func checkLogHolds(walDir string, logs raft.LogStore, snaps raft.SnapshotStore, applied uint64) error {
+	if applied == 0 {
+		return nil
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return fmt.Errorf("cluster: raft log %s: %w", walDir, err)
+	}
+	var snap uint64
+	if metas, err := snaps.List(); err == nil && len(metas) > 0 {
+		snap = metas[0].Index // newest first
+	}
+	if max(last, snap) >= applied {
+		return nil
+	}
+	return fmt.Errorf("cluster: raft log %s ends at entry %d (newest snapshot: %d), but the state machine applied entries up to %d from it: "+
+		"the log lost entries it had synced (a truncated or damaged segment?); the replica cannot start on it: replace it from its peers",
+		walDir, last, snap, applied)
+}
+
 // completeRotation commits to wal-meta.db what the interrupted rotation
 // would have: the tail sealed at its last entry and index, and a new, empty
 // tail after it (whose file Open creates).

@@ -220,17 +220,34 @@ func (c *dockerCluster) createTopic(t *testing.T, topic string, queues int32) {
 		}
 	}
 	// Wait until a name server routes it on both groups, so the load
-	// starts on the whole topic.
-	ns, err := grpc.NewClient("passthrough:///namesrv-2:9876", dockerCreds(t), grpc.WithContextDialer(dockerDial))
+	// starts on the whole topic. Only one: the clients ask the other
+	// first, which may not route it on both yet (the push consumers follow
+	// its routes as they change).
+	c.awaitRoute("namesrv-2", topic, 20*time.Second)
+}
+
+// awaitRoute waits until name server ns routes topic on every group, each
+// with a master.
+func (c *dockerCluster) awaitRoute(ns, topic string, within time.Duration) {
+	t := c.t
+	conn, err := grpc.NewClient("passthrough:///"+ns+":9876", dockerCreds(t), grpc.WithContextDialer(dockerDial))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ns.Close()
-	clustertest.WaitFor(t, 20*time.Second, topic+" routed on both groups", func() bool {
+	defer conn.Close()
+	clustertest.WaitFor(t, within, ns+" routing "+topic+" on every group", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		r, err := pb.NewNameServerClient(ns).GetRoute(ctx, &pb.GetRouteRequest{Topic: topic})
-		return err == nil && len(r.Groups) == len(dockerGroups)
+		r, err := pb.NewNameServerClient(conn).GetRoute(ctx, &pb.GetRouteRequest{Topic: topic})
+		if err != nil || len(r.Groups) != len(dockerGroups) {
+			return false
+		}
+		for _, g := range r.Groups {
+			if g.MasterId == 0 {
+				return false
+			}
+		}
+		return true
 	})
 }
 
@@ -338,6 +355,22 @@ func TestDockerDrillNameServerKilled(t *testing.T) {
 	runDrill(t, "docker name server killed", c, func() {
 		docker(t, "kill", dockerNameServers[0])
 		time.Sleep(5 * time.Second)
+	})
+}
+
+// Drill 5b: cut one name server off the network for 10 s, then reconnect
+// it (issue #16 item 5): clients go on through the other, and the one cut
+// off routes the whole cluster again once it is back: it finds its way
+// back into the gossip pool it was declared dead in.
+func TestDockerDrillNameServerIsolated(t *testing.T) {
+	c := newDockerCluster(t)
+	runDrill(t, "docker name server cut off 10 s", c, func() {
+		ns := dockerNameServers[0]
+		ip := containerIP(ns)
+		docker(t, "network", "disconnect", dockerNet, ns)
+		time.Sleep(10 * time.Second) // the partition
+		docker(t, "network", "connect", "--ip", ip, "--alias", ns, dockerNet, ns)
+		c.awaitRoute(ns, "drill", 30*time.Second)
 	})
 }
 

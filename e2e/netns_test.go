@@ -116,3 +116,23 @@ func TestDrillMasterCutOff(t *testing.T) {
 		c.caughtUp(m)
 	})
 }
+
+// Drill: a flapping partition (issue #16 item 5). Five times, whichever
+// replica is master is cut off for 2 s and reconnected for 2 s: each cut
+// costs the group an election, each heal brings an old master back as a
+// follower with a log it must reconcile, while the load goes on.
+func TestDrillMasterFlapping(t *testing.T) {
+	c, l := newNetCluster(t, nil)
+	runDrill(t, "master cut off 2 s, back 2 s, x5", c, func() {
+		for range 5 {
+			m := c.master()
+			l.cut(m)
+			time.Sleep(2 * time.Second) // cut off
+			l.heal(m)
+			time.Sleep(2 * time.Second) // back
+		}
+		for i := range 3 {
+			c.caughtUp(i)
+		}
+	})
+}
