@@ -495,3 +495,35 @@ func TestRouteQueriesStickToTheNameServerThatAnswers(t *testing.T) {
 		t.Fatalf("the unavailable name server was asked %d times, want once", n)
 	}
 }
+
+// A name server that accepts connections and never answers (frozen, or cut
+// off the network) delays a route query by nameServerHedge, not until it
+// fails (2 to 3 s): the next name server is asked meanwhile, and its answer is
+// taken. The compose drill that cut a name server off saw 3.5 s write gaps
+// before.
+func TestRouteQueriesGoOnPastASilentNameServer(t *testing.T) {
+	c := newCluster(t, 1, 1, nil)
+	c.createTopic("hedged", 1)
+	silent := "127.0.0.1:1" // the dialer sends it to a listener that never answers
+	p, err := NewProducer(WithNameServers(silent, c.ns.Addr()), WithDialer(dialSilencing(t, silent)), WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown()
+	start := time.Now()
+	if _, err := p.r.route(context.Background(), "hedged"); err != nil {
+		t.Fatal(err)
+	}
+	// Without the hedge the query waits for the silent one to fail: its
+	// connection attempt gives up after 2 s (reconnect.MinConnectTimeout),
+	// the call after 3 s.
+	if took := time.Since(start); took >= 1500*time.Millisecond {
+		t.Fatalf("the route query took %v: it waited for the silent name server", took)
+	}
+	if n := p.r.lastNameServer.Load(); n != 1 {
+		t.Fatalf("the next query starts at name server %d, want 1 (the one that answered)", n)
+	}
+}

@@ -19,8 +19,8 @@ import (
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
-// router finds where topics live: it asks the name servers (any one; the
-// next on failure), caches routes, refreshes them every RouteRefresh and at
+// router finds where topics live: it asks the name servers (the one that
+// answered last; the next as well when that one fails or is slow), caches routes, refreshes them every RouteRefresh and at
 // once when a send or pull learns they are stale, and keeps one gRPC
 // connection per address.
 type router struct {
@@ -96,30 +96,85 @@ func (r *router) broker(addr string) (pb.BrokerClient, error) {
 	return pb.NewBrokerClient(c), nil
 }
 
-// nameServer runs fn against the name servers in turn until one answers
-// (a TOPIC_NOT_FOUND is an answer).
-func (r *router) nameServer(ctx context.Context, fn func(context.Context, pb.NameServerClient) error) error {
-	var err error
-	// Start at the name server that answered last: a dead one (whose
-	// address may take seconds to time out) costs one call, not every one.
+// nameServerHedge is how long a name server may take to answer before the
+// next one is asked as well. A route query takes well under a millisecond
+// (GetRoute answers from memory); a name server that has not answered in
+// 300 ms is frozen, overloaded or cut off, and waiting out its 3 s timeout
+// stalled sends for that long (the compose drill that cuts a name server
+// off: write gaps of 3.5 s).
+const nameServerHedge = 300 * time.Millisecond
+
+// askNameServers calls call on the name servers, starting with the one
+// that answered last, and returns the first answer (a TOPIC_NOT_FOUND is
+// an answer). The next name server is asked as soon as one fails, or once
+// nameServerHedge passes without its answer; each call is bounded by 3 s.
+func askNameServers[T any](ctx context.Context, r *router, call func(context.Context, pb.NameServerClient) (T, error)) (T, error) {
+	type result struct {
+		n   int
+		v   T
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	results := make(chan result, len(r.opts.nameServers))
+	var running sync.WaitGroup
+	defer func() { cancel(); running.Wait() }() // the calls still out end with ctx
 	first := int(r.lastNameServer.Load())
-	for i := range r.opts.nameServers {
+	ask := func(i int) error {
 		n := (first + i) % len(r.opts.nameServers)
-		var c *grpc.ClientConn
-		if c, err = r.conn(r.opts.nameServers[n]); err != nil {
+		c, err := r.conn(r.opts.nameServers[n])
+		if err != nil {
 			return err
 		}
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err = fn(cctx, pb.NewNameServerClient(c))
-		cancel()
-		if reason, _ := pb.ReasonOf(err); err == nil || reason == pb.ErrorReason_TOPIC_NOT_FOUND || ctx.Err() != nil {
-			if ctx.Err() == nil {
-				r.lastNameServer.Store(int32(n))
-			}
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+			defer ccancel()
+			v, err := call(cctx, pb.NewNameServerClient(c))
+			results <- result{n, v, err}
+		}()
+		return nil
+	}
+	var zero T
+	if err := ask(0); err != nil {
+		return zero, err
+	}
+	asked, pending := 1, 1
+	hedge := time.NewTimer(nameServerHedge)
+	defer hedge.Stop()
+	next := func() error { // ask one more name server, if one is left
+		if asked == len(r.opts.nameServers) {
+			return nil
+		}
+		if err := ask(asked); err != nil {
 			return err
+		}
+		asked, pending = asked+1, pending+1
+		hedge.Reset(nameServerHedge)
+		return nil
+	}
+	for {
+		select {
+		case res := <-results:
+			pending--
+			if reason, _ := pb.ReasonOf(res.err); res.err == nil || reason == pb.ErrorReason_TOPIC_NOT_FOUND {
+				r.lastNameServer.Store(int32(res.n))
+				return res.v, res.err
+			}
+			if err := next(); err != nil {
+				return zero, err
+			}
+			if pending == 0 {
+				return zero, fmt.Errorf("client: no name server answered (%s): %w", strings.Join(r.opts.nameServers, ","), res.err)
+			}
+		case <-hedge.C:
+			if err := next(); err != nil {
+				return zero, err
+			}
+		case <-ctx.Done():
+			return zero, ctx.Err()
 		}
 	}
-	return fmt.Errorf("client: no name server answered (%s): %w", strings.Join(r.opts.nameServers, ","), err)
 }
 
 // route returns topic's route, from the cache while it is fresh.
@@ -152,10 +207,8 @@ func (r *router) routeWithin(ctx context.Context, topic string, maxAge time.Dura
 
 // refresh fetches topic's route now.
 func (r *router) refresh(ctx context.Context, topic string) (*pb.RouteResponse, error) {
-	var route *pb.RouteResponse
-	err := r.nameServer(ctx, func(ctx context.Context, c pb.NameServerClient) (err error) {
-		route, err = c.GetRoute(ctx, &pb.GetRouteRequest{Topic: topic})
-		return err
+	route, err := askNameServers(ctx, r, func(ctx context.Context, c pb.NameServerClient) (*pb.RouteResponse, error) {
+		return c.GetRoute(ctx, &pb.GetRouteRequest{Topic: topic})
 	})
 	if err != nil {
 		return nil, err
@@ -175,10 +228,8 @@ func (r *router) invalidate(topic string) {
 
 // clusterGroups lists the broker groups the name servers know.
 func (r *router) clusterGroups(ctx context.Context) ([]*pb.ClusterGroup, error) {
-	var info *pb.ClusterInfoResponse
-	err := r.nameServer(ctx, func(ctx context.Context, c pb.NameServerClient) (err error) {
-		info, err = c.GetClusterInfo(ctx, &pb.GetClusterInfoRequest{})
-		return err
+	info, err := askNameServers(ctx, r, func(ctx context.Context, c pb.NameServerClient) (*pb.ClusterInfoResponse, error) {
+		return c.GetClusterInfo(ctx, &pb.GetClusterInfoRequest{})
 	})
 	if err != nil {
 		return nil, err

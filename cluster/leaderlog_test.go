@@ -306,8 +306,10 @@ func TestLeaderLogWriteFailureStopsIt(t *testing.T) {
 	leading.Store(true)
 	l, g := newTestLeaderLog(t, &leading)
 	g.failWith(errors.New("input/output error"))
-	durable := waiting(func() error { return l.waitDurable(2) })
+	g.shut()
 	within(t, time.Second, "StoreLogs 1-2", func() error { return l.StoreLogs(logs(1, 2)) })
+	durable := waiting(func() error { return l.waitDurable(2) }) // Raft applies only what it stored
+	g.open()
 	select {
 	case <-l.Failed():
 	case <-time.After(5 * time.Second):
