@@ -247,20 +247,27 @@ func (c *PullConsumer) pull(ctx context.Context, mq MessageQueue, expr string, o
 	return out, nil
 }
 
-// follow records where the answer says to read mq next.
+// follow records where the answer says to read mq next. A master
+// suggests a slave for a consumer far behind; a slave only ever sends the
+// consumer back to the master, so its suggestion is taken as that even
+// when the route names another master: the route is stale (an election
+// since), and the pull after goes to the master the refreshed route names.
 func (c *PullConsumer) follow(mq MessageQueue, g *pb.GroupRoute, resp *pb.PullMessageResponse) {
 	if resp.SuggestReplicaId == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if resp.ReplicaId != g.MasterId {
+		delete(c.readsAt, mq)
+		if resp.SuggestReplicaId != g.MasterId {
+			c.r.invalidate(mq.Topic)
+		}
+		return
+	}
 	for _, rep := range g.Replicas {
-		if rep.Id == resp.SuggestReplicaId {
-			if rep.Master {
-				delete(c.readsAt, mq)
-			} else {
-				c.readsAt[mq] = rep.GrpcAddress
-			}
+		if rep.Id == resp.SuggestReplicaId && !rep.Master {
+			c.readsAt[mq] = rep.GrpcAddress
 		}
 	}
 }
