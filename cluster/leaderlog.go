@@ -245,11 +245,19 @@ func (l *leaderLog) LastIndex() (uint64, error) {
 	return l.inner.LastIndex()
 }
 
-// DeleteRange writes what is queued first: Raft deletes a prefix after a
-// snapshot, or (as a follower) a suffix that conflicts with its leader's.
+// DeleteRange deletes from the inner log, having first written what is
+// queued when the range reaches it. Raft deletes a prefix after a snapshot
+// (from its snapshot goroutine, while the leader goes on queueing: waiting
+// for an empty queue could wait as long as the load lasts), or, as a
+// follower, a suffix that conflicts with its leader's.
 func (l *leaderLog) DeleteRange(min, max uint64) error {
-	if err := l.drain(); err != nil {
-		return err
+	l.mu.Lock()
+	queued := len(l.pending) > 0 && max >= l.pending[0].Index
+	l.mu.Unlock()
+	if queued {
+		if err := l.drain(); err != nil {
+			return err
+		}
 	}
 	if err := l.inner.DeleteRange(min, max); err != nil {
 		return err

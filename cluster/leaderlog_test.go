@@ -298,6 +298,27 @@ func TestLeaderLogDeleteRangeWritesQueuedFirst(t *testing.T) {
 	}
 }
 
+// Deleting a prefix (Raft's compaction after a snapshot) does not wait
+// for the queue: under a steady load it is never empty for long.
+func TestLeaderLogDeletesAPrefixBesideTheQueue(t *testing.T) {
+	var leading atomic.Bool
+	leading.Store(true)
+	l, g := newTestLeaderLog(t, &leading)
+	within(t, time.Second, "StoreLogs 1-4", func() error { return l.StoreLogs(logs(1, 4)) })
+	if err := l.waitDurable(4); err != nil {
+		t.Fatal(err)
+	}
+	g.shut()
+	within(t, time.Second, "StoreLogs 5-6 with the disk held", func() error { return l.StoreLogs(logs(5, 6)) })
+	within(t, time.Second, "DeleteRange 1-3 beside the held write", func() error { return l.DeleteRange(1, 3) })
+	if first, _ := l.FirstIndex(); first != 4 {
+		t.Fatalf("FirstIndex %d after deleting 1-3, want 4", first)
+	}
+	if d := l.Durable(); d != 4 {
+		t.Fatalf("Durable %d after deleting a prefix, want 4", d)
+	}
+}
+
 // A failed background write fails the log: it says so once, every later
 // write fails, entries it was told are stored stay readable, and nothing
 // waiting for durability waits for ever.
