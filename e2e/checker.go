@@ -47,6 +47,7 @@ type Send struct {
 	Queue    string // group/queue id
 	Offset   int64
 	At       time.Time
+	Err      string // why an Unknown or Failed send failed
 }
 
 // Delivery is one message as a consumer received it.
@@ -174,11 +175,14 @@ type Report struct {
 	// duplicates and the members they went to ("broker-a/2: 812 c1+c2").
 	DupElsewhere int
 	DupQueues    []string
-	InFlight     int      // the in-flight window at the fault (-1: not taken)
-	OrderBreaks  []string // a producer's messages stored out of send order within a queue
-	Divergent    []string // groups whose replicas' commitlogs differ
-	Replicas     int      // replica checksums compared
-	WriteGaps    []time.Duration
+	InFlight     int // the in-flight window at the fault (-1: not taken)
+	// SendErrors names the commonest errors of sends that were not acked,
+	// with their counts ("412× rpc error: ...").
+	SendErrors  []string
+	OrderBreaks []string // a producer's messages stored out of send order within a queue
+	Divergent   []string // groups whose replicas' commitlogs differ
+	Replicas    int      // replica checksums compared
+	WriteGaps   []time.Duration
 }
 
 func (r Report) String() string {
@@ -190,8 +194,12 @@ func (r Report) String() string {
 	if r.DupOther > 0 {
 		dups = fmt.Sprintf(": %d to another member, by queue [%s]", r.DupElsewhere, strings.Join(r.DupQueues, "; "))
 	}
-	return fmt.Sprintf("acked %d, failed %d, unknown %d; lost %d, not stored %d, unexpected %d, duplicates %d%s (+%d from unknown sends; in flight at the fault %d), order breaks %d, divergent groups %d (of %d replicas compared); write gaps over 1s: [%s]",
-		r.Acked, r.Failed, r.Unknown, len(r.Lost), len(r.NotStored), len(r.Unexpected), r.DupOther, dups, r.DupFromUnknown, r.InFlight,
+	errs := ""
+	if len(r.SendErrors) > 0 {
+		errs = " [" + strings.Join(r.SendErrors, "; ") + "]"
+	}
+	return fmt.Sprintf("acked %d, failed %d, unknown %d%s; lost %d, not stored %d, unexpected %d, duplicates %d%s (+%d from unknown sends; in flight at the fault %d), order breaks %d, divergent groups %d (of %d replicas compared); write gaps over 1s: [%s]",
+		r.Acked, r.Failed, r.Unknown, errs, len(r.Lost), len(r.NotStored), len(r.Unexpected), r.DupOther, dups, r.DupFromUnknown, r.InFlight,
 		len(r.OrderBreaks), len(r.Divergent), r.Replicas, strings.Join(gaps, " "))
 }
 
@@ -207,8 +215,12 @@ func (h *History) Check() Report {
 	defer h.mu.Unlock()
 	var r Report
 	outcome := map[string]Outcome{}
+	sendErrs := map[string]int{}
 	for _, s := range h.sends {
 		outcome[s.Body] = s.Outcome
+		if s.Err != "" {
+			sendErrs[s.Err]++
+		}
 		switch s.Outcome {
 		case Acked:
 			r.Acked++
@@ -218,6 +230,19 @@ func (h *History) Check() Report {
 			r.Unknown++
 		}
 	}
+	for e, n := range sendErrs {
+		r.SendErrors = append(r.SendErrors, fmt.Sprintf("%d× %s", n, e))
+	}
+	slices.SortFunc(r.SendErrors, func(a, b string) int {
+		var na, nb int
+		fmt.Sscanf(a, "%d", &na)
+		fmt.Sscanf(b, "%d", &nb)
+		if na != nb {
+			return nb - na
+		}
+		return strings.Compare(a, b)
+	})
+	r.SendErrors = r.SendErrors[:min(len(r.SendErrors), 3)]
 	r.InFlight = -1
 	if h.inFlightTaken {
 		r.InFlight = h.inFlight

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -12,7 +13,7 @@ func TestCheckerFindsFaults(t *testing.T) {
 	t0 := time.Now()
 	h.Sent(Send{Producer: "p", Seq: 0, Body: "a", Outcome: Acked, At: t0})
 	h.Sent(Send{Producer: "p", Seq: 1, Body: "b", Outcome: Acked, At: t0.Add(2 * time.Second)}) // a 2 s gap
-	h.Sent(Send{Producer: "p", Seq: 2, Body: "c", Outcome: Unknown, At: t0.Add(3 * time.Second)})
+	h.Sent(Send{Producer: "p", Seq: 2, Body: "c", Outcome: Unknown, At: t0.Add(3 * time.Second), Err: "deadline exceeded"})
 	h.Sent(Send{Producer: "p", Seq: 3, Body: "d", Outcome: Acked, At: t0.Add(3 * time.Second)}) // lost
 	h.Sent(Send{Producer: "p", Seq: 4, Body: "e", Outcome: Failed, At: t0.Add(3 * time.Second)})
 	h.Delivered(Delivery{Body: "b", Queue: "q", Offset: 0}) // b stored before a: an order break
@@ -39,6 +40,9 @@ func TestCheckerFindsFaults(t *testing.T) {
 	}
 	if r.DupOther != 1 || r.DupFromUnknown != 1 {
 		t.Fatalf("duplicates %d / %d", r.DupOther, r.DupFromUnknown)
+	}
+	if !slices.Equal(r.SendErrors, []string{"1× deadline exceeded"}) || !strings.Contains(r.String(), "unknown 1 [1× deadline exceeded]") {
+		t.Fatalf("send errors %q in %s", r.SendErrors, r)
 	}
 	if r.InFlight != -1 {
 		t.Fatalf("in flight %d without a window taken", r.InFlight)

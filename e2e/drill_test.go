@@ -136,6 +136,9 @@ func driveDrill(t *testing.T, c drillCluster, fault func()) *History {
 					r, err = prod.Send(context.Background(), msg)
 				}
 				s := Send{Producer: dp.name, Seq: seq, Body: body, At: time.Now(), Outcome: Unknown}
+				if err != nil {
+					s.Err = err.Error()[:min(len(err.Error()), 200)]
+				}
 				if err == nil {
 					s.Outcome, s.MsgID, s.Queue, s.Offset = Acked, r.MsgID, fmt.Sprintf("%s/%d", r.Queue.Group, r.Queue.QueueID), r.QueueOffset
 				}
