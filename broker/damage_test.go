@@ -216,5 +216,4 @@ func TestARaftLogThatLostSyncedEntriesIsRefused(t *testing.T) {
 	}
 	acks = append(acks, g.sendBodies(g.master(), "rl", 1, "rl", 20, 25)...)
 	g.checkIdentical(acks) // the two running
-
 }

@@ -20,9 +20,9 @@ import (
 )
 
 // router finds where topics live: it asks the name servers (the one that
-// answered last; the next as well when that one fails or is slow), caches routes, refreshes them every RouteRefresh and at
-// once when a send or pull learns they are stale, and keeps one gRPC
-// connection per address.
+// answered last; the next as well when that one fails or is slow), caches
+// routes, refreshes them every RouteRefresh and at once when a send or
+// pull learns they are stale, and keeps one gRPC connection per address.
 type router struct {
 	opts options
 

@@ -3,7 +3,7 @@
 #
 # Builds raftmq (go build -o into a temp dir), starts 1 `raftmq namesrv` and the 3 replicas of
 # one broker group as separate processes on 127.0.0.1 (ports 29900-29943), each replica with its
-# own data dir on disk and the default flags (the Raft log is fsynced before an entry commits),
+# own data dir on disk and the default flags (an entry is applied and acked once fsynced on a majority),
 # waits for a master, creates topic `bench` with 8 queues and runs, each as its own
 # `raftmq bench ... --json`, 1 KiB bodies:
 #   batch   bench produce --clients 16 --mode batch --batch 64 --duration 15s
