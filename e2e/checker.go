@@ -146,6 +146,21 @@ func (h *History) AllReadBack() bool {
 	return true
 }
 
+// NotStoredByQueue counts, per queue the send was acknowledged on, the
+// acknowledged sends the read-back did not find: one queue unread, or
+// messages missing everywhere.
+func (h *History) NotStoredByQueue() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for _, s := range h.sends {
+		if s.Outcome == Acked && h.readBack != nil && !h.readBack[s.Body] {
+			out[s.Queue]++
+		}
+	}
+	return out
+}
+
 // Consumed reports whether every acknowledged send was delivered.
 func (h *History) Consumed() bool {
 	h.mu.Lock()

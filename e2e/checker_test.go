@@ -68,6 +68,9 @@ func TestCheckerFindsFaults(t *testing.T) {
 	if r := h.Check(); len(r.NotStored) != 1 || r.NotStored[0] != "a" || h.AllReadBack() {
 		t.Fatalf("not stored %v", r.NotStored)
 	}
+	if got := h.NotStoredByQueue(); len(got) != 1 || got[""] != 1 {
+		t.Fatalf("not stored by queue %v", got)
+	}
 	// Duplicates by member: a message delivered to another member than
 	// its first (two members on one queue) is told from one delivered
 	// again to the same member, and the queues are named.
