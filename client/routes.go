@@ -136,10 +136,7 @@ func askNameServers[T any](ctx context.Context, r *router, call func(context.Con
 		return nil
 	}
 	var zero T
-	if err := ask(0); err != nil {
-		return zero, err
-	}
-	asked, pending := 1, 1
+	asked, pending := 0, 0
 	hedge := time.NewTimer(nameServerHedge)
 	defer hedge.Stop()
 	next := func() error { // ask one more name server, if one is left
@@ -152,6 +149,9 @@ func askNameServers[T any](ctx context.Context, r *router, call func(context.Con
 		asked, pending = asked+1, pending+1
 		hedge.Reset(nameServerHedge)
 		return nil
+	}
+	if err := next(); err != nil {
+		return zero, err
 	}
 	for {
 		select {

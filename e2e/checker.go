@@ -245,19 +245,7 @@ func (h *History) Check() Report {
 			r.Unknown++
 		}
 	}
-	for e, n := range sendErrs {
-		r.SendErrors = append(r.SendErrors, fmt.Sprintf("%d× %s", n, e))
-	}
-	slices.SortFunc(r.SendErrors, func(a, b string) int {
-		var na, nb int
-		fmt.Sscanf(a, "%d", &na)
-		fmt.Sscanf(b, "%d", &nb)
-		if na != nb {
-			return nb - na
-		}
-		return strings.Compare(a, b)
-	})
-	r.SendErrors = r.SendErrors[:min(len(r.SendErrors), 3)]
+	r.SendErrors = commonest(sendErrs, 3, func(e string, n int) string { return fmt.Sprintf("%d× %s", n, e) })
 	r.InFlight = -1
 	if h.inFlightTaken {
 		r.InFlight = h.inFlight
@@ -296,15 +284,13 @@ func (h *History) Check() Report {
 		q.n++
 		q.members[firstTo[d.Body]], q.members[d.Consumer] = true, true
 	}
+	dupCounts := map[string]int{}
 	for name, q := range byQueue {
-		members := slices.Sorted(maps.Keys(q.members))
-		r.DupQueues = append(r.DupQueues, fmt.Sprintf("%s: %d %s", name, q.n, strings.Join(members, "+")))
+		dupCounts[name] = q.n
 	}
-	sort.Slice(r.DupQueues, func(i, j int) bool {
-		ni, nj := byQueue[strings.SplitN(r.DupQueues[i], ":", 2)[0]].n, byQueue[strings.SplitN(r.DupQueues[j], ":", 2)[0]].n
-		return ni > nj || ni == nj && r.DupQueues[i] < r.DupQueues[j]
+	r.DupQueues = commonest(dupCounts, 4, func(name string, n int) string {
+		return fmt.Sprintf("%s: %d %s", name, n, strings.Join(slices.Sorted(maps.Keys(byQueue[name].members)), "+"))
 	})
-	r.DupQueues = r.DupQueues[:min(len(r.DupQueues), 4)]
 	for _, s := range h.sends {
 		if s.Outcome == Acked && count[s.Body] == 0 {
 			r.Lost = append(r.Lost, s.Body)
@@ -369,4 +355,16 @@ func (h *History) Check() Report {
 		}
 	}
 	return r
+}
+
+// commonest formats the n keys of counts with the highest counts (ties by
+// key), highest first.
+func commonest(counts map[string]int, n int, format func(key string, count int) string) []string {
+	keys := slices.Sorted(maps.Keys(counts))
+	slices.SortStableFunc(keys, func(a, b string) int { return counts[b] - counts[a] })
+	var out []string
+	for _, k := range keys[:min(len(keys), n)] {
+		out = append(out, format(k, counts[k]))
+	}
+	return out
 }
