@@ -58,6 +58,7 @@ type Broker struct {
 	// catchUps counts commitlog copies from peers (snapshot restores).
 	catchUps atomic.Int64
 	delays   []time.Duration // retry delay levels 1..n
+	ladder   timerLadder     // the timer ladder's delays (timers.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -76,8 +77,8 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if int32(len(delays)) > cfg.MaxQueues {
-		return nil, fmt.Errorf("broker: %d delay levels, more than MaxQueues %d", len(delays), cfg.MaxQueues)
+	if len(delays) > timerQueueBase {
+		return nil, fmt.Errorf("broker: %d delay levels, more than %d", len(delays), timerQueueBase)
 	}
 	store, err := storage.Open(cfg.Store)
 	if err != nil {
@@ -93,6 +94,7 @@ func Start(cfg Config) (*Broker, error) {
 		locks:  newQueueLocks(),
 		resets: newOffsetResets(),
 		delays: delays,
+		ladder: ladderFor(cfg),
 	}
 	b.rmqClients = newRemotingClients()
 	b.consumers = newConsumerTable(cfg.ConsumerExpiry, func(group string) {

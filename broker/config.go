@@ -136,6 +136,14 @@ type Config struct {
 	// ScheduleInterval is how often the schedule service looks for due
 	// delayed messages. Default 100 ms.
 	ScheduleInterval time.Duration
+	// TimerHorizon is how far ahead a timer message may ask to be
+	// delivered (TIMER_DELIVER_MS and the delays). Default 7 days, as
+	// RocketMQ's timerMaxDelaySec.
+	TimerHorizon time.Duration
+	// TimerPrecision is the smallest delay of the timer ladder: a timer
+	// is delivered at its time or up to this much later (plus the schedule
+	// interval and a commit). Default 100 ms.
+	TimerPrecision time.Duration
 	// CatchUpTimeout bounds one copy of the commitlog from a peer when this
 	// replica restores a snapshot. Default 30 s.
 	CatchUpTimeout time.Duration
@@ -216,6 +224,8 @@ func (c Config) withDefaults() (Config, error) {
 	dur(&c.ConsumerExpiry, 120*time.Second)
 	dur(&c.CatchUpTimeout, 30*time.Second)
 	dur(&c.ScheduleInterval, 100*time.Millisecond)
+	dur(&c.TimerHorizon, 7*24*time.Hour)
+	dur(&c.TimerPrecision, 100*time.Millisecond)
 	if c.DelayLevels == "" {
 		c.DelayLevels = DefaultDelayLevels
 	}
@@ -238,7 +248,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxQueues = 256
 	}
 	if c.Store.MaxQueuesPerTopic == 0 {
-		c.Store.MaxQueuesPerTopic = c.MaxQueues
+		c.Store.MaxQueuesPerTopic = max(c.MaxQueues, scheduleQueues(c))
 	}
 	if c.Store.MaxMessageSize == 0 {
 		// Room for the record's header, topic, tags, keys and properties.
@@ -253,6 +263,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("broker: EntryMaxBytes must hold a message of MaxMessageSize")
 	case c.DefaultQueues < 1 || c.DefaultQueues > c.MaxQueues || c.MaxQueues > c.Store.MaxQueuesPerTopic:
 		return c, errors.New("broker: DefaultQueues <= MaxQueues <= Store.MaxQueuesPerTopic")
+	case c.TimerPrecision < time.Millisecond || c.TimerHorizon < c.TimerPrecision:
+		return c, errors.New("broker: TimerPrecision must be at least 1 ms, and TimerHorizon at least TimerPrecision")
+	case scheduleQueues(c) > c.Store.MaxQueuesPerTopic:
+		return c, fmt.Errorf("broker: the schedule topic needs %d queues, more than Store.MaxQueuesPerTopic %d", scheduleQueues(c), c.Store.MaxQueuesPerTopic)
 	}
 	return c, nil
 }

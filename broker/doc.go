@@ -7,7 +7,12 @@
 // — the in-memory consumer and lock tables, and the notice to a group's
 // members that its members changed, in heartbeat and pull answers and by
 // answering its held pulls at once (consumers.go), resets of a group's
-// offsets and the notice that moves its live members (resets.go), catch-up of
+// offsets and the notice that moves its live members (resets.go), retries,
+// dead letters and the schedule service that moves due delayed messages in
+// Raft entries holding each queue's cursor (schedule.go), timer messages —
+// RocketMQ 5's TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS and DELAY —
+// held in the schedule topic's fixed-delay queues, a ladder of them for
+// any time within the horizon (timers.go), catch-up of
 // a replica behind the Raft log by snapshot plus commitlog copy
 // (catchup.go), membership changes through the master — a replica added
 // as a non-voter until caught up, removed, the leadership handed over

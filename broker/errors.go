@@ -33,3 +33,7 @@ func storeError(err error) error {
 		return statusError(codes.Internal, pb.ErrorReason_STORE_ERROR, err.Error(), nil)
 	}
 }
+
+// errStaleMove answers a schedule move whose cursors another move has
+// passed: its messages were moved by that one.
+var errStaleMove = errors.New("broker: schedule move read from cursors already passed; not applied")

@@ -140,6 +140,11 @@ func (f *fsm) Apply(l *raft.Log) any {
 	fresh := l.Index > f.store.LastRaftIndex()
 	switch c := cmd.Command.(type) {
 	case *pb.RaftCommand_Send:
+		if !f.meta.scheduleAt(c.Send.ScheduleFrom) {
+			// A move read from cursors another move has passed since:
+			// the same messages, moved once already.
+			return &applyResult{err: errStaleMove}
+		}
 		if !fresh {
 			f.meta.setScheduleOffsets(c.Send.ScheduleOffsets)
 			return &applyResult{}
@@ -173,6 +178,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {
+	if len(b.Records) > 0 {
+		return f.applyRecords(index, b.Records)
+	}
 	msgs := make([]message.Message, len(b.Messages))
 	for i, sm := range b.Messages {
 		m := sm.Message

@@ -142,6 +142,19 @@ func (m *metadata) scheduleOffset(level int32) int64 {
 	return m.schedule[level]
 }
 
+// scheduleAt reports whether the schedule cursors are at from, the
+// cursors a move was read from.
+func (m *metadata) scheduleAt(from map[int32]int64) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for level, off := range from {
+		if m.schedule[level] != off {
+			return false
+		}
+	}
+	return true
+}
+
 func (m *metadata) setScheduleOffsets(offs map[int32]int64) {
 	if len(offs) == 0 {
 		return

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -23,7 +24,8 @@ import (
 //
 // A move is one Raft entry holding both the moved messages and the
 // schedule queue's new cursor, so a new master resumes exactly where the
-// old one stopped: nothing is lost or moved twice.
+// old one stopped: nothing is lost or moved twice. Timer messages use the
+// same queues and moves (timers.go).
 
 // DefaultDelayLevels are RocketMQ's.
 const DefaultDelayLevels = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -43,69 +45,111 @@ func parseDelayLevels(s string) ([]time.Duration, error) {
 	return out, nil
 }
 
-// scheduleLoop moves due messages while this replica is master.
+// scheduleLoop moves due messages while this replica is master: one
+// goroutine per schedule queue in use. A queue's moves must follow one
+// another (each is read from the cursor the last one left), but entries of
+// different queues share Raft's pipeline, and a queue with a backlog holds
+// up no other. With one loop over the queues, 10k timers/s fired 0.7 s
+// late at the median (raftmq bench timers, dev cluster).
 func (b *Broker) scheduleLoop(ctx context.Context) {
-	t := time.NewTicker(b.cfg.ScheduleInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for level := int32(1); level <= int32(len(b.delays)) && b.master.Load(); level++ {
-			if err := b.moveDue(ctx, level); err != nil && ctx.Err() == nil {
-				b.log.Warn("schedule service: move failed", "level", level, "err", err)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	start := func(q int32) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(b.cfg.ScheduleInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				b.drainSchedule(ctx, q)
 			}
+		}()
+	}
+	for q := range int32(len(b.delays)) {
+		start(q)
+	}
+	for i := range int32(len(b.ladder)) {
+		start(timerQueueBase + i)
+	}
+}
+
+// drainSchedule moves a schedule queue until its head is not due: a burst
+// of timers due at once goes out in as many entries as it takes.
+func (b *Broker) drainSchedule(ctx context.Context, queue int32) {
+	for b.master.Load() {
+		moved, err := b.moveDue(ctx, queue)
+		if err != nil && ctx.Err() == nil {
+			b.log.Warn("schedule service: move failed", "queue", queue, "err", err)
+		}
+		if !moved || err != nil {
+			return
 		}
 	}
 }
 
-// moveDue moves the due messages at the head of a delay level's queue.
-func (b *Broker) moveDue(ctx context.Context, level int32) error {
+// scheduleEnd is the end offset of a schedule queue.
+func (b *Broker) scheduleEnd(queue int32) int64 {
+	_, end := b.store.QueueOffsets(message.ScheduleTopic, queue)
+	return end
+}
+
+// scheduleBatch caps the messages of one move entry.
+const scheduleBatch = 256
+
+// moveDue moves the due messages at the head of a schedule queue, in one
+// Raft entry with the queue's new cursor, and says whether it moved any.
+func (b *Broker) moveDue(ctx context.Context, queue int32) (bool, error) {
+	level := queue + 1 // the cursors' key, a delay level for the level queues
 	cursor := b.meta.scheduleOffset(level)
-	res, err := b.store.GetMessages(storage.GetRequest{Topic: message.ScheduleTopic, QueueID: level - 1, Offset: cursor,
-		MaxMessages: b.cfg.PullMaxMessages, MaxBytes: b.cfg.PullMaxBytes})
+	if cursor >= b.scheduleEnd(queue) {
+		return false, nil
+	}
+	res, err := b.store.GetMessages(storage.GetRequest{Topic: message.ScheduleTopic, QueueID: queue, Offset: cursor,
+		MaxMessages: scheduleBatch, MaxBytes: b.cfg.EntryMaxBytes / 2})
 	if err != nil {
-		return err
+		return false, err
 	}
 	next := cursor
 	if res.Status == storage.OffsetTooSmall {
 		next = res.NextOffset // retention passed the cursor
 	}
-	var moved []*pb.StoredMessage
+	// The moved messages go as records, encoded here once; every replica
+	// appends them as they are (measured: decoding and encoding them on
+	// every replica cost the master 20% of its CPU with 10k timers/s due).
+	var moved []byte
 	now := time.Now()
+	delay := b.scheduleDelay(queue)
 	for _, raw := range res.Records {
 		r, err := message.Decode(raw)
 		if err != nil {
-			return err
+			return false, err
 		}
-		if time.UnixMilli(r.StoreTime).Add(b.delays[level-1]).After(now) {
+		if time.UnixMilli(r.StoreTime).Add(delay).After(now) {
 			break // the queue is in due order: the rest waits too
 		}
-		props := make(map[string]string, len(r.Properties))
-		for k, v := range r.Properties {
-			props[k] = v
-		}
-		topic, queue := props[message.PropertyRealTopic], props[message.PropertyRealQueue]
-		delete(props, message.PropertyRealTopic)
-		delete(props, message.PropertyRealQueue)
-		delete(props, message.PropertyDelayLevel)
-		qid, err := strconv.Atoi(queue)
-		if err != nil || !message.ValidTopic(topic) {
-			b.log.Warn("schedule service: dropping a delayed message without a destination", "offset", r.QueueOffset)
-		} else {
-			moved = append(moved, &pb.StoredMessage{QueueId: int32(qid), Message: &pb.Message{Topic: topic, Tags: r.Tags,
-				Keys: r.Keys, Properties: props, Body: r.Body, Flag: r.Flag, BornTimestamp: r.BornTime}})
+		if m, ok := b.dueMessage(r, queue, now); ok {
+			if moved, err = b.store.EncodeRecord(moved, &m); err != nil {
+				return false, err
+			}
 		}
 		next = r.QueueOffset + 1
 	}
 	if next == cursor {
-		return nil
+		return false, nil
 	}
-	return b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_Send{Send: &pb.SendBatch{
-		StoreTimestamp: now.UnixMilli(), Messages: moved, ScheduleOffsets: map[int32]int64{level: next},
+	if err := message.SetStoreTime(moved, now.UnixMilli()); err != nil {
+		return false, err
+	}
+	err = b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_Send{Send: &pb.SendBatch{
+		StoreTimestamp: now.UnixMilli(), Records: moved,
+		ScheduleOffsets: map[int32]int64{level: next}, ScheduleFrom: map[int32]int64{level: cursor},
 	}}})
+	return err == nil, err
 }
 
 // ConsumerSendBack takes back a message a consumer could not consume: to

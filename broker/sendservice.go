@@ -90,8 +90,12 @@ func (s *service) sendRecords(req *pb.SendMessageRequest) ([]byte, int, error) {
 		if len(req.Records) > s.b.cfg.EntryMaxBytes { // before reading any of it
 			return nil, 0, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("batch of %d bytes, limit %d", len(req.Records), s.b.cfg.EntryMaxBytes))
 		}
-		n, err := s.checkRecords(req)
-		return req.Records, n, err
+		n, delayed, err := s.checkRecords(req)
+		if err != nil || !delayed {
+			return req.Records, n, err
+		}
+		records, err := s.scheduleRecords(req.Records)
+		return records, n, err
 	}
 	var records []byte
 	for i, m := range req.Messages {
@@ -106,19 +110,20 @@ func (s *service) sendRecords(req *pb.SendMessageRequest) ([]byte, int, error) {
 // checkRecords checks, without decoding a message, that req.Records holds
 // records the store will take (framing, CRC, size and queue limits), each
 // of req's topic and queue, with a body within the limit, and no more of
-// them than a send may carry. It returns their number.
-func (s *service) checkRecords(req *pb.SendMessageRequest) (int, error) {
+// them than a send may carry. It returns their number, and whether any of
+// them asks for a delay.
+func (s *service) checkRecords(req *pb.SendMessageRequest) (int, bool, error) {
 	b := s.b
-	n := 0
+	n, delayed := 0, false
 	for p := 0; p < len(req.Records); n++ {
 		if n == b.cfg.MaxBatchMessages {
-			return 0, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("more than %d messages in one send", b.cfg.MaxBatchMessages))
+			return 0, false, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("more than %d messages in one send", b.cfg.MaxBatchMessages))
 		}
 		size, v, err := b.store.CheckRecord(req.Records[p:])
 		reason, problem := pb.ErrorReason_ILLEGAL_ARGUMENT, ""
 		switch {
 		case err != nil:
-			return 0, storeError(fmt.Errorf("record %d: %w", n, err))
+			return 0, false, storeError(fmt.Errorf("record %d: %w", n, err))
 		case string(v.Topic) != req.Topic:
 			problem = fmt.Sprintf("topic %q differs from the send's %q", v.Topic, req.Topic)
 		case v.QueueID != req.QueueId:
@@ -129,11 +134,46 @@ func (s *service) checkRecords(req *pb.SendMessageRequest) (int, error) {
 			reason, problem = pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("body of %d bytes, limit %d", v.BodyLen, b.cfg.MaxMessageSize)
 		}
 		if problem != "" {
-			return 0, invalid(reason, fmt.Sprintf("record %d: %s", n, problem))
+			return 0, false, invalid(reason, fmt.Sprintf("record %d: %s", n, problem))
 		}
+		delayed = delayed || v.Delayed
 		p += size
 	}
-	return n, nil
+	return n, delayed, nil
+}
+
+// scheduleRecords returns checked records with those that ask for a delay
+// turned into their copies in the schedule topic (timers.go); the others
+// are taken as they came.
+func (s *service) scheduleRecords(records []byte) ([]byte, error) {
+	b := s.b
+	out := make([]byte, 0, len(records)+len(records)/4)
+	now := time.Now()
+	for p, n := 0, 0; p < len(records); n++ {
+		size, v, err := b.store.CheckRecord(records[p:])
+		if err != nil {
+			return nil, storeError(err)
+		}
+		rec := records[p : p+size]
+		p += size
+		if !v.Delayed {
+			out = append(out, rec...)
+			continue
+		}
+		r, err := message.Decode(rec)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		m := message.Message{Topic: r.Topic, QueueID: r.QueueID, Flag: r.Flag, Tags: r.Tags, Keys: r.Keys,
+			Properties: r.Properties, Body: r.Body, BornTime: r.BornTime}
+		if _, err := b.scheduleSend(&m, now); err != nil {
+			return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("record %d: %v", n, err))
+		}
+		if out, err = b.store.EncodeRecord(out, &m); err != nil {
+			return nil, storeError(fmt.Errorf("record %d: %w", n, err))
+		}
+	}
+	return out, nil
 }
 
 // encodeMessage appends m's record to records, after the checks of the
@@ -152,6 +192,9 @@ func (s *service) encodeMessage(records []byte, req *pb.SendMessageRequest, m *p
 	}
 	sm := message.Message{Topic: req.Topic, QueueID: req.QueueId, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
 		Properties: m.Properties, Body: m.Body, BornTime: m.BornTimestamp}
+	if _, err := b.scheduleSend(&sm, time.Now()); err != nil {
+		return records, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, err.Error())
+	}
 	records, err := b.store.EncodeRecord(records, &sm)
 	if err != nil {
 		return records, storeError(err)

@@ -22,6 +22,43 @@ type Message struct {
 	Flag       int32
 }
 
+// WithDelayTimeLevel asks the broker to deliver m after delay level level
+// (RocketMQ's DELAY: 1 s, 5 s, 10 s, 30 s, 1 m ... 2 h by default; a level
+// past the last is the last). It returns m.
+func (m *Message) WithDelayTimeLevel(level int) *Message {
+	return m.withProperty(message.PropertyDelayLevel, strconv.Itoa(level))
+}
+
+// WithDeliverTime asks the broker to deliver m at t (TIMER_DELIVER_MS, by
+// this machine's clock), never before, and at most the broker's timer
+// precision later (100 ms by default). A t further ahead than the
+// broker's timer horizon (7 days by default) is refused; a t already
+// passed is an ordinary send. It returns m.
+func (m *Message) WithDeliverTime(t time.Time) *Message {
+	return m.withProperty(message.PropertyTimerDeliverMS, strconv.FormatInt(t.UnixMilli(), 10))
+}
+
+// WithDelay asks the broker to deliver m d after it stores it
+// (TIMER_DELAY_MS, by the broker's clock). It returns m.
+func (m *Message) WithDelay(d time.Duration) *Message {
+	return m.withProperty(message.PropertyTimerDelayMS, strconv.FormatInt(d.Milliseconds(), 10))
+}
+
+func (m *Message) withProperty(name, value string) *Message {
+	if m.Properties == nil {
+		m.Properties = map[string]string{}
+	}
+	m.Properties[name] = value
+	return m
+}
+
+// DueTime is when a timer or delayed message was due (TIMER_OUT_MS, set
+// by the broker on timers), and false for other messages.
+func (m *MessageExt) DueTime() (time.Time, bool) {
+	ms, err := strconv.ParseInt(m.Properties[message.PropertyTimerOutMS], 10, 64)
+	return time.UnixMilli(ms), err == nil
+}
+
 // PropertyReconsumeTimes counts a message's redeliveries.
 const PropertyReconsumeTimes = message.PropertyReconsumeTimes
 

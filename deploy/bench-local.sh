@@ -13,14 +13,20 @@
 #           N messages the three runs above counted as sent (it stops on the count; the
 #           harness caps it at 300 s)
 #   long    with --long: bench produce as batch, for 120 s (sustained), after consume
+#   timers  with --timers: bench timers --rate 10000 --delay 5s --spread 1s --duration 15s
+#           --clients 8 --mode batch --batch 64: 10k timer messages/s scheduled on topic
+#           bench-timers while 8 producers send batches to bench; how late the timers fire
+#           (store time - due, p50/p99/max), and the ordinary sends' rate while they fire,
+#           against the same 8 producers' rate without timers (bench produce, just before)
 # then reads each broker's peak RSS (VmHWM) and stops the cluster. A fresh cluster for each run.
 # VmHWM counts the resident pages of the commitlog segments the broker maps (1 GiB each by
 # default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
 # while the benches run and reports its peak.
 #
-# Usage: deploy/bench-local.sh [--runs N] [--long] [--nats] [--rocketmq] [--profile | --profile-bench NAME] [--json] [--keep] [--tls]
+# Usage: deploy/bench-local.sh [--runs N] [--long] [--timers] [--nats] [--rocketmq] [--profile | --profile-bench NAME] [--json] [--keep] [--tls]
 #   --runs N   N runs (default 1); the figures reported are the medians
 #   --long     add the 120 s batched publish
+#   --timers   add the timer bench (and create topic bench-timers)
 #   --nats     after each raftmq run, ../shared/tools/nats-r3-bench (3-server JetStream R3 on
 #              127.0.0.1) and the ratios raftmq/NATS; with N runs, the median of the N paired ratios
 #   --rocketmq after raftmq's own benches, the same four with RocketMQ's official Go client
@@ -44,13 +50,14 @@ set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
-runs=1 long=0 nats=0 rocketmq=0 profile=0 profile_bench=batch json=0 keep=0 tls=0
+runs=1 long=0 timers=0 nats=0 rocketmq=0 profile=0 profile_bench=batch json=0 keep=0 tls=0
 master="" prof="" run_no=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--runs) runs=${2:-}; shift 2 || shift ;;
 	--runs=*) runs=${1#*=}; shift ;;
 	--long) long=1; shift ;;
+	--timers) timers=1; shift ;;
 	--nats) nats=1; shift ;;
 	--rocketmq) rocketmq=1; shift ;;
 	--profile) profile=1; shift ;;
@@ -295,15 +302,15 @@ wait_master() {
 	fail "no master in 60 s"
 }
 
-create_topic() {
-	local deadline=$((SECONDS + 30))
-	until "$bin" topic create --namesrv "$ns_addr" --name bench --queues 8 >/dev/null 2>&1; do
-		[ $SECONDS -lt $deadline ] || fail "topic create bench failed for 30 s"
+create_topic() { # [NAME]
+	local deadline=$((SECONDS + 30)) name=${1:-bench}
+	until "$bin" topic create --namesrv "$ns_addr" --name "$name" --queues 8 >/dev/null 2>&1; do
+		[ $SECONDS -lt $deadline ] || fail "topic create $name failed for 30 s"
 		sleep 0.5
 	done
 	# the name server learns the topic by gossip: wait until its route has a master
-	until "$bin" topic route --namesrv "$ns_addr" --name bench 2>/dev/null | grep -q master; do
-		[ $SECONDS -lt $deadline ] || fail "topic bench has no route after 30 s"
+	until "$bin" topic route --namesrv "$ns_addr" --name "$name" 2>/dev/null | grep -q master; do
+		[ $SECONDS -lt $deadline ] || fail "topic $name has no route after 30 s"
 		sleep 0.5
 	done
 }
@@ -410,8 +417,17 @@ run_raftmq() { # R
 	if [ "$long" = 1 ]; then
 		bench "$d" long 300 produce --clients 16 --size 1024 --mode batch --batch 64 --duration 120s
 	fi
+	if [ "$timers" = 1 ]; then
+		create_topic bench-timers
+		bench "$d" timers_base 120 produce --clients 8 --size 1024 --mode batch --batch 64 --duration 15s
+		bench "$d" timers 300 timers --rate 10000 --delay 5s --spread 1s --duration 15s --clients 8 --size 1024 --mode batch --batch 64
+		for i in timers_acked timers_fired timer_duplicates timers_early fire_late_p50_ms fire_late_p99_ms fire_late_max_ms; do
+			add "timers.$i" "$(jget "$d/timers.json" "$i")"
+		done
+		add ratio.timers_sends "$(ratio "$(jget "$d/timers.json" msgs_per_sec)" "$(jget "$d/timers_base.json" msgs_per_sec)")"
+	fi
 
-	for i in batch sync16 sync1 consume long rmq.batch rmq.sync16 rmq.sync1 rmq.consume; do
+	for i in batch sync16 sync1 consume long timers_base timers rmq.batch rmq.sync16 rmq.sync1 rmq.consume; do
 		[ -f "$d/$i.json" ] || continue
 		add "$i.mps" "$(jget "$d/$i.json" msgs_per_sec)"
 		add "$i.p50" "$(jget "$d/$i.json" p50_ms)"
@@ -488,6 +504,10 @@ echo "$line"
 if [ "$long" = 1 ]; then
 	echo "batched publish, sustained 120s:                  $(kfmt "$(g long.mps)") msgs/s, p50 $(fmt "$(g long.p50)" 1) ms, p99 $(fmt "$(g long.p99)" 1) ms ($(xfmt "$(ratio "$(g long.mps)" "$(g batch.mps)")") the 15 s figure)"
 fi
+if [ "$timers" = 1 ]; then
+	echo "timers, 10k/s scheduled for 15s, due 5-6 s later: $(fmt "$(g timers.timers_acked)") acked, $(fmt "$(g timers.timers_fired)") fired, $(fmt "$(g timers.timer_duplicates)") twice, $(fmt "$(g timers.timers_early)") early; fired late by p50 $(fmt "$(g timers.fire_late_p50_ms)") ms, p99 $(fmt "$(g timers.fire_late_p99_ms)") ms, max $(fmt "$(g timers.fire_late_max_ms)") ms"
+	echo "  ordinary batched sends (8 clients x 64) while timers fired: $(kfmt "$(g timers.mps)") msgs/s, p99 $(fmt "$(g timers.p99)" 1) ms ($(xfmt "$(g ratio.timers_sends)") the same sends without timers, $(kfmt "$(g timers_base.mps)") msgs/s)"
+fi
 line="sync publish, 16 clients, 15s:                    $(kfmt "$(g sync16.mps)") msgs/s, p50 $(fmt "$(g sync16.p50)" 2) ms, p99 $(fmt "$(g sync16.p99)" 2) ms"
 [ "$nats" = 1 ] && line="$line | NATS lazy $(kfmt "$(g nats.sync16)") ($(xfmt "$(g ratio.sync16)"))"
 echo "$line"
@@ -523,6 +543,7 @@ if [ "$json" = 1 ]; then
 	out="{\"commit\":\"$commit\",\"runs\":$runs,\"tls\":$([ "$tls" = 1 ] && echo true || echo false),\"seconds\":$elapsed,\"raftmq\":{\"batch\":$(fig batch),\"sync16\":$(fig sync16),\"sync1\":$(fig sync1)"
 	out="$out,\"consume\":{\"msgs_per_sec\":$(g consume.mps),\"messages\":$(g consume.count),\"p99_ms\":null}"
 	[ "$long" = 1 ] && out="$out,\"batch_long\":$(fig long)"
+	[ "$timers" = 1 ] && out="$out,\"timers\":{\"acked\":$(g timers.timers_acked),\"fired\":$(g timers.timers_fired),\"duplicates\":$(g timers.timer_duplicates),\"early\":$(g timers.timers_early),\"fire_late_p50_ms\":$(g timers.fire_late_p50_ms),\"fire_late_p99_ms\":$(g timers.fire_late_p99_ms),\"fire_late_max_ms\":$(g timers.fire_late_max_ms),\"sends_while_firing\":$(fig timers),\"sends_without_timers\":$(fig timers_base)}"
 	out="$out,\"rss_mb\":{\"1\":$(g rss.1),\"2\":$(g rss.2),\"3\":$(g rss.3)},\"anon_rss_mb\":{\"1\":$(g anon.1),\"2\":$(g anon.2),\"3\":$(g anon.3)},\"master\":[$(tr -s ' ' ',' <<<"${V[master]# }")]}"
 	if [ "$rocketmq" = 1 ]; then
 		out="$out,\"rocketmq_client\":{\"batch\":$(fig rmq.batch),\"sync16\":$(fig rmq.sync16),\"sync1\":$(fig rmq.sync1),\"consume\":{\"msgs_per_sec\":$(g rmq.consume.mps)}"

@@ -198,6 +198,7 @@ type View struct {
 	QueueID     int32
 	StoreTime   int64
 	BodyLen     int
+	Delayed     bool     // a property asks for a delay (AsksForDelay)
 	Keys        [][]byte // only when asked for (collecting them allocates)
 	UniqKey     []byte   // likewise
 }
@@ -241,6 +242,9 @@ func parse(b []byte, withKeys bool) (View, error) {
 		name, val := d.bytes(int(d.u16())), d.bytes(int(d.u16()))
 		if withKeys && string(name) == PropertyUniqKey {
 			v.UniqKey = val
+		}
+		if len(val) > 0 && AsksForDelay(name) {
+			v.Delayed = true
 		}
 	}
 	v.BodyLen = len(d.bytes(int(d.u32())))

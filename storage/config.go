@@ -9,6 +9,10 @@ import (
 	"github.com/raftmq/raftmq/message"
 )
 
+// DefaultRetentionAge is how long commitlog segments are kept by default,
+// RocketMQ's fileReservedTime.
+const DefaultRetentionAge = 72 * time.Hour
+
 // FlushMode says when appended records reach the disk.
 type FlushMode int
 
@@ -78,7 +82,8 @@ type Config struct {
 	// commitlog from the checkpoint on. Default 1 s.
 	CheckpointInterval time.Duration
 	// RetentionAge: commitlog segments last written longer ago are deleted,
-	// oldest first, never the active one. Default 72 h. Negative disables.
+	// oldest first, never the active one. Default DefaultRetentionAge.
+	// Negative disables.
 	RetentionAge time.Duration
 	// RetentionDiskRatio: while the disk holding Dir is fuller than this
 	// ratio, the oldest segments are deleted whatever their age. Default
@@ -148,7 +153,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.CheckpointInterval = time.Second
 	}
 	if c.RetentionAge == 0 {
-		c.RetentionAge = 72 * time.Hour
+		c.RetentionAge = DefaultRetentionAge
 	}
 	if c.RetentionDiskRatio == 0 {
 		c.RetentionDiskRatio = 0.75

@@ -4008,8 +4008,17 @@ type SendBatch struct {
 	// them (delay level -> next offset), applied with the messages, so a move
 	// happens exactly once across failovers.
 	ScheduleOffsets map[int32]int64 `protobuf:"bytes,3,rep,name=schedule_offsets,json=scheduleOffsets,proto3" json:"schedule_offsets,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The cursors the move was read from (delay level -> offset). A replica
+	// applies the entry only if its cursors are these: a move proposed again
+	// after its first proposal's outcome was unknown, and committed twice,
+	// applies once. Empty in entries written before it existed.
+	ScheduleFrom map[int32]int64 `protobuf:"bytes,4,rep,name=schedule_from,json=scheduleFrom,proto3" json:"schedule_from,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The messages as records in the commitlog's layout, their store time
+	// stamped, which every replica appends as they are (the schedule
+	// service's moves); messages is then empty.
+	Records       []byte `protobuf:"bytes,5,opt,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SendBatch) Reset() {
@@ -4059,6 +4068,20 @@ func (x *SendBatch) GetMessages() []*StoredMessage {
 func (x *SendBatch) GetScheduleOffsets() map[int32]int64 {
 	if x != nil {
 		return x.ScheduleOffsets
+	}
+	return nil
+}
+
+func (x *SendBatch) GetScheduleFrom() map[int32]int64 {
+	if x != nil {
+		return x.ScheduleFrom
+	}
+	return nil
+}
+
+func (x *SendBatch) GetRecords() []byte {
+	if x != nil {
+		return x.Records
 	}
 	return nil
 }
@@ -4985,12 +5008,17 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0eMasterAnnounce\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12!\n" +
-	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"\x84\x02\n" +
+	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"\xac\x03\n" +
 	"\tSendBatch\x12'\n" +
 	"\x0fstore_timestamp\x18\x01 \x01(\x03R\x0estoreTimestamp\x124\n" +
 	"\bmessages\x18\x02 \x03(\v2\x18.raftmq.v1.StoredMessageR\bmessages\x12T\n" +
-	"\x10schedule_offsets\x18\x03 \x03(\v2).raftmq.v1.SendBatch.ScheduleOffsetsEntryR\x0fscheduleOffsets\x1aB\n" +
+	"\x10schedule_offsets\x18\x03 \x03(\v2).raftmq.v1.SendBatch.ScheduleOffsetsEntryR\x0fscheduleOffsets\x12K\n" +
+	"\rschedule_from\x18\x04 \x03(\v2&.raftmq.v1.SendBatch.ScheduleFromEntryR\fscheduleFrom\x12\x18\n" +
+	"\arecords\x18\x05 \x01(\fR\arecords\x1aB\n" +
 	"\x14ScheduleOffsetsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a?\n" +
+	"\x11ScheduleFromEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"X\n" +
 	"\rStoredMessage\x12,\n" +
@@ -5126,7 +5154,7 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 }
 
 var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
@@ -5209,7 +5237,8 @@ var file_raftmq_proto_goTypes = []any{
 	(*WatchRoutesRequest)(nil),              // 78: raftmq.v1.WatchRoutesRequest
 	nil,                                     // 79: raftmq.v1.Message.PropertiesEntry
 	nil,                                     // 80: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 81: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	nil,                                     // 81: raftmq.v1.SendBatch.ScheduleFromEntry
+	nil,                                     // 82: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
 	79, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
@@ -5242,84 +5271,85 @@ var file_raftmq_proto_depIdxs = []int32{
 	66, // 27: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
 	68, // 28: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
 	80, // 29: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	3,  // 30: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	11, // 31: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	33, // 32: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	69, // 33: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	40, // 34: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	66, // 35: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	81, // 36: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	55, // 37: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	72, // 38: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	55, // 39: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	75, // 40: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	4,  // 41: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	7,  // 42: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	9,  // 43: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	12, // 44: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	14, // 45: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
-	19, // 46: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	21, // 47: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	23, // 48: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
-	27, // 49: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	29, // 50: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	31, // 51: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	34, // 52: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	36, // 53: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	38, // 54: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	41, // 55: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	43, // 56: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	45, // 57: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	47, // 58: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	49, // 59: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	51, // 60: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	52, // 61: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	54, // 62: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	57, // 63: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	59, // 64: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	60, // 65: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
-	61, // 66: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
-	62, // 67: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
-	71, // 68: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	74, // 69: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	38, // 70: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	78, // 71: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	6,  // 72: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	8,  // 73: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	10, // 74: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	13, // 75: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	15, // 76: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
-	20, // 77: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	22, // 78: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	26, // 79: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
-	28, // 80: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	30, // 81: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	32, // 82: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	35, // 83: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	37, // 84: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	39, // 85: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	42, // 86: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	44, // 87: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	46, // 88: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	48, // 89: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	50, // 90: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	53, // 91: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	53, // 92: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	56, // 93: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	58, // 94: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	64, // 95: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	63, // 96: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
-	63, // 97: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
-	63, // 98: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
-	73, // 99: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	76, // 100: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	77, // 101: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	73, // 102: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	72, // [72:103] is the sub-list for method output_type
-	41, // [41:72] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	81, // 30: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
+	3,  // 31: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	11, // 32: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	33, // 33: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	69, // 34: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	40, // 35: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	66, // 36: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	82, // 37: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	55, // 38: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	72, // 39: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	55, // 40: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	75, // 41: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	4,  // 42: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	7,  // 43: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	9,  // 44: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	12, // 45: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	14, // 46: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
+	19, // 47: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	21, // 48: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	23, // 49: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	27, // 50: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	29, // 51: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	31, // 52: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	34, // 53: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	36, // 54: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	38, // 55: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	41, // 56: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	43, // 57: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	45, // 58: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	47, // 59: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	49, // 60: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	51, // 61: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	52, // 62: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	54, // 63: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	57, // 64: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	59, // 65: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	60, // 66: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
+	61, // 67: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
+	62, // 68: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
+	71, // 69: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	74, // 70: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	38, // 71: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	78, // 72: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	6,  // 73: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	8,  // 74: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	10, // 75: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	13, // 76: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	15, // 77: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
+	20, // 78: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	22, // 79: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	26, // 80: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	28, // 81: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	30, // 82: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	32, // 83: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	35, // 84: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	37, // 85: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	39, // 86: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	42, // 87: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	44, // 88: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	46, // 89: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	48, // 90: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	50, // 91: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	53, // 92: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	53, // 93: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	56, // 94: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	58, // 95: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	64, // 96: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	63, // 97: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
+	63, // 98: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
+	63, // 99: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
+	73, // 100: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	76, // 101: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	77, // 102: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	73, // 103: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	73, // [73:104] is the sub-list for method output_type
+	42, // [42:73] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -5348,7 +5378,7 @@ func file_raftmq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   79,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -55,6 +55,7 @@ sent, failed (consume reports received as sent).`,
 			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, false, true) }},
 		&cobra.Command{Use: "e2e", Short: "produce and consume together; latency is send to receive",
 			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, true, true) }},
+		benchTimersCommand(&f),
 	)
 	return cmd
 }
@@ -178,15 +179,8 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 		defer consumer.Shutdown()
 	}
 	if produce {
-		opts, err := clientOptions(nsAddrs, client.WithSendTimeout(10*time.Second))
+		p, err := startBenchProducer(nsAddrs)
 		if err != nil {
-			return err
-		}
-		p, err := client.NewProducer(opts...)
-		if err != nil {
-			return err
-		}
-		if err := p.Start(); err != nil {
 			return err
 		}
 		defer p.Shutdown()
@@ -233,6 +227,23 @@ loop:
 	wg.Wait()
 	elapsed := time.Since(start)
 	return printSummary(rec, elapsed, f)
+}
+
+// startBenchProducer starts the producer the bench commands share among
+// their sending goroutines.
+func startBenchProducer(nsAddrs []string) (*client.Producer, error) {
+	opts, err := clientOptions(nsAddrs, client.WithSendTimeout(10*time.Second))
+	if err != nil {
+		return nil, err
+	}
+	p, err := client.NewProducer(opts...)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Start(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // produceLoop sends until ctx ends or take says the count is reached.

@@ -44,6 +44,8 @@ type brokerFlags struct {
 	DiskMaxRatio    string `yaml:"disk-max-ratio"`
 	SlaveReadLag    string `yaml:"slave-read-lag"`
 	DelayLevels     string `yaml:"delay-levels"`
+	TimerHorizon    string `yaml:"timer-horizon"`
+	TimerPrecision  string `yaml:"timer-precision"`
 	nodeSecurity    `yaml:",inline"`
 }
 
@@ -97,6 +99,8 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.DiskMaxRatio, "disk-max-ratio", "0.75", "while the disk is fuller than this (0 to 1), the oldest segments are deleted whatever their age (1: never)")
 	fl.StringVar(&f.SlaveReadLag, "slave-read-lag", "20000", "a consumer more messages than this behind on a queue reads it from a slave (off: always from the master)")
 	fl.StringVar(&f.DelayLevels, "delay-levels", "", `the retry delays of levels 1..n (default RocketMQ's "1s 5s 10s 30s 1m ... 2h"; a first retry waits level 3)`)
+	fl.StringVar(&f.TimerHorizon, "timer-horizon", "168h", "how far ahead a timer message may ask to be delivered")
+	fl.StringVar(&f.TimerPrecision, "timer-precision", "100ms", "a timer message is delivered at its time or up to this much later (the timer ladder's first step)")
 	f.nodeSecurity.flags(cmd)
 	return cmd
 }
@@ -139,6 +143,8 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("disk-max-ratio", &f.DiskMaxRatio, fromFile.DiskMaxRatio)
 	set("slave-read-lag", &f.SlaveReadLag, fromFile.SlaveReadLag)
 	set("delay-levels", &f.DelayLevels, fromFile.DelayLevels)
+	set("timer-horizon", &f.TimerHorizon, fromFile.TimerHorizon)
+	set("timer-precision", &f.TimerPrecision, fromFile.TimerPrecision)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -249,6 +255,12 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		return fmt.Errorf("--raft-timeout %q: want a duration of at least 20ms", f.RaftTimeout)
 	}
 	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout, cfg.Raft.LeaderLeaseTimeout = rt, rt, rt/2
+	if cfg.TimerHorizon, err = time.ParseDuration(f.TimerHorizon); err != nil || cfg.TimerHorizon <= 0 {
+		return fmt.Errorf("--timer-horizon %q: want a positive duration", f.TimerHorizon)
+	}
+	if cfg.TimerPrecision, err = time.ParseDuration(f.TimerPrecision); err != nil || cfg.TimerPrecision < time.Millisecond {
+		return fmt.Errorf("--timer-precision %q: want a duration of at least 1ms", f.TimerPrecision)
+	}
 	cfg.Gossip = broker.GossipConfig{BindAddr: f.Gossip, AdvertiseAddr: f.AdvertiseGossip, Join: splitList(f.Join), Cluster: f.Cluster}
 	if cfg.TLS, cfg.Gossip.SecretKey, err = f.nodeSecurity.load(); err != nil {
 		return err

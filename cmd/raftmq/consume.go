@@ -34,8 +34,8 @@ func consumeCommand() *cobra.Command {
 		Long: `Read a topic's queues as consumer group --group and print one line per message:
 <msgId> <group>/<queue>@<queueOffset> tags=<tags> keys=<keys> body=<body>
 With --json, one object per message: topic, group, queue, queueOffset, msgId,
-tags, keys, properties, reconsumeTimes, body (a string when it is UTF-8, else
-base64 with "bodyBase64": true).
+tags, keys, properties, reconsumeTimes, bornTime and storeTime (unix ms), body
+(a string when it is UTF-8, else base64 with "bodyBase64": true).
 
 A queue the group has a committed offset for resumes there; others start at
 --from: first, last, or a time (RFC 3339, or unix milliseconds). Stops after
@@ -218,6 +218,7 @@ func printMessage(m *client.MessageExt, asJSON bool) {
 	obj := map[string]any{
 		"topic": m.Topic, "group": m.Queue.Group, "queue": m.Queue.QueueID, "queueOffset": m.QueueOffset,
 		"msgId": m.MsgID, "tags": m.Tags, "keys": keys, "properties": m.Properties, "reconsumeTimes": m.ReconsumeTimes,
+		"bornTime": m.BornTime.UnixMilli(), "storeTime": m.StoreTime.UnixMilli(),
 	}
 	if utf8.Valid(m.Body) {
 		obj["body"] = string(m.Body)

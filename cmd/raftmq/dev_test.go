@@ -188,6 +188,22 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	if out := raftmq(t, bin, "consume", "--namesrv", ns, "--topic", "oneway", "--group", "ow", "--count", "3", "--timeout", "20s"); strings.Count(out, "message-") != 3 {
 		t.Fatalf("one-way sends stored:\n%s", out)
 	}
+	// Timer messages (issue 17): held until due, then delivered once.
+	sentAt := time.Now()
+	ack := strings.Fields(raftmq(t, bin, "produce", "--namesrv", ns, "--topic", "timed", "--body", "later", "--delay", "1s"))
+	var timed struct {
+		Body       string
+		Properties map[string]string
+		StoreTime  int64
+	}
+	out = raftmq(t, bin, "consume", "--namesrv", ns, "--topic", "timed", "--group", "tm", "--count", "1", "--timeout", "20s", "--json")
+	if err := json.Unmarshal([]byte(out), &timed); err != nil || len(ack) < 2 || timed.Body != "later" ||
+		timed.Properties["ORIGIN_MESSAGE_ID"] != ack[1] || timed.Properties["TIMER_OUT_MS"] == "" || timed.StoreTime < sentAt.Add(time.Second).UnixMilli() {
+		t.Fatalf("a message sent with --delay 1s (ack %q) received %s after it was sent: %v\n%s", ack, time.Since(sentAt), err, out)
+	}
+	if out, err := exec.Command(bin, "produce", "--namesrv", ns, "--topic", "timed", "--body", "x", "--delay", "1s", "--delay-level", "2").CombinedOutput(); err == nil || !strings.Contains(string(out), "one of --delay") {
+		t.Fatalf("produce with two timers: %v\n%s", err, out)
+	}
 	out = raftmq(t, bin, "cluster", "check", "--namesrv", ns)
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || strings.Count(out, " ok") != 3 || strings.Contains(out, " 0  ") {
 		t.Fatalf("cluster check:\n%s", out)

@@ -21,7 +21,9 @@ func produceCommand() *cobra.Command {
 		ns, topic, tag, key, body, mode string
 		count, size, batchSize          int
 		asJSON                          bool
-		timeout                         time.Duration
+		timeout, delay                  time.Duration
+		deliverAt                       string
+		delayLevel                      int
 	)
 	cmd := &cobra.Command{
 		Use:   "produce",
@@ -32,6 +34,12 @@ neither, send each line of stdin as one message.
 
 --mode batch sends --batch messages at a time (the last batch may be
 shorter), each batch stored atomically, in order, in one queue.
+
+Timer messages: --delay D delivers each message D after the broker stores
+it, --deliver-at T at the time T (RFC 3339), --delay-level N after
+RocketMQ's delay level N (1s 5s 10s 30s 1m ... 2h). The ack comes at once,
+naming the message's copy held until it is due; the delivered message
+carries that id in its ORIGIN_MESSAGE_ID property.
 
 Each acknowledged message prints one line: OK <msgId> <group> <queue> <queueOffset>
 (one-way sends print nothing per message). With --json each prints one JSON
@@ -49,6 +57,34 @@ with an "error" field. The exit status is 1 when any send failed.`,
 			}
 			if body != "" && cmd.Flags().Changed("size") {
 				return errors.New("give --body or --size, not both")
+			}
+			var due time.Time
+			if deliverAt != "" {
+				var err error
+				if due, err = time.Parse(time.RFC3339Nano, deliverAt); err != nil {
+					return fmt.Errorf("--deliver-at %q: want an RFC 3339 time, like 2026-12-24T18:00:00Z", deliverAt)
+				}
+			}
+			if asked := btoi(delay != 0) + btoi(!due.IsZero()) + btoi(delayLevel != 0); asked > 1 {
+				return errors.New("give one of --delay, --deliver-at and --delay-level")
+			}
+			if delay < 0 || delayLevel < 0 {
+				return errors.New("--delay and --delay-level must not be negative")
+			}
+			newMessage := func(b string) *client.Message {
+				m := &client.Message{Topic: topic, Tags: tag, Body: []byte(b)}
+				if key != "" {
+					m.Keys = []string{key}
+				}
+				switch {
+				case delay > 0:
+					m.WithDelay(delay)
+				case !due.IsZero():
+					m.WithDeliverTime(due)
+				case delayLevel > 0:
+					m.WithDelayTimeLevel(delayLevel)
+				}
+				return m
 			}
 			nsAddrs, err := nameServerAddrs(ns)
 			if err != nil {
@@ -95,10 +131,7 @@ with an "error" field. The exit status is 1 when any send failed.`,
 				}
 				msgs := make([]*client.Message, len(batch))
 				for i, b := range batch {
-					msgs[i] = &client.Message{Topic: topic, Tags: tag, Body: []byte(b)}
-					if key != "" {
-						msgs[i].Keys = []string{key}
-					}
+					msgs[i] = newMessage(b)
 				}
 				rs, err := p.SendBatch(ctx, msgs)
 				for i, b := range batch {
@@ -117,10 +150,7 @@ with an "error" field. The exit status is 1 when any send failed.`,
 					}
 					continue
 				}
-				m := &client.Message{Topic: topic, Tags: tag, Body: []byte(b)}
-				if key != "" {
-					m.Keys = []string{key}
-				}
+				m := newMessage(b)
 				switch mode {
 				case "sync":
 					r, err := p.Send(ctx, m)
@@ -165,6 +195,9 @@ with an "error" field. The exit status is 1 when any send failed.`,
 	fl.IntVar(&batchSize, "batch", 32, "messages per batch (--mode batch)")
 	fl.BoolVar(&asJSON, "json", false, "print one JSON object per message")
 	fl.DurationVar(&timeout, "timeout", 3*time.Second, "per-send timeout, retries included")
+	fl.DurationVar(&delay, "delay", 0, "deliver each message this long after the broker stores it")
+	fl.StringVar(&deliverAt, "deliver-at", "", "deliver each message at this time (RFC 3339)")
+	fl.IntVar(&delayLevel, "delay-level", 0, "deliver each message after this RocketMQ delay level (1-18)")
 	return cmd
 }
 
@@ -213,4 +246,11 @@ func jsonBody(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -123,3 +123,31 @@ func TestOfficialAsyncAndOneWaySendsAreStored(t *testing.T) {
 		}
 	}
 }
+
+// The official producer's delayed sends, by delay level (DELAY) and by
+// deliver time (TIMER_DELIVER_MS), are held until due: raftmq's consumer
+// reads neither before its time, and each once, with the time it was due.
+func TestOfficialDelayedSendsArriveWhenDue(t *testing.T) {
+	ns := startDev(t, "--delay-levels", "1s 2s")
+	raftmq(t, "topic", "create", "--namesrv", ns, "--name", "later", "--queues", "2")
+	p := startProducer(t, ns)
+	sentAt := time.Now()
+	at := sentAt.Add(1500 * time.Millisecond)
+	sendSync(t, p,
+		primitive.NewMessage("later", []byte("by-level")).WithDelayTimeLevel(2),
+		primitive.NewMessage("later", []byte("by-time")).WithDelayTimestamp(at))
+	got := consumeNatively(t, ns, "later", 2)
+	for body, due := range map[string]time.Time{"by-level": sentAt.Add(2 * time.Second), "by-time": at} {
+		m := got[body]
+		props, _ := m["properties"].(map[string]any)
+		if m == nil || props["TIMER_OUT_MS"] == nil && body == "by-time" {
+			t.Fatalf("%s as read natively: %v", body, m)
+		}
+		if props["ORIGIN_MESSAGE_ID"] == nil {
+			t.Fatalf("%s read without the id of its held copy: %v", body, m)
+		}
+		if stored, _ := m["storeTime"].(float64); int64(stored) < due.UnixMilli() {
+			t.Fatalf("%s stored at %d, before it was due (%d)", body, int64(stored), due.UnixMilli())
+		}
+	}
+}
