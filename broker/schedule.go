@@ -116,7 +116,12 @@ func (b *Broker) moveDue(ctx context.Context, queue int32) (bool, error) {
 	}
 	next := cursor
 	if res.Status == storage.OffsetTooSmall {
-		next = res.NextOffset // retention passed the cursor
+		// Retention deleted them before they were due: under disk
+		// pressure (RetentionDiskRatio) it deletes the oldest segments
+		// whatever they hold, as it does unconsumed messages.
+		b.log.Warn("schedule service: delayed messages deleted by retention before they were due",
+			"queue", queue, "from", cursor, "to", res.NextOffset, "lost", res.NextOffset-cursor)
+		next = res.NextOffset
 	}
 	// The moved messages go as records, encoded here once; every replica
 	// appends them as they are (measured: decoding and encoding them on
