@@ -144,6 +144,12 @@ type Config struct {
 	// is delivered at its time or up to this much later (plus the schedule
 	// interval and a commit). Default 100 ms.
 	TimerPrecision time.Duration
+	// DedupWindow: a message a producer sends again (the same UNIQ_KEY,
+	// which RocketMQ's clients and raftmq's SDK keep on a retry) within
+	// this long of its stored copy is not stored again; the send is
+	// answered with the stored copy's id and offsets. Default 2 min, as
+	// NATS JetStream's duplicate window; negative disables.
+	DedupWindow time.Duration
 	// CatchUpTimeout bounds one copy of the commitlog from a peer when this
 	// replica restores a snapshot. Default 30 s.
 	CatchUpTimeout time.Duration
@@ -225,6 +231,8 @@ func (c Config) withDefaults() (Config, error) {
 	dur(&c.CatchUpTimeout, 30*time.Second)
 	dur(&c.ScheduleInterval, 100*time.Millisecond)
 	dur(&c.TimerHorizon, 7*24*time.Hour)
+	dur(&c.DedupWindow, 2*time.Minute)
+	c.Store.DedupWindow = max(c.DedupWindow, 0)
 	dur(&c.TimerPrecision, 100*time.Millisecond)
 	if c.DelayLevels == "" {
 		c.DelayLevels = DefaultDelayLevels

@@ -45,6 +45,16 @@
 //     time, and every replica's state machine appends those bytes
 //     (sendRecordsEntry in fsm.go). Sends of protobuf messages (older
 //     producers, raftmq's own tools) are encoded by the send service, once.
+//   - A producer's retry is stored once: the send service marks what
+//     producers send (message.SysFlagDedup), and every replica's store
+//     answers a marked record whose UNIQ_KEY it holds from the last
+//     DedupWindow (2 min) with the stored copy instead of appending it
+//     (storage/dedup.go), so the retry's ack names the first copy. Keys,
+//     not Kafka's producer ids and sequences: RocketMQ's clients already
+//     give every message a unique key and keep it on a retry, so their
+//     retries are deduplicated too, and no producer state is replicated.
+//     What the broker writes itself (send-backs, moved timers) keeps its
+//     first copy's key and is not marked.
 //   - Group commit keeps one entry in flight, and more only when they
 //     are full (batcher.go says why).
 //   - A replica whose store fails (a write or fdatasync error, a full disk)

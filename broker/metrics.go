@@ -17,6 +17,7 @@ import (
 type metrics struct {
 	reg          *prometheus.Registry
 	sendMessages prometheus.Counter
+	sendRetries  prometheus.Counter // sends found stored already (dedup)
 	sendSeconds  prometheus.Histogram
 	pulls        *prometheus.CounterVec // by status
 	pullSeconds  prometheus.Histogram
@@ -32,6 +33,8 @@ func newMetrics(b *Broker) *metrics {
 		reg: prometheus.NewRegistry(),
 		sendMessages: prometheus.NewCounter(prometheus.CounterOpts{Name: "raftmq_send_messages_total",
 			Help: "Messages stored through SendMessage.", ConstLabels: labels}),
+		sendRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "raftmq_send_duplicates_total",
+			Help: "Messages sent again that were stored already (a producer's retry, within the dedup window), answered with the stored copy.", ConstLabels: labels}),
 		sendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "raftmq_send_seconds",
 			Help: "SendMessage latency, replication included.", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		pulls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "raftmq_pull_requests_total",
@@ -93,7 +96,7 @@ func newMetrics(b *Broker) *metrics {
 	gauge("raftmq_commitlog_max_offset", "Commitlog end offset.", func() float64 { _, max := b.store.CommitlogOffsets(); return float64(max) })
 	gauge("raftmq_commitlog_bytes", "Commitlog bytes kept (end offset less first offset).", func() float64 { min, max := b.store.CommitlogOffsets(); return float64(max - min) })
 	m.reg.MustRegister(lagCollector{b: b, labels: labels})
-	m.reg.MustRegister(m.sendMessages, m.sendSeconds, m.pulls, m.pullSeconds, m.applySeconds, m.applyMessages,
+	m.reg.MustRegister(m.sendMessages, m.sendRetries, m.sendSeconds, m.pulls, m.pullSeconds, m.applySeconds, m.applyMessages,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

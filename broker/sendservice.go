@@ -54,6 +54,11 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	if err != nil {
 		return nil, err
 	}
+	if b.cfg.DedupWindow > 0 {
+		if err := message.MarkDedup(records); err != nil {
+			return nil, storeError(err)
+		}
+	}
 	if len(records) > b.cfg.EntryMaxBytes {
 		return nil, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("batch of %d bytes, limit %d", len(records), b.cfg.EntryMaxBytes))
 	}
@@ -69,9 +74,13 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 		return nil, err
 	}
 	b.metrics.sendSeconds.Observe(time.Since(start).Seconds())
-	b.metrics.sendMessages.Add(float64(len(res)))
 	out := &pb.SendMessageResponse{Group: b.cfg.Group, QueueId: req.QueueId, Results: make([]*pb.SendResult, len(res))}
 	for i, r := range res {
+		if r.Duplicate {
+			b.metrics.sendRetries.Inc()
+		} else {
+			b.metrics.sendMessages.Inc()
+		}
 		out.Results[i] = &pb.SendResult{
 			MsgId:           message.FormatID(b.cfg.Group, r.Offset),
 			QueueOffset:     r.QueueOffset,

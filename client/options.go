@@ -17,7 +17,8 @@
 //     name server, rebalancing as soon as a topic's queues change;
 //   - faults.go: brokers isolated for a while after a failed send;
 //   - message.go: Message, MessageExt and MessageQueue, decoding records;
-//   - producer.go: sends, queue selection, retries;
+//   - producer.go: sends, queue selection, retries (a try with an unknown
+//     outcome retried on its queue, for the broker's deduplication);
 //   - pullconsumer.go: pulls and offsets by hand;
 //   - pushconsumer.go: the push consumer's pull loops, consumption,
 //     send-back, offset commits;
@@ -48,6 +49,7 @@ type options struct {
 	attemptTimeout time.Duration
 	faultIsolation time.Duration
 	retries        int
+	sameQueueRetry bool // WithIdempotentRetries
 	routeRefresh   time.Duration
 	maxMessageSize int
 	group          string
@@ -64,6 +66,7 @@ func defaultOptions() options {
 		sendTimeout:    3 * time.Second,
 		faultIsolation: 5 * time.Second,
 		retries:        2,
+		sameQueueRetry: true,
 		routeRefresh:   30 * time.Second,
 		maxMessageSize: 4 << 20,
 		logger:         slog.Default(),
@@ -101,9 +104,10 @@ func WithSendTimeout(d time.Duration) Option { return func(o *options) { o.sendT
 // WithAttemptTimeout bounds each try of a send, so that a master that
 // stopped answering (frozen, or cut off the network) costs one attempt and
 // the send goes on to the group's new master within the send timeout. A
-// try that runs out has an unknown outcome: it may have been stored, and
-// the retry may store the message again. Default 0: a try may take the
-// whole send timeout.
+// try that runs out has an unknown outcome: it may have been stored; the
+// retry goes to the same queue and the broker answers it with the stored
+// copy (WithIdempotentRetries). Default 0: a try may take the whole send
+// timeout.
 func WithAttemptTimeout(d time.Duration) Option { return func(o *options) { o.attemptTimeout = d } }
 
 // WithFaultIsolation sets how long round-robin sends steer around a master
@@ -116,6 +120,17 @@ func WithFaultIsolation(d time.Duration) Option { return func(o *options) { o.fa
 // again (on another group when the topic has one, else on the group's new
 // master). Default 2.
 func WithRetries(n int) Option { return func(o *options) { o.retries = n } }
+
+// WithIdempotentRetries: a send whose outcome is unknown (the try timed
+// out, or its connection failed) is tried again on the same queue, at its
+// group's master of the moment, so that the broker finds the stored copy
+// by the messages' unique keys (within its dedup window, 2 min by default)
+// and answers with it instead of storing the messages twice. A send the
+// broker refused (a slave, too many requests) may still go to another
+// group. Default true; false lets every retry go to another group, as
+// RocketMQ's producer does, at the price of a duplicate when the first
+// try was stored.
+func WithIdempotentRetries(on bool) Option { return func(o *options) { o.sameQueueRetry = on } }
 
 // WithRouteRefresh sets how long a cached route is used. Default 30 s.
 func WithRouteRefresh(d time.Duration) Option { return func(o *options) { o.routeRefresh = d } }

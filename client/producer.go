@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -241,6 +242,7 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 		avoid     string
 		redirect  string
 		redirectQ MessageQueue
+		stay      *MessageQueue // the queue of a try with an unknown outcome
 	)
 	for attempt := 0; attempt <= p.opts.retries && ctx.Err() == nil; attempt++ {
 		var mq MessageQueue
@@ -253,6 +255,9 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 				return nil, err
 			}
 			wq := p.choose(queues, pick, avoid)
+			if i := slices.IndexFunc(queues, func(q writeQueue) bool { return stay != nil && q.MessageQueue == *stay }); i >= 0 {
+				wq = queues[i]
+			}
 			mq, addr = wq.MessageQueue, wq.master
 			if addr == "" && len(wq.replicas) > 0 {
 				// The name servers know no master yet (gossip lags the
@@ -296,15 +301,21 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 		if !retriable(err) {
 			return nil, err
 		}
+		reason, meta := pb.ReasonOf(err)
+		unknown := reason == pb.ErrorReason_TIMEOUT
 		if c := status.Code(err); c == codes.DeadlineExceeded || c == codes.Unavailable {
 			p.faults.mark(addr, time.Now()) // no answer: steer round-robin sends elsewhere for a while
+			unknown = true
+		}
+		if unknown && p.opts.sameQueueRetry {
+			stay = &mq // the broker deduplicates within its group only
 		}
 		p.r.invalidate(topic)
-		if reason, meta := pb.ReasonOf(err); reason == pb.ErrorReason_NOT_LEADER && meta["leader"] != "" && meta["leader"] != addr {
+		if reason == pb.ErrorReason_NOT_LEADER && meta["leader"] != "" && meta["leader"] != addr {
 			redirect, redirectQ = meta["leader"], mq
 			continue
 		}
-		if pick == nil {
+		if pick == nil && stay == nil {
 			avoid = mq.Group
 		}
 		// Let an election finish and the name servers hear of it.

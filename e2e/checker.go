@@ -74,8 +74,9 @@ type History struct {
 	deliveries []Delivery
 	checksums  []Checksum
 	// readBack holds what a consumer group of the checker's own read from
-	// the topic's first offset once the drill was over; nil until then.
-	readBack map[string]bool
+	// the topic's first offset once the drill was over, by body, with where
+	// each copy is stored; nil until then.
+	readBack map[string]map[string]bool
 	// inFlight is the consumers' in-flight window when the fault began:
 	// messages delivered but not yet covered by the group's committed
 	// offset, summed over the queues (inFlightTaken: it was taken).
@@ -124,13 +125,18 @@ func (h *History) Delivered(d Delivery) {
 }
 
 // ReadBack records a message read again after the drill, by a consumer
-// group that starts from the first offset: what the store holds.
-func (h *History) ReadBack(body string) {
+// group that starts from the first offset: what the store holds, and where
+// (its queue and offset: a message stored twice is read back from two
+// places).
+func (h *History) ReadBack(body, at string) {
 	h.mu.Lock()
 	if h.readBack == nil {
-		h.readBack = map[string]bool{}
+		h.readBack = map[string]map[string]bool{}
 	}
-	h.readBack[body] = true
+	if h.readBack[body] == nil {
+		h.readBack[body] = map[string]bool{}
+	}
+	h.readBack[body][at] = true
 	h.mu.Unlock()
 }
 
@@ -139,7 +145,7 @@ func (h *History) AllReadBack() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, s := range h.sends {
-		if s.Outcome == Acked && !h.readBack[s.Body] {
+		if s.Outcome == Acked && h.readBack[s.Body] == nil {
 			return false
 		}
 	}
@@ -154,7 +160,7 @@ func (h *History) NotStoredByQueue() map[string]int {
 	defer h.mu.Unlock()
 	out := map[string]int{}
 	for _, s := range h.sends {
-		if s.Outcome == Acked && h.readBack != nil && !h.readBack[s.Body] {
+		if s.Outcome == Acked && h.readBack != nil && h.readBack[s.Body] == nil {
 			out[s.Queue]++
 		}
 	}
@@ -182,6 +188,7 @@ type Report struct {
 	Acked, Failed, Unknown int
 	Lost                   []string // acked, never consumed
 	NotStored              []string // acked, and not read back after the drill (when it was read back)
+	StoredTwice            int      // sent messages read back from more than one place: a producer's retry stored again
 	Unexpected             []string // consumed, never sent (or sent and refused)
 	DupFromUnknown         int      // deliveries beyond the first of messages whose send outcome was unknown
 	DupOther               int      // deliveries beyond the first of other messages
@@ -213,8 +220,8 @@ func (r Report) String() string {
 	if len(r.SendErrors) > 0 {
 		errs = " [" + strings.Join(r.SendErrors, "; ") + "]"
 	}
-	return fmt.Sprintf("acked %d, failed %d, unknown %d%s; lost %d, not stored %d, unexpected %d, duplicates %d%s (+%d from unknown sends; in flight at the fault %d), order breaks %d, divergent groups %d (of %d replicas compared); write gaps over 1s: [%s]",
-		r.Acked, r.Failed, r.Unknown, errs, len(r.Lost), len(r.NotStored), len(r.Unexpected), r.DupOther, dups, r.DupFromUnknown, r.InFlight,
+	return fmt.Sprintf("acked %d, failed %d, unknown %d%s; lost %d, not stored %d, stored twice %d, unexpected %d, duplicates %d%s (+%d from unknown sends; in flight at the fault %d), order breaks %d, divergent groups %d (of %d replicas compared); write gaps over 1s: [%s]",
+		r.Acked, r.Failed, r.Unknown, errs, len(r.Lost), len(r.NotStored), r.StoredTwice, len(r.Unexpected), r.DupOther, dups, r.DupFromUnknown, r.InFlight,
 		len(r.OrderBreaks), len(r.Divergent), r.Replicas, strings.Join(gaps, " "))
 }
 
@@ -295,8 +302,11 @@ func (h *History) Check() Report {
 		if s.Outcome == Acked && count[s.Body] == 0 {
 			r.Lost = append(r.Lost, s.Body)
 		}
-		if s.Outcome == Acked && h.readBack != nil && !h.readBack[s.Body] {
+		if s.Outcome == Acked && h.readBack != nil && h.readBack[s.Body] == nil {
 			r.NotStored = append(r.NotStored, s.Body)
+		}
+		if len(h.readBack[s.Body]) > 1 {
+			r.StoredTwice++
 		}
 	}
 	// Order: within a queue, a producer's messages must be stored in the

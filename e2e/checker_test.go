@@ -63,10 +63,15 @@ func TestCheckerFindsFaults(t *testing.T) {
 		t.Fatalf("not stored %v without a read-back", r.NotStored)
 	}
 	// Read back after the drill: a, consumed during it, is gone from the store.
-	h.ReadBack("b")
-	h.ReadBack("d")
-	if r := h.Check(); len(r.NotStored) != 1 || r.NotStored[0] != "a" || h.AllReadBack() {
-		t.Fatalf("not stored %v", r.NotStored)
+	h.ReadBack("b", "q@1")
+	h.ReadBack("d", "q@3")
+	h.ReadBack("b", "q@1") // read twice from one place: stored once
+	if r := h.Check(); len(r.NotStored) != 1 || r.NotStored[0] != "a" || h.AllReadBack() || r.StoredTwice != 0 {
+		t.Fatalf("not stored %v, stored twice %d", r.NotStored, r.StoredTwice)
+	}
+	h.ReadBack("b", "q@4") // a retry stored again
+	if r := h.Check(); r.StoredTwice != 1 {
+		t.Fatalf("stored twice %d, want 1", r.StoredTwice)
 	}
 	if got := h.NotStoredByQueue(); len(got) != 1 || got[""] != 1 {
 		t.Fatalf("not stored by queue %v", got)
@@ -95,7 +100,7 @@ func TestCheckerFindsFaults(t *testing.T) {
 	clean.Delivered(Delivery{Body: "a", Queue: "q"})
 	clean.Replica(Checksum{Group: "g", Replica: "1", ToOffset: 100, SHA256: "aa"})
 	clean.Replica(Checksum{Group: "g", Replica: "2", ToOffset: 100, SHA256: "aa"})
-	clean.ReadBack("a")
+	clean.ReadBack("a", "q@0")
 	if r := clean.Check(); !r.OK() || !clean.Consumed() || !clean.AllReadBack() {
 		t.Fatalf("a clean history failed: %s", r)
 	}

@@ -199,7 +199,7 @@ func readBack(t *testing.T, c drillCluster, h *History, within time.Duration) {
 	}
 	pc.Subscribe("drill", "*", func(_ context.Context, msgs []*client.MessageExt) client.ConsumeResult {
 		for _, msg := range msgs {
-			h.ReadBack(string(msg.Body))
+			h.ReadBack(string(msg.Body), fmt.Sprintf("%s/%d@%d", msg.Queue.Group, msg.Queue.QueueID, msg.QueueOffset))
 		}
 		return client.ConsumeSuccess
 	})
@@ -207,7 +207,7 @@ func readBack(t *testing.T, c drillCluster, h *History, within time.Duration) {
 		t.Fatal(err)
 	}
 	defer pc.Shutdown()
-	h.ReadBack("") // a read-back was made, even if it finds nothing
+	h.ReadBack("", "") // a read-back was made, even if it finds nothing
 	for deadline := time.Now().Add(within); !h.AllReadBack() && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -41,6 +41,11 @@ const (
 	BlankSize         = 8 // a blank record needs size and magic
 
 	SysFlagBatchEnd uint32 = 1 << 0
+	// SysFlagDedup marks, in a record on its way to a store (never in a
+	// stored one: a store writes the sys flag anew), a producer's send that
+	// the store appends only if it holds no record with the same unique
+	// key from the last deduplication window.
+	SysFlagDedup uint32 = 1 << 1
 
 	maxShortLen = 1<<16 - 1
 )
@@ -160,6 +165,15 @@ func Fill(b []byte, raftIndex uint64, offset, queueOffset int64, sysFlag uint32)
 // and fails on a size that does not fit.
 func SetStoreTime(records []byte, t int64) error {
 	return eachRecord(records, func(b []byte) { binary.BigEndian.PutUint64(b[56:], uint64(t)) })
+}
+
+// MarkDedup sets SysFlagDedup on every record in records, a sequence of
+// records already framed; their CRCs are left stale, as SetStoreTime
+// leaves them.
+func MarkDedup(records []byte) error {
+	return eachRecord(records, func(b []byte) {
+		binary.BigEndian.PutUint32(b[12:], binary.BigEndian.Uint32(b[12:])|SysFlagDedup)
+	})
 }
 
 // SetQueueID writes id as the queue id of every record in records, a

@@ -55,6 +55,12 @@ type Config struct {
 	// MaxMessageSize caps one encoded record. Default 4 MiB. Must fit in a
 	// segment.
 	MaxMessageSize int
+	// DedupWindow: a record marked message.SysFlagDedup whose unique key
+	// (UNIQ_KEY) a record stored up to this long before it also has (by
+	// the records' store times) is not appended; its append result is the
+	// stored record's, marked Duplicate. Found through the key index, so
+	// every replica decides alike. 0 (the default) disables.
+	DedupWindow time.Duration
 	// MaxQueuesPerTopic bounds queue ids: 0 <= id < MaxQueuesPerTopic.
 	// Default 1024.
 	MaxQueuesPerTopic int32

@@ -51,7 +51,10 @@
 // queue as soon as it is stored (in FlushSync mode, a little before the
 // fdatasync returns). The key
 // index is a chain of hash-slot files in the manner of RocketMQ's
-// IndexFile. Reads return the raw stored records, CRC-checked, and check
+// IndexFile. Through it, a producer's retry is stored once: a record the
+// broker marks (message.SysFlagDedup) whose UNIQ_KEY a record stored within
+// Config.DedupWindow already has is answered with that record and not
+// appended (dedup.go). Reads return the raw stored records, CRC-checked, and check
 // that the record is the one the consume queue entry names; damaged data is
 // reported as ErrCorrupt, never returned as a message.
 //

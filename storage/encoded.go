@@ -85,7 +85,18 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte) ([]AppendResult,
 		p += size
 	}
 	s.views = views[:0]
+	if s.cfg.DedupWindow > 0 {
+		if dups := s.duplicates(records, views); dups != nil {
+			return s.appendAllBut(raftIndex, records, views, results, dups)
+		}
+	}
+	return s.appendFramed(raftIndex, records, views, results)
+}
 
+// appendFramed places and writes framed records as the batch of Raft entry
+// raftIndex. results holds each record's size, topic, queue and tag hash;
+// it returns them with their offsets.
+func (s *Store) appendFramed(raftIndex uint64, records []byte, views []message.View, results []AppendResult) ([]AppendResult, error) {
 	// Place every record: its commitlog offset (a record that does not fit
 	// in the rest of a segment starts the next one) and queue offset.
 	segSize := s.cfg.SegmentSize

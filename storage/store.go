@@ -63,6 +63,9 @@ type AppendResult struct {
 	Topic   string
 	QueueID int32
 	TagHash int64
+	// Duplicate: the record was not appended, being a retry of the stored
+	// record these fields describe (Config.DedupWindow).
+	Duplicate bool
 }
 
 type chunk struct {

@@ -46,6 +46,7 @@ type brokerFlags struct {
 	DelayLevels     string `yaml:"delay-levels"`
 	TimerHorizon    string `yaml:"timer-horizon"`
 	TimerPrecision  string `yaml:"timer-precision"`
+	DedupWindow     string `yaml:"dedup-window"`
 	nodeSecurity    `yaml:",inline"`
 }
 
@@ -100,6 +101,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.SlaveReadLag, "slave-read-lag", "20000", "a consumer more messages than this behind on a queue reads it from a slave (off: always from the master)")
 	fl.StringVar(&f.DelayLevels, "delay-levels", "", `the retry delays of levels 1..n (default RocketMQ's "1s 5s 10s 30s 1m ... 2h"; a first retry waits level 3)`)
 	fl.StringVar(&f.TimerHorizon, "timer-horizon", "168h", "how far ahead a timer message may ask to be delivered")
+	fl.StringVar(&f.DedupWindow, "dedup-window", "2m", "a message sent again with the same UNIQ_KEY (a producer's retry) within this long of its stored copy is answered with that copy, not stored again (off: never)")
 	fl.StringVar(&f.TimerPrecision, "timer-precision", "100ms", "a timer message is delivered at its time or up to this much later (the timer ladder's first step)")
 	f.nodeSecurity.flags(cmd)
 	return cmd
@@ -145,6 +147,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("delay-levels", &f.DelayLevels, fromFile.DelayLevels)
 	set("timer-horizon", &f.TimerHorizon, fromFile.TimerHorizon)
 	set("timer-precision", &f.TimerPrecision, fromFile.TimerPrecision)
+	set("dedup-window", &f.DedupWindow, fromFile.DedupWindow)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -260,6 +263,12 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	}
 	if cfg.TimerPrecision, err = time.ParseDuration(f.TimerPrecision); err != nil || cfg.TimerPrecision < time.Millisecond {
 		return fmt.Errorf("--timer-precision %q: want a duration of at least 1ms", f.TimerPrecision)
+	}
+	cfg.DedupWindow = -1
+	if f.DedupWindow != "off" {
+		if cfg.DedupWindow, err = time.ParseDuration(f.DedupWindow); err != nil || cfg.DedupWindow <= 0 {
+			return fmt.Errorf("--dedup-window %q: want a positive duration, or off", f.DedupWindow)
+		}
 	}
 	cfg.Gossip = broker.GossipConfig{BindAddr: f.Gossip, AdvertiseAddr: f.AdvertiseGossip, Join: splitList(f.Join), Cluster: f.Cluster}
 	if cfg.TLS, cfg.Gossip.SecretKey, err = f.nodeSecurity.load(); err != nil {

@@ -148,6 +148,7 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--retention", "forever"}, `--retention "forever": want a duration`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--disk-max-ratio", "1.5"}, `--disk-max-ratio "1.5": want a number above 0`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--slave-read-lag", "-3"}, `--slave-read-lag "-3": want a positive number`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--dedup-window", "0"}, `--dedup-window "0": want a positive duration, or off`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--timer-horizon", "a week"}, `--timer-horizon "a week": want a positive duration`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--timer-precision", "10us"}, `--timer-precision "10us": want a duration of at least 1ms`},
 	} {

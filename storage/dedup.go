@@ -1,0 +1,134 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+
+	"github.com/raftmq/raftmq/message"
+)
+
+// Deduplication of producers' retries (Config.DedupWindow). A producer
+// gives every message a unique key (UNIQ_KEY, RocketMQ's client message
+// id) and keeps it when it sends the message again after an unknown
+// outcome: a timeout, a master that failed before answering. A record
+// marked message.SysFlagDedup (the broker marks what producers send, and
+// nothing it writes itself: retries sent back by consumers and moved
+// timers keep their first copy's key) whose key a record stored in the
+// window before it already has is not appended again; the append answers
+// with the stored record's offsets, as if it were that append. NATS
+// JetStream deduplicates by message id over a window the same way
+// (Nats-Msg-Id, 2 minutes by default).
+//
+// The stored copies are found through the key index, which the store
+// writes with every append and rebuilds from the commitlog at recovery, so
+// every replica, and a replica restarted, decides alike. (Only retention
+// could make replicas disagree: a replica whose disk-ratio retention
+// deleted the segment holding a copy younger than the window would store
+// the retry again. That needs a retained commitlog shorter than the window.)
+
+// dupRef says what a record of a batch is a duplicate of.
+type dupRef struct {
+	dup    bool
+	batch  int          // an earlier record of the batch, or -1
+	stored AppendResult // the stored copy, when batch is -1
+}
+
+// duplicates returns, for each record of the batch, what it duplicates,
+// or nil when none is a duplicate.
+func (s *Store) duplicates(records []byte, views []message.View) []dupRef {
+	var out []dupRef
+	var seen map[uint64]int // unique key hash -> the first record with it in this batch
+	window := s.cfg.DedupWindow.Milliseconds()
+	for i, p := 0, 0; i < len(views); i++ {
+		v, rec := views[i], records[p:]
+		p += int(binary.BigEndian.Uint32(rec))
+		if len(v.UniqKey) == 0 || message.HeaderSysFlag(rec)&message.SysFlagDedup == 0 {
+			continue
+		}
+		ref := dupRef{batch: -1}
+		h := keyHash(v.UniqKey)
+		if j, ok := seen[h]; ok && bytes.Equal(views[j].UniqKey, v.UniqKey) {
+			ref.dup, ref.batch = true, j
+			if out != nil && out[j].dup { // the first is itself a retry
+				ref = out[j]
+			}
+		} else {
+			if seen == nil {
+				seen = map[uint64]int{}
+			}
+			seen[h] = i
+			ref.stored, ref.dup = s.storedWithKey(v.UniqKey, v.StoreTime-window, v.StoreTime)
+		}
+		if ref.dup {
+			if out == nil {
+				out = make([]dupRef, len(views))
+			}
+			out[i] = ref
+		}
+	}
+	return out
+}
+
+// storedWithKey finds the newest stored record with unique key key and a
+// store time in [begin, end].
+func (s *Store) storedWithKey(key []byte, begin, end int64) (AppendResult, bool) {
+	for _, off := range s.index.lookup(string(key), 4, begin, end) {
+		rec, err := s.cl.readRecord(off)
+		if err != nil {
+			continue
+		}
+		_, v, err := message.Frame(rec, true)
+		if err != nil || !bytes.Equal(v.UniqKey, key) {
+			continue // another key with the same hash
+		}
+		return AppendResult{Offset: off, Size: int32(len(rec)), QueueOffset: message.HeaderQueueOffset(rec),
+			Topic: string(v.Topic), QueueID: v.QueueID, TagHash: message.TagHash(v.Tags), Duplicate: true}, true
+	}
+	return AppendResult{}, false
+}
+
+// appendAllBut appends the records of a framed batch that are not
+// duplicates, and answers for every record, the duplicates with what they
+// duplicate. A batch of duplicates only writes nothing, and still counts
+// as Raft entry raftIndex applied.
+func (s *Store) appendAllBut(raftIndex uint64, records []byte, views []message.View, results []AppendResult, dups []dupRef) ([]AppendResult, error) {
+	var (
+		kept      []byte
+		keptViews []message.View
+		keptIdx   []int
+	)
+	for i, p := 0, 0; i < len(views); i++ {
+		size := int(results[i].Size)
+		if !dups[i].dup {
+			kept = append(kept, records[p:p+size]...)
+			keptViews, keptIdx = append(keptViews, views[i]), append(keptIdx, i)
+		}
+		p += size
+	}
+	if len(keptIdx) == 0 {
+		s.lastRaftIndex = raftIndex
+	} else {
+		keptResults := make([]AppendResult, len(keptIdx))
+		for k, i := range keptIdx {
+			keptResults[k] = results[i]
+		}
+		res, err := s.appendFramed(raftIndex, kept, keptViews, keptResults)
+		if err != nil {
+			return nil, err
+		}
+		for k, i := range keptIdx {
+			results[i] = res[k]
+		}
+	}
+	for i, d := range dups {
+		switch {
+		case !d.dup:
+		case d.batch >= 0:
+			results[i] = results[d.batch]
+			results[i].Duplicate = true
+		default:
+			results[i] = d.stored
+		}
+	}
+	return results, nil
+}
