@@ -24,7 +24,12 @@
 // pushed code 40 when their group's members change, and out of the group
 // when the connection closes (remotingclients.go), the transport security
 // of its gRPC server and of its own calls (tls.go), and what each RPC
-// needs under access control (acl.go).
+// needs under access control (acl.go), the admin RPCs over topics,
+// subscription groups and offsets (adminservice.go), the replica's
+// announcement on the cluster's gossip, by which name servers route to it
+// (gossip.go), its Prometheus metrics, consumer lag among them
+// (metrics.go), its configuration with the documented defaults
+// (config.go), and the gRPC statuses its errors map to (errors.go).
 //
 // Design choices, where ARCHITECTURE.md leaves room:
 //   - Raft restores its latest snapshot at start (metadata only); the

@@ -159,15 +159,15 @@ type writeQueue struct {
 	replicas []*pb.ReplicaInfo
 }
 
-// writeQueues lists a topic's writable queues, by group and id. A topic no
-// name server knows yet goes to queue 0 of every group: a broker in dev
-// mode creates it on first send, others answer TOPIC_NOT_FOUND.
 // isolatedRouteRefresh is how old a route may be while it names a master
 // that round-robin sends steer around: the name servers are asked again
 // this often until they name the group's new master, so the group takes
 // writes again as soon as it has one, not when the isolation ends.
 const isolatedRouteRefresh = 200 * time.Millisecond
 
+// writeQueues lists a topic's writable queues, by group and id. A topic no
+// name server knows yet goes to queue 0 of every group: a broker in dev
+// mode creates it on first send, others answer TOPIC_NOT_FOUND.
 func (p *Producer) writeQueues(ctx context.Context, topic string) ([]writeQueue, error) {
 	route, err := p.r.route(ctx, topic)
 	if err == nil && p.faults.anyIsolated(route, time.Now()) {

@@ -72,7 +72,7 @@ func (s *Store) duplicates(records []byte, views []message.View) []dupRef {
 // storedWithKey finds the newest stored record with unique key key and a
 // store time in [begin, end].
 func (s *Store) storedWithKey(key []byte, begin, end int64) (AppendResult, bool) {
-	for _, off := range s.index.lookup(string(key), 4, begin, end) {
+	for _, off := range s.index.recent(key, 4, begin, end) {
 		rec, err := s.cl.readRecord(off)
 		if err != nil {
 			continue

@@ -1,7 +1,8 @@
 // Command raftmq is raftmq's one binary: the broker replica (broker.go),
 // the name server (namesrv.go), the local dev cluster (dev.go), and the
 // admin and client commands: topics and the cluster (admin.go, check.go),
-// produce, consume and bench (produce.go, consume.go, bench.go), consumer
+// produce, consume and bench (produce.go, consume.go, bench.go; the timer
+// bench in benchtimers.go), a group's replicas (replicas.go), consumer
 // groups (inspect.go: progress and message queries; groups.go: members,
 // reset-offset), dead letters (dlq.go), health (health.go), certificates
 // and the client's and node's security flags (certs.go, security.go).
