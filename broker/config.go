@@ -145,8 +145,8 @@ type Config struct {
 	// interval and a commit). Default 100 ms.
 	TimerPrecision time.Duration
 	// DedupWindow: a message a producer sends again (the same UNIQ_KEY,
-	// which RocketMQ's clients and raftmq's SDK keep on a retry) within
-	// this long of its stored copy is not stored again; the send is
+	// which RocketMQ's clients and raftmq's SDK keep on a retry) to the
+	// same topic within this long of its stored copy is not stored again; the send is
 	// answered with the stored copy's id and offsets. Default 2 min, as
 	// NATS JetStream's duplicate window; negative disables.
 	DedupWindow time.Duration

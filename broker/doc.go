@@ -52,8 +52,9 @@
 //     producers, raftmq's own tools) are encoded by the send service, once.
 //   - A producer's retry is stored once: the send service marks what
 //     producers send (message.SysFlagDedup), and every replica's store
-//     answers a marked record whose UNIQ_KEY it holds from the last
-//     DedupWindow (2 min) with the stored copy instead of appending it
+//     answers a marked record whose UNIQ_KEY it holds on the same topic
+//     from the last DedupWindow (2 min) with the stored copy instead of
+//     appending it
 //     (storage/dedup.go), so the retry's ack names the first copy. Keys,
 //     not Kafka's producer ids and sequences: RocketMQ's clients already
 //     give every message a unique key and keep it on a retry, so their

@@ -15,7 +15,10 @@ import (
 // nothing it writes itself: retries sent back by consumers and moved
 // timers keep their first copy's key) whose key a record stored in the
 // window before it already has is not appended again; the append answers
-// with the stored record's offsets, as if it were that append. NATS
+// with the stored record's offsets, as if it were that append. Only a
+// copy on the same topic counts: a message sent on elsewhere with its key
+// (a dead letter resent to its group's retry topic, a delivered message a
+// consumer forwards) is a new message. NATS
 // JetStream deduplicates by message id over a window the same way
 // (Nats-Msg-Id, 2 minutes by default).
 //
@@ -47,7 +50,7 @@ func (s *Store) duplicates(records []byte, views []message.View) []dupRef {
 		}
 		ref := dupRef{batch: -1}
 		h := keyHash(v.UniqKey)
-		if j, ok := seen[h]; ok && bytes.Equal(views[j].UniqKey, v.UniqKey) {
+		if j, ok := seen[h]; ok && bytes.Equal(views[j].UniqKey, v.UniqKey) && bytes.Equal(views[j].Topic, v.Topic) {
 			ref.dup, ref.batch = true, j
 			if out != nil && out[j].dup { // the first is itself a retry
 				ref = out[j]
@@ -57,7 +60,7 @@ func (s *Store) duplicates(records []byte, views []message.View) []dupRef {
 				seen = map[uint64]int{}
 			}
 			seen[h] = i
-			ref.stored, ref.dup = s.storedWithKey(v.UniqKey, v.StoreTime-window, v.StoreTime)
+			ref.stored, ref.dup = s.storedWithKey(v.Topic, v.UniqKey, v.StoreTime-window, v.StoreTime)
 		}
 		if ref.dup {
 			if out == nil {
@@ -69,17 +72,17 @@ func (s *Store) duplicates(records []byte, views []message.View) []dupRef {
 	return out
 }
 
-// storedWithKey finds the newest stored record with unique key key and a
-// store time in [begin, end].
-func (s *Store) storedWithKey(key []byte, begin, end int64) (AppendResult, bool) {
+// storedWithKey finds the newest stored record of topic with unique key
+// key and a store time in [begin, end].
+func (s *Store) storedWithKey(topic, key []byte, begin, end int64) (AppendResult, bool) {
 	for _, off := range s.index.recent(key, 4, begin, end) {
 		rec, err := s.cl.readRecord(off)
 		if err != nil {
 			continue
 		}
 		_, v, err := message.Frame(rec, true)
-		if err != nil || !bytes.Equal(v.UniqKey, key) {
-			continue // another key with the same hash
+		if err != nil || !bytes.Equal(v.UniqKey, key) || !bytes.Equal(v.Topic, topic) {
+			continue // another key with the same hash, or a copy sent elsewhere
 		}
 		return AppendResult{Offset: off, Size: int32(len(rec)), QueueOffset: message.HeaderQueueOffset(rec),
 			Topic: string(v.Topic), QueueID: v.QueueID, TagHash: message.TagHash(v.Tags), Duplicate: true}, true

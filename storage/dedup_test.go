@@ -63,8 +63,11 @@ func TestAppendRecordsStoresARetryOnce(t *testing.T) {
 	if s.LastRaftIndex() != 3 {
 		t.Fatalf("last Raft index %d after a batch of duplicates, want 3", s.LastRaftIndex())
 	}
-	// Past the window, unmarked, or another key: stored.
+	// Past the window, unmarked, another key, or another topic: stored.
+	elsewhere := keyed("u2", "b")
+	elsewhere.Topic = "%RETRY%g"
 	for i, records := range [][]byte{
+		marked(t, s, t0+45_000, elsewhere),
 		marked(t, s, t0+61_000, keyed("u1", "a")),
 		encodeRecords(t, s, []message.Message{keyed("u2", "b")}, t0+45_000),
 		marked(t, s, t0+45_000, keyed("u4", "d")),
@@ -77,7 +80,7 @@ func TestAppendRecordsStoresARetryOnce(t *testing.T) {
 	s.crash()
 	s = openStore(t, cfg)
 	defer s.Close()
-	res, err := s.AppendRecords(7, marked(t, s, t0+50_000, keyed("u3", "c")))
+	res, err := s.AppendRecords(8, marked(t, s, t0+50_000, keyed("u3", "c")))
 	if err != nil || !res[0].Duplicate || res[0].Offset != again[2].Offset {
 		t.Fatalf("after a restart, a retry answered %+v, %v; stored as %+v", res, err, again[2])
 	}
