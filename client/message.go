@@ -52,8 +52,9 @@ func (m *Message) withProperty(name, value string) *Message {
 	return m
 }
 
-// DueTime is when a timer or delayed message was due (TIMER_OUT_MS, set
-// by the broker on timers), and false for other messages.
+// DueTime is when a timer message was due (TIMER_OUT_MS, which the
+// broker sets on timers), and false for other messages, those delayed by
+// a delay level included.
 func (m *MessageExt) DueTime() (time.Time, bool) {
 	ms, err := strconv.ParseInt(m.Properties[message.PropertyTimerOutMS], 10, 64)
 	return time.UnixMilli(ms), err == nil

@@ -56,8 +56,8 @@ type Config struct {
 	// segment.
 	MaxMessageSize int
 	// DedupWindow: a record marked message.SysFlagDedup whose unique key
-	// (UNIQ_KEY) a record stored up to this long before it also has (by
-	// the records' store times) is not appended; its append result is the
+	// (UNIQ_KEY) a record of the same topic stored up to this long before
+	// it also has (by the records' store times) is not appended; its append result is the
 	// stored record's, marked Duplicate. Found through the key index, so
 	// every replica decides alike. 0 (the default) disables.
 	DedupWindow time.Duration
