@@ -121,27 +121,28 @@ func (b *Broker) delayAsked(props map[string]string, now time.Time) (level int32
 		}
 		return int32(min(n, len(b.delays))), time.Time{}, nil
 	}
+	horizon := b.cfg.TimerHorizon
 	for _, p := range []struct {
 		name string
+		max  int64 // the value at the horizon: checked before the arithmetic, which could overflow
 		at   func(n int64) time.Time
 	}{
-		{message.PropertyTimerDelaySec, func(n int64) time.Time { return now.Add(time.Duration(n) * time.Second) }},
-		{message.PropertyTimerDelayMS, func(n int64) time.Time { return now.Add(time.Duration(n) * time.Millisecond) }},
-		{message.PropertyTimerDeliverMS, time.UnixMilli},
+		{message.PropertyTimerDelaySec, int64(horizon / time.Second), func(n int64) time.Time { return now.Add(time.Duration(n) * time.Second) }},
+		{message.PropertyTimerDelayMS, int64(horizon / time.Millisecond), func(n int64) time.Time { return now.Add(time.Duration(n) * time.Millisecond) }},
+		{message.PropertyTimerDeliverMS, now.Add(horizon).UnixMilli(), time.UnixMilli},
 	} {
 		v := props[p.name]
 		if v == "" {
 			continue
 		}
 		n, err := strconv.ParseInt(v, 10, 64)
-		// Bounds before the arithmetic, so no value overflows into the past.
-		if err != nil || n < 0 || n > int64(b.cfg.TimerHorizon/time.Millisecond)+now.UnixMilli() {
-			return 0, time.Time{}, fmt.Errorf("property %s=%q is not a time within the timer horizon (%s)", p.name, v, b.cfg.TimerHorizon)
+		switch {
+		case err != nil || n < 0:
+			return 0, time.Time{}, fmt.Errorf("property %s=%q is not a time", p.name, v)
+		case n > p.max:
+			return 0, time.Time{}, fmt.Errorf("property %s=%q asks for delivery past the timer horizon (%s)", p.name, v, horizon)
 		}
 		due = p.at(n)
-		if due.Sub(now) > b.cfg.TimerHorizon {
-			return 0, time.Time{}, fmt.Errorf("property %s=%q asks for delivery %s ahead, past the timer horizon (%s)", p.name, v, due.Sub(now).Round(time.Second), b.cfg.TimerHorizon)
-		}
 		if !due.After(now) {
 			return 0, time.Time{}, nil // due already: an ordinary message, as RocketMQ stores it
 		}

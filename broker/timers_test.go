@@ -71,6 +71,9 @@ func TestDelayAskedReadsRocketMQsProperties(t *testing.T) {
 		{props: map[string]string{"TIMER_DELAY_MS": "0"}},
 		{props: map[string]string{"TIMER_DELAY_SEC": "3601"}, bad: true},
 		{props: map[string]string{"TIMER_DELAY_SEC": "9223372036854775807"}, bad: true},
+		{props: map[string]string{"TIMER_DELAY_SEC": "10000000000"}, bad: true}, // overflows a Duration
+		{props: map[string]string{"TIMER_DELAY_MS": "3600000"}, due: now.Add(time.Hour)},
+		{props: map[string]string{"TIMER_DELIVER_MS": strconv.FormatInt(now.Add(time.Hour).UnixMilli()+1, 10)}, bad: true},
 		{props: map[string]string{"TIMER_DELAY_MS": "-5"}, bad: true},
 		{props: map[string]string{"TIMER_DELIVER_MS": "soon"}, bad: true},
 	} {
