@@ -489,17 +489,25 @@ func (b *Broker) onAppended(res []storage.AppendResult) {
 }
 
 func (b *Broker) holdCheckLoop(ctx context.Context) {
-	t := time.NewTicker(b.cfg.HoldCheckInterval)
+	every(ctx, b.cfg.HoldCheckInterval, func(now time.Time) {
+		b.holds.check(now, func(k queueKey) int64 {
+			_, max := b.store.QueueOffsets(k.topic, k.queue)
+			return max
+		})
+	})
+}
+
+// every calls f at each tick of interval d until ctx ends: the replica's
+// periodic work (hold checks, offset commits, gossip, the schedule).
+func every(ctx context.Context, d time.Duration, f func(now time.Time)) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			b.holds.check(now, func(k queueKey) int64 {
-				_, max := b.store.QueueOffsets(k.topic, k.queue)
-				return max
-			})
+			f(now)
 		}
 	}
 }

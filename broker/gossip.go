@@ -65,24 +65,19 @@ func (b *Broker) startGossip() error {
 
 // gossipLoop announces changes of what the replica tells the pool.
 func (b *Broker) gossipLoop(ctx context.Context) {
-	t := time.NewTicker(b.cfg.Gossip.RefreshInterval)
-	defer t.Stop()
 	last := b.gossipMeta()
-	for {
-		select {
-		case <-ctx.Done():
+	every(ctx, b.cfg.Gossip.RefreshInterval, func(time.Time) {
+		m := b.gossipMeta()
+		if m == last {
 			return
-		case <-t.C:
-			if m := b.gossipMeta(); m != last {
-				if err := b.ms.UpdateMeta(m); err != nil {
-					// Usually memberlist not confirming the broadcast in
-					// time (the pool is still forming); the update is
-					// queued, and the next tick tries again.
-					b.log.Debug("gossip metadata update not confirmed", "err", err)
-					continue
-				}
-				last = m
-			}
 		}
-	}
+		if err := b.ms.UpdateMeta(m); err != nil {
+			// Usually memberlist not confirming the broadcast in time
+			// (the pool is still forming); the update is queued, and the
+			// next tick tries again.
+			b.log.Debug("gossip metadata update not confirmed", "err", err)
+			return
+		}
+		last = m
+	})
 }

@@ -15,12 +15,12 @@ import (
 // metrics are a replica's Prometheus metrics, in a registry of its own (a
 // process may run several replicas, as raftmq dev does).
 type metrics struct {
-	reg          *prometheus.Registry
-	sendMessages prometheus.Counter
-	sendRetries  prometheus.Counter // sends found stored already (dedup)
-	sendSeconds  prometheus.Histogram
-	pulls        *prometheus.CounterVec // by status
-	pullSeconds  prometheus.Histogram
+	reg            *prometheus.Registry
+	sendMessages   prometheus.Counter
+	sendDuplicates prometheus.Counter // sends found stored already (dedup)
+	sendSeconds    prometheus.Histogram
+	pulls          *prometheus.CounterVec // by status
+	pullSeconds    prometheus.Histogram
 	// applySeconds: a send batch's Raft entry from Apply to applied on
 	// the master, a quorum's fsync included (the commit latency).
 	applySeconds  prometheus.Histogram
@@ -33,7 +33,7 @@ func newMetrics(b *Broker) *metrics {
 		reg: prometheus.NewRegistry(),
 		sendMessages: prometheus.NewCounter(prometheus.CounterOpts{Name: "raftmq_send_messages_total",
 			Help: "Messages stored through SendMessage.", ConstLabels: labels}),
-		sendRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "raftmq_send_duplicates_total",
+		sendDuplicates: prometheus.NewCounter(prometheus.CounterOpts{Name: "raftmq_send_duplicates_total",
 			Help: "Messages sent again that were stored already (a producer's retry, within the dedup window), answered with the stored copy.", ConstLabels: labels}),
 		sendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "raftmq_send_seconds",
 			Help: "SendMessage latency, replication included.", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
@@ -96,7 +96,7 @@ func newMetrics(b *Broker) *metrics {
 	gauge("raftmq_commitlog_max_offset", "Commitlog end offset.", func() float64 { _, max := b.store.CommitlogOffsets(); return float64(max) })
 	gauge("raftmq_commitlog_bytes", "Commitlog bytes kept (end offset less first offset).", func() float64 { min, max := b.store.CommitlogOffsets(); return float64(max - min) })
 	m.reg.MustRegister(lagCollector{b: b, labels: labels})
-	m.reg.MustRegister(m.sendMessages, m.sendRetries, m.sendSeconds, m.pulls, m.pullSeconds, m.applySeconds, m.applyMessages,
+	m.reg.MustRegister(m.sendMessages, m.sendDuplicates, m.sendSeconds, m.pulls, m.pullSeconds, m.applySeconds, m.applyMessages,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -53,16 +53,7 @@ func (c *offsetCommitter) forget(group, topic string) {
 }
 
 func (c *offsetCommitter) run(ctx context.Context) {
-	t := time.NewTicker(c.b.cfg.OffsetCommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			c.flush(ctx)
-		}
-	}
+	every(ctx, c.b.cfg.OffsetCommitInterval, func(time.Time) { c.flush(ctx) })
 }
 
 func (c *offsetCommitter) flush(ctx context.Context) {

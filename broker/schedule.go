@@ -58,16 +58,7 @@ func (b *Broker) scheduleLoop(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t := time.NewTicker(b.cfg.ScheduleInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				b.drainSchedule(ctx, q)
-			}
+			every(ctx, b.cfg.ScheduleInterval, func(time.Time) { b.drainSchedule(ctx, q) })
 		}()
 	}
 	for q := range int32(len(b.delays)) {

@@ -77,7 +77,7 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	out := &pb.SendMessageResponse{Group: b.cfg.Group, QueueId: req.QueueId, Results: make([]*pb.SendResult, len(res))}
 	for i, r := range res {
 		if r.Duplicate {
-			b.metrics.sendRetries.Inc()
+			b.metrics.sendDuplicates.Inc()
 		} else {
 			b.metrics.sendMessages.Inc()
 		}
@@ -151,15 +151,15 @@ func (s *service) checkRecords(req *pb.SendMessageRequest) (int, bool, error) {
 	return n, delayed, nil
 }
 
-// scheduleRecords returns checked records with those that ask for a delay
-// turned into their copies in the schedule topic (timers.go); the others
-// are taken as they came.
+// scheduleRecords returns records checkRecords passed with those that ask
+// for a delay turned into their copies in the schedule topic (timers.go);
+// the others are taken as they came.
 func (s *service) scheduleRecords(records []byte) ([]byte, error) {
 	b := s.b
 	out := make([]byte, 0, len(records)+len(records)/4)
 	now := time.Now()
 	for p, n := 0, 0; p < len(records); n++ {
-		size, v, err := b.store.CheckRecord(records[p:])
+		size, v, err := message.Frame(records[p:], false) // checked already: only where it ends
 		if err != nil {
 			return nil, storeError(err)
 		}

@@ -44,32 +44,32 @@ import (
 type Option func(*options)
 
 type options struct {
-	nameServers    []string
-	sendTimeout    time.Duration
-	attemptTimeout time.Duration
-	faultIsolation time.Duration
-	retries        int
-	sameQueueRetry bool // WithIdempotentRetries
-	routeRefresh   time.Duration
-	maxMessageSize int
-	group          string
-	logger         *slog.Logger
-	dialer         func(ctx context.Context, addr string) (net.Conn, error)
-	tls            *tls.Config
-	deadLetters    bool          // WithDeadLetterReads
-	accessKey      [2]string     // id, secret: WithAccessKey
-	signer         *pb.AccessKey // made from accessKey by buildOptions
+	nameServers       []string
+	sendTimeout       time.Duration
+	attemptTimeout    time.Duration
+	faultIsolation    time.Duration
+	retries           int
+	idempotentRetries bool // WithIdempotentRetries
+	routeRefresh      time.Duration
+	maxMessageSize    int
+	group             string
+	logger            *slog.Logger
+	dialer            func(ctx context.Context, addr string) (net.Conn, error)
+	tls               *tls.Config
+	deadLetters       bool          // WithDeadLetterReads
+	accessKey         [2]string     // id, secret: WithAccessKey
+	signer            *pb.AccessKey // made from accessKey by buildOptions
 }
 
 func defaultOptions() options {
 	return options{
-		sendTimeout:    3 * time.Second,
-		faultIsolation: 5 * time.Second,
-		retries:        2,
-		sameQueueRetry: true,
-		routeRefresh:   30 * time.Second,
-		maxMessageSize: 4 << 20,
-		logger:         slog.Default(),
+		sendTimeout:       3 * time.Second,
+		faultIsolation:    5 * time.Second,
+		retries:           2,
+		idempotentRetries: true,
+		routeRefresh:      30 * time.Second,
+		maxMessageSize:    4 << 20,
+		logger:            slog.Default(),
 	}
 }
 
@@ -130,7 +130,7 @@ func WithRetries(n int) Option { return func(o *options) { o.retries = n } }
 // group. Default true; false lets every retry go to another group, as
 // RocketMQ's producer does, at the price of a duplicate when the first
 // try was stored.
-func WithIdempotentRetries(on bool) Option { return func(o *options) { o.sameQueueRetry = on } }
+func WithIdempotentRetries(on bool) Option { return func(o *options) { o.idempotentRetries = on } }
 
 // WithRouteRefresh sets how long a cached route is used. Default 30 s.
 func WithRouteRefresh(d time.Duration) Option { return func(o *options) { o.routeRefresh = d } }

@@ -255,8 +255,10 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 				return nil, err
 			}
 			wq := p.choose(queues, pick, avoid)
-			if i := slices.IndexFunc(queues, func(q writeQueue) bool { return stay != nil && q.MessageQueue == *stay }); i >= 0 {
-				wq = queues[i]
+			if stay != nil {
+				if i := slices.IndexFunc(queues, func(q writeQueue) bool { return q.MessageQueue == *stay }); i >= 0 {
+					wq = queues[i]
+				}
 			}
 			mq, addr = wq.MessageQueue, wq.master
 			if addr == "" && len(wq.replicas) > 0 {
@@ -307,7 +309,7 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 			p.faults.mark(addr, time.Now()) // no answer: steer round-robin sends elsewhere for a while
 			unknown = true
 		}
-		if unknown && p.opts.sameQueueRetry {
+		if unknown && p.opts.idempotentRetries {
 			stay = &mq // the broker deduplicates within its group only
 		}
 		p.r.invalidate(topic)

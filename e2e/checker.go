@@ -145,12 +145,16 @@ func (h *History) AllReadBack() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, s := range h.sends {
-		if s.Outcome == Acked && h.readBack[s.Body] == nil {
+		if h.unreadLocked(s) {
 			return false
 		}
 	}
 	return true
 }
+
+// unreadLocked reports whether s was acknowledged and the read-back has
+// not found it (or none was made).
+func (h *History) unreadLocked(s Send) bool { return s.Outcome == Acked && h.readBack[s.Body] == nil }
 
 // NotStoredByQueue counts, per queue the send was acknowledged on, the
 // acknowledged sends the read-back did not find: one queue unread, or
@@ -160,7 +164,7 @@ func (h *History) NotStoredByQueue() map[string]int {
 	defer h.mu.Unlock()
 	out := map[string]int{}
 	for _, s := range h.sends {
-		if s.Outcome == Acked && h.readBack != nil && h.readBack[s.Body] == nil {
+		if h.readBack != nil && h.unreadLocked(s) {
 			out[s.Queue]++
 		}
 	}
@@ -302,7 +306,7 @@ func (h *History) Check() Report {
 		if s.Outcome == Acked && count[s.Body] == 0 {
 			r.Lost = append(r.Lost, s.Body)
 		}
-		if s.Outcome == Acked && h.readBack != nil && h.readBack[s.Body] == nil {
+		if h.readBack != nil && h.unreadLocked(s) {
 			r.NotStored = append(r.NotStored, s.Body)
 		}
 		if len(h.readBack[s.Body]) > 1 {

@@ -40,7 +40,8 @@ type dupRef struct {
 // or nil when none is a duplicate.
 func (s *Store) duplicates(records []byte, views []message.View) []dupRef {
 	var out []dupRef
-	var seen map[uint64]int // unique key hash -> the first record with it in this batch
+	seen := s.dedupSeen // unique key hash -> the first record with it in this batch
+	clear(seen)
 	window := s.cfg.DedupWindow.Milliseconds()
 	for i, p := 0, 0; i < len(views); i++ {
 		v, rec := views[i], records[p:]
@@ -56,9 +57,6 @@ func (s *Store) duplicates(records []byte, views []message.View) []dupRef {
 				ref = out[j]
 			}
 		} else {
-			if seen == nil {
-				seen = map[uint64]int{}
-			}
 			seen[h] = i
 			ref.stored, ref.dup = s.storedWithKey(v.Topic, v.UniqKey, v.StoreTime-window, v.StoreTime)
 		}

@@ -236,60 +236,41 @@ func (x *keyIndex) newest() int64 {
 // lookup returns up to limit commitlog offsets of entries whose key hash is
 // key's and whose store time is in [begin, end], newest first.
 func (x *keyIndex) lookup(key string, limit int, begin, end int64) []int64 {
+	return x.walk(keyHash(key), limit, begin, end, false)
+}
+
+// recent is lookup for deduplication: it stops at the first entry older
+// than begin, in a chain or across files, where lookup walks whole chains
+// (entries go in by store time, which the master stamps; a clock stepped
+// back may hide an older copy, never invent one). Walking whole chains
+// cost the master 10% more CPU per message (deploy/bench-local.sh,
+// batched, --dedup-window 2m against off).
+func (x *keyIndex) recent(key []byte, limit int, begin, end int64) []int64 {
+	return x.walk(keyHash(key), limit, begin, end, true)
+}
+
+// walk follows hash h's chain through the files, newest first; stopOld:
+// no further than the first entry older than begin.
+func (x *keyIndex) walk(h uint64, limit int, begin, end int64, stopOld bool) []int64 {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	h := keyHash(key)
 	be := binary.BigEndian
 	var offs []int64
 	for i := len(x.files) - 1; i >= 0 && len(offs) < limit; i-- {
 		f := x.files[i]
-		if int64(be.Uint64(f.data[8:])) > end || int64(be.Uint64(f.data[16:])) < begin {
+		if fileEnd := int64(be.Uint64(f.data[16:])); fileEnd < begin && stopOld {
+			break // this file and the older ones end before the window
+		} else if fileEnd < begin || int64(be.Uint64(f.data[8:])) > end {
 			continue
 		}
 		count := f.count()
 		for n := f.slotAt(int(h % uint64(f.slots))); n > 0 && n <= count && len(offs) < limit; {
 			e := f.entry(n)
-			if be.Uint64(e) == h {
-				if t := int64(be.Uint64(e[16:])); t >= begin && t <= end {
-					offs = append(offs, int64(be.Uint64(e[8:])))
-				}
-			}
-			prev := int(be.Uint32(e[24:]))
-			if prev >= n {
-				break // a chain only points backwards; anything else is damage
-			}
-			n = prev
-		}
-	}
-	return offs
-}
-
-// recent returns the commitlog offsets of up to limit entries for key
-// stored in [begin, end], newest first, for deduplication: it stops at the
-// first entry older than begin, in a chain or across files, where lookup
-// walks whole chains (entries go in by store time, which the master
-// stamps; a clock stepped back may hide an older copy, never invent one).
-// Walking whole chains cost the master 10% more CPU per message
-// (deploy/bench-local.sh, batched, --dedup-window 2m against off).
-func (x *keyIndex) recent(key []byte, limit int, begin, end int64) []int64 {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	h := keyHash(key)
-	be := binary.BigEndian
-	var offs []int64
-	for i := len(x.files) - 1; i >= 0 && len(offs) < limit; i-- {
-		f := x.files[i]
-		if int64(be.Uint64(f.data[16:])) < begin {
-			break // this file and the older ones end before the window
-		}
-		count := f.count()
-		for n := f.slotAt(int(h % uint64(f.slots))); n > 0 && n <= count && len(offs) < limit; {
-			e := f.entry(n)
 			t := int64(be.Uint64(e[16:]))
-			if t < begin {
+			if t < begin && stopOld {
 				break
 			}
-			if be.Uint64(e) == h && t <= end {
+			if be.Uint64(e) == h && t >= begin && t <= end {
 				offs = append(offs, int64(be.Uint64(e[8:])))
 			}
 			prev := int(be.Uint32(e[24:]))

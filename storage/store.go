@@ -34,6 +34,7 @@ type Store struct {
 	lastRaftIndex uint64             // guarded by appendMu
 	encBuf        []byte             // guarded by appendMu
 	batchNext     map[queueKey]int64 // guarded by appendMu
+	dedupSeen     map[uint64]int     // a batch's unique keys (dedup.go), guarded by appendMu
 	chunks        []chunk            // guarded by appendMu
 	keyBuf        []indexKey         // guarded by appendMu
 	views         []message.View     // guarded by appendMu
@@ -96,6 +97,7 @@ func Open(cfg Config) (*Store, error) {
 		log:       cfg.Logger.With("store", cfg.Dir),
 		queues:    make(map[queueKey]*consumeQueue),
 		batchNext: make(map[queueKey]int64),
+		dedupSeen: make(map[uint64]int),
 		stop:      make(chan struct{}),
 		failedC:   make(chan struct{}),
 	}
