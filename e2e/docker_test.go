@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -117,6 +118,32 @@ func docker(t *testing.T, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
 		t.Fatalf("docker %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// dockerFreeze pauses or unpauses a container and waits until docker
+// reports it in that state. docker unpause once exited non-zero in CI
+// (8d69e7f's run) while the container did resume, as its log shows: what
+// the drill needs is the state, so a failed command is logged and tried
+// again until the state is reached or 10 s have passed.
+func dockerFreeze(t *testing.T, verb, name string, paused bool) {
+	t.Helper()
+	want := fmt.Sprint(paused)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("docker", verb, name).CombinedOutput()
+		if err == nil {
+			return
+		}
+		state, _ := exec.Command("docker", "inspect", "-f", "{{.State.Paused}}", name).Output()
+		t.Logf("docker %s %s: %v: %s (paused: %s)", verb, name, err, bytes.TrimSpace(out), bytes.TrimSpace(state))
+		if string(bytes.TrimSpace(state)) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("docker %s %s: still not paused=%s after 10 s", verb, name, want)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -395,8 +422,8 @@ func TestDockerDrillMasterPaused(t *testing.T) {
 	c := newDockerCluster(t)
 	runDrill(t, "docker master paused 5 s", c, func() {
 		m := c.awaitMaster("broker-a")
-		docker(t, "pause", m)
+		dockerFreeze(t, "pause", m, true)
 		time.Sleep(5 * time.Second) // the freeze
-		docker(t, "unpause", m)
+		dockerFreeze(t, "unpause", m, false)
 	})
 }
