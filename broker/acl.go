@@ -93,6 +93,19 @@ var brokerAccess = map[string]cluster.AccessRule{
 	pb.Broker_DescribeBroker_FullMethodName:    func(any) cluster.Access { return cluster.Access{Admin: true, Node: cluster.NodeCluster} },
 	pb.Broker_CopyCommitlog_FullMethodName:     func(any) cluster.Access { return cluster.Access{Admin: true, Node: cluster.NodeGroup} },
 	pb.Broker_ChecksumCommitlog_FullMethodName: func(any) cluster.Access { return cluster.Access{Admin: true, Node: cluster.NodeCluster} },
+	// A transaction is ended, and its half checked back, by a producer
+	// that may publish to its topic.
+	pb.Broker_EndTransaction_FullMethodName: func(r any) cluster.Access {
+		return cluster.Access{Publish: []string{r.(*pb.EndTransactionRequest).Topic}}
+	},
+	pb.Broker_CheckTransactions_FullMethodName: func(r any) cluster.Access {
+		q := r.(*pb.TransactionCheckStreamRequest)
+		a := cluster.Access{Publish: q.Topics}
+		if q.Answer != nil {
+			a.Publish = append(a.Publish, q.Answer.Topic)
+		}
+		return a
+	},
 	// Membership changes are an operator's.
 	pb.Broker_AddReplica_FullMethodName:     admin,
 	pb.Broker_RemoveReplica_FullMethodName:  admin,

@@ -22,8 +22,8 @@ import (
 func (s *service) CreateTopic(ctx context.Context, req *pb.CreateTopicRequest) (*pb.CreateTopicResponse, error) {
 	b := s.b
 	t := req.Topic
-	if t == nil || !validName(t.Name) || t.Name == message.ScheduleTopic {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "topic name must match "+message.TopicRule+" and not be "+message.ScheduleTopic)
+	if t == nil || !validName(t.Name) || message.Reserved(t.Name) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "topic name must match "+message.TopicRule+" and not be the broker's own ("+message.ScheduleTopic+", "+message.TransHalfTopic+", "+message.TransCheckMaxTopic+")")
 	}
 	if t.ReadQueues < 1 || t.WriteQueues < 1 || t.ReadQueues > b.cfg.MaxQueues || t.WriteQueues > b.cfg.MaxQueues {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("queue counts must be in [1, %d]", b.cfg.MaxQueues))

@@ -47,8 +47,11 @@ type Broker struct {
 	holds     *holdService
 	offsets   *offsetCommitter
 	consumers *consumerTable
-	resets    *offsetResets    // the master's notices of reset offsets (resets.go)
-	remoting  *remoting.Server // RocketMQ's clients on the gRPC port (remoting.go); nil when off
+	resets    *offsetResets // the master's notices of reset offsets (resets.go)
+	// checkStreams: the transactional producers' check-back streams open
+	// to this replica as master (checkstreams.go).
+	checkStreams *checkStreams
+	remoting     *remoting.Server // RocketMQ's clients on the gRPC port (remoting.go); nil when off
 	// rmqClients are the RocketMQ consumers by their connections (remotingclients.go).
 	rmqClients *remotingClients
 	locks      *queueLocks
@@ -85,16 +88,17 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		self:   cfg.ReplicaID,
-		store:  store,
-		meta:   newMetadata(),
-		holds:  newHoldService(cfg.MaxHeldPulls, cfg.MaxHeldPullsPerClient),
-		locks:  newQueueLocks(),
-		resets: newOffsetResets(),
-		delays: delays,
-		ladder: ladderFor(cfg),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		self:         cfg.ReplicaID,
+		store:        store,
+		meta:         newMetadata(),
+		holds:        newHoldService(cfg.MaxHeldPulls, cfg.MaxHeldPullsPerClient),
+		locks:        newQueueLocks(),
+		resets:       newOffsetResets(),
+		checkStreams: newCheckStreams(),
+		delays:       delays,
+		ladder:       ladderFor(cfg),
 	}
 	b.rmqClients = newRemotingClients()
 	b.consumers = newConsumerTable(cfg.ConsumerExpiry, func(group string) {
@@ -154,6 +158,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.goLoop(b.holdCheckLoop)
 	b.goLoop(b.offsets.run)
 	b.goLoop(b.scheduleLoop)
+	b.goLoop(b.transactionCheckLoop)
 	served := netutil.LimitListener(b.lis, b.cfg.MaxConnections)
 	if !cfg.DisableRemoting {
 		b.remoting = remoting.NewServer(remoting.ServerConfig{Handlers: b.remotingHandlers(), OnClose: b.remotingClosed, Logger: b.log})
@@ -213,6 +218,7 @@ func (b *Broker) Close() error {
 	}
 	b.master.Store(false)
 	b.holds.wakeAll()
+	b.checkStreams.closeAll()
 	if b.ops != nil {
 		b.ops.Close()
 	}
@@ -297,6 +303,7 @@ func (b *Broker) leaderLoop(ctx context.Context) {
 				}
 				b.resets.clear()
 				b.holds.wakeAll()
+				b.checkStreams.closeAll()
 				continue
 			}
 			if err := b.barrier(); err != nil {
@@ -376,16 +383,23 @@ func (b *Broker) barrier() error {
 
 // apply proposes a metadata command and waits for it to be applied.
 func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
+	_, err := b.propose(ctx, cmd)
+	return err
+}
+
+// propose proposes a command, waits for it to be applied here and returns
+// what the state machine made of it.
+func (b *Broker) propose(ctx context.Context, cmd *pb.RaftCommand) (*applyResult, error) {
 	data, err := marshal(cmd)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	timeout := b.cfg.SendTimeout
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
 	if !b.calls.begin() {
-		return b.replicationError(raft.ErrRaftShutdown)
+		return nil, b.replicationError(raft.ErrRaftShutdown)
 	}
 	f := b.node.Raft.Apply(data, timeout)
 	done := make(chan error, 1)
@@ -396,14 +410,18 @@ func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
 	select {
 	case err := <-done:
 		if err != nil {
-			return b.replicationError(err)
+			return nil, b.replicationError(err)
 		}
-		if r, ok := f.Response().(*applyResult); ok && r.err != nil {
-			return b.appliedError(r.err)
+		r, _ := f.Response().(*applyResult)
+		if r == nil {
+			r = &applyResult{}
 		}
-		return nil
+		if r.err != nil {
+			return nil, b.appliedError(r.err)
+		}
+		return r, nil
 	case <-ctx.Done():
-		return statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, "not confirmed in time: it may or may not be applied", nil)
+		return nil, statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, "not confirmed in time: it may or may not be applied", nil)
 	}
 }
 

@@ -80,7 +80,10 @@ func testConfig(dir string, id int, grpcAddrs, raftAddrs []string) Config {
 		EntryMaxBytes:        1 << 20,
 		HoldCheckInterval:    30 * time.Second,
 		OffsetCommitInterval: 20 * time.Millisecond,
-		Logger:               quiet,
+		// Check-backs within a test's time.
+		TransactionTimeout:       300 * time.Millisecond,
+		TransactionCheckInterval: 300 * time.Millisecond,
+		Logger:                   quiet,
 	}
 }
 

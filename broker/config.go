@@ -150,6 +150,18 @@ type Config struct {
 	// answered with the stored copy's id and offsets. Default 2 min, as
 	// NATS JetStream's duplicate window; negative disables.
 	DedupWindow time.Duration
+	// TransactionTimeout: a half message not committed or rolled back this
+	// long after it was stored is checked back: the master asks a producer
+	// of its group, on a check-back stream, for the outcome. Default 6 s,
+	// as RocketMQ's transactionTimeOut.
+	TransactionTimeout time.Duration
+	// TransactionCheckInterval is the least time between two check-backs
+	// of one half. Default 30 s, as RocketMQ's transactionCheckInterval.
+	TransactionCheckInterval time.Duration
+	// TransactionCheckMax: a half still open after this many check-backs
+	// is rolled back, and a copy of it stored in TRANS_CHECK_MAX_TIME_TOPIC.
+	// Default 15, as RocketMQ's transactionCheckMax.
+	TransactionCheckMax int32
 	// CatchUpTimeout bounds one copy of the commitlog from a peer when this
 	// replica restores a snapshot. Default 30 s.
 	CatchUpTimeout time.Duration
@@ -234,6 +246,11 @@ func (c Config) withDefaults() (Config, error) {
 	dur(&c.DedupWindow, 2*time.Minute)
 	c.Store.DedupWindow = max(c.DedupWindow, 0)
 	dur(&c.TimerPrecision, 100*time.Millisecond)
+	dur(&c.TransactionTimeout, 6*time.Second)
+	dur(&c.TransactionCheckInterval, 30*time.Second)
+	if c.TransactionCheckMax == 0 {
+		c.TransactionCheckMax = 15
+	}
 	if c.DelayLevels == "" {
 		c.DelayLevels = DefaultDelayLevels
 	}
@@ -265,7 +282,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.MaxBatchMessages < 1, c.EntryMaxMessages < 1, c.EntryMaxBytes < 1, c.MaxInflightEntries < 1,
 		c.MaxPendingSends < 1, c.PullMaxMessages < 1, c.PullMaxBytes < 1, c.MaxHeldPulls < 0, c.MaxMessageSize < 1,
-		c.MaxHeldPullsPerClient < 1, c.MaxConcurrentStreams < 1, c.MaxConnections < 1, c.MaxOffsetsPerCommit < 1:
+		c.MaxHeldPullsPerClient < 1, c.MaxConcurrentStreams < 1, c.MaxConnections < 1, c.MaxOffsetsPerCommit < 1,
+		c.TransactionCheckMax < 1:
 		return c, errors.New("broker: limits must be positive")
 	case c.EntryMaxBytes < c.MaxMessageSize:
 		return c, errors.New("broker: EntryMaxBytes must hold a message of MaxMessageSize")

@@ -12,7 +12,12 @@
 // Raft entries holding each queue's cursor (schedule.go), timer messages —
 // RocketMQ 5's TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS and DELAY —
 // held in the schedule topic's fixed-delay queues, a ladder of them for
-// any time within the horizon (timers.go), catch-up of
+// any time within the horizon (timers.go), transactional messages — half
+// messages held until their producer commits or rolls them back, ends
+// and check-back counts applied through Raft only to halves still open,
+// and the check-back service (transactions.go) over the replicated table
+// of halves (halftable.go) and the producers' check-back streams
+// (checkstreams.go), catch-up of
 // a replica behind the Raft log by snapshot plus commitlog copy
 // (catchup.go), membership changes through the master — a replica added
 // as a non-voter until caught up, removed, the leadership handed over

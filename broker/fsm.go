@@ -112,6 +112,7 @@ const sendRecordsEntry byte = 0xFF
 type applyResult struct {
 	results []storage.AppendResult
 	err     error
+	ended   []bool // a transaction update: which of its ends applied
 }
 
 func (f *fsm) Apply(l *raft.Log) any {
@@ -171,6 +172,8 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.meta.deleteGroup(c.DeleteGroup)
 	case *pb.RaftCommand_Announce:
 		f.meta.announce(c.Announce)
+	case *pb.RaftCommand_Transactions:
+		return f.applyTransactions(l.Index, c.Transactions, fresh)
 	default:
 		f.log.Error("unknown raft command", "index", l.Index)
 	}
@@ -197,6 +200,25 @@ func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {
 		}
 	}
 	return f.stored(f.store.Append(index, msgs))
+}
+
+// applyTransactions applies ends and check-backs of transactions: the
+// half table first, then the records of the ends that applied (a commit's
+// message), so an end proposed twice stores its message once.
+func (f *fsm) applyTransactions(index uint64, u *pb.TransactionUpdate, fresh bool) *applyResult {
+	ended := f.meta.halves.apply(u)
+	var records []byte
+	for i, e := range u.Ends {
+		if ended[i] {
+			records = append(records, e.Records...)
+		}
+	}
+	if !fresh || len(records) == 0 {
+		return &applyResult{ended: ended}
+	}
+	r := f.stored(f.store.AppendRecords(index, records))
+	r.ended = ended
+	return r
 }
 
 // applyRecords appends a send entry's records as the master encoded them.

@@ -27,6 +27,7 @@ type metadata struct {
 	offsets       map[offsetKey]int64
 	replicas      map[int32]string // replica id -> gRPC address, from master announcements
 	schedule      map[int32]int64  // delay level -> next offset of its schedule queue
+	halves        *halfTable       // transactional half messages (its own lock)
 }
 
 func newMetadata() *metadata {
@@ -36,6 +37,7 @@ func newMetadata() *metadata {
 		offsets:  map[offsetKey]int64{},
 		replicas: map[int32]string{},
 		schedule: map[int32]int64{},
+		halves:   newHalfTable(),
 	}
 }
 
@@ -206,6 +208,7 @@ func (m *metadata) snapshot(s *pb.BrokerSnapshot) {
 	for level, off := range m.schedule {
 		s.ScheduleOffsets[level] = off
 	}
+	s.Transactions = m.halves.snapshot()
 }
 
 // restore replaces the metadata with a snapshot's.
@@ -229,6 +232,7 @@ func (m *metadata) restore(s *pb.BrokerSnapshot) {
 	for level, off := range s.ScheduleOffsets {
 		fresh.schedule[level] = off
 	}
+	m.halves.restore(s.Transactions)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.topics, m.topicsVersion, m.groups, m.offsets, m.replicas, m.schedule = fresh.topics, fresh.topicsVersion, fresh.groups, fresh.offsets, fresh.replicas, fresh.schedule

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/message"
 )
 
 // metrics are a replica's Prometheus metrics, in a registry of its own (a
@@ -25,6 +26,10 @@ type metrics struct {
 	// the master, a quorum's fsync included (the commit latency).
 	applySeconds  prometheus.Histogram
 	applyMessages prometheus.Histogram // messages per Raft entry (group commit)
+	// Transactions: check-backs by result (sent to a producer, or none of
+	// its group connected), and half messages ended by outcome.
+	transactionChecks *prometheus.CounterVec
+	transactionEnds   *prometheus.CounterVec
 }
 
 func newMetrics(b *Broker) *metrics {
@@ -46,6 +51,10 @@ func newMetrics(b *Broker) *metrics {
 			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		applyMessages: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "raftmq_raft_entry_messages",
 			Help: "Messages per send Raft entry (group commit).", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		transactionChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "raftmq_transaction_checks_total",
+			Help: "Check-backs of open half messages made by this replica as master, by result: sent (to a producer of the half's group) or no_producer (none connected; counted all the same, as RocketMQ does).", ConstLabels: labels}, []string{"result"}),
+		transactionEnds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "raftmq_transaction_ends_total",
+			Help: "Half messages ended through this replica as master, by outcome: commit, rollback, check_max (rolled back after the last check-back), expired (deleted by retention while open).", ConstLabels: labels}, []string{"outcome"}),
 	}
 	gauge := func(name, help string, f func() float64) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels}, f))
@@ -95,7 +104,13 @@ func newMetrics(b *Broker) *metrics {
 	gauge("raftmq_commitlog_min_offset", "First commitlog offset kept.", func() float64 { min, _ := b.store.CommitlogOffsets(); return float64(min) })
 	gauge("raftmq_commitlog_max_offset", "Commitlog end offset.", func() float64 { _, max := b.store.CommitlogOffsets(); return float64(max) })
 	gauge("raftmq_commitlog_bytes", "Commitlog bytes kept (end offset less first offset).", func() float64 { min, max := b.store.CommitlogOffsets(); return float64(max - min) })
+	gauge("raftmq_transactions_open", "Half messages stored and neither committed nor rolled back yet.", func() float64 {
+		cursor, endedAbove := b.meta.halves.position()
+		_, end := b.store.QueueOffsets(message.TransHalfTopic, 0)
+		return float64(max(end-cursor-int64(endedAbove), 0))
+	})
 	m.reg.MustRegister(lagCollector{b: b, labels: labels})
+	m.reg.MustRegister(m.transactionChecks, m.transactionEnds)
 	m.reg.MustRegister(m.sendMessages, m.sendDuplicates, m.sendSeconds, m.pulls, m.pullSeconds, m.applySeconds, m.applyMessages,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m

@@ -224,7 +224,7 @@ func (s *service) remotingHeartbeat(ctx context.Context, c *remoting.Command) *r
 	if s.b.master.Load() {
 		for _, g := range groups {
 			if g.Mode == pb.ConsumeMode_CLUSTERING && validName(g.Group) {
-				if err := s.ensureTopic(ctx, message.RetryTopic(g.Group), message.PermRead|message.PermWrite); err != nil {
+				if err := s.b.ensureSystemTopic(ctx, message.RetryTopic(g.Group), message.PermRead|message.PermWrite); err != nil {
 					s.b.log.Warn("retry topic not created", "group", g.Group, "err", err)
 				}
 			}
@@ -393,6 +393,15 @@ func (s *service) remotingSend(ctx context.Context, c *remoting.Command) *remoti
 	req, err := remoting.SendRequest(c, s.b.cfg.MaxMessageSize)
 	if err != nil {
 		return &remoting.Command{Code: remotingMessageIllegal, Remark: err.Error()}
+	}
+	for _, m := range req.Messages {
+		if m.Properties[message.PropertyTransactionPrepared] == "true" {
+			// Codes 37 and 39 are not served yet: a half stored here could
+			// only be rolled back after its last check-back. Refused, and
+			// not retried (13 is not among the codes clients retry).
+			return &remoting.Command{Code: remotingMessageIllegal,
+				Remark: "transactional messages are not served over the RocketMQ protocol yet; send them with raftmq's SDK (NewTransactionProducer)"}
+		}
 	}
 	resp, err := native(ctx, s, pb.Broker_SendMessage_FullMethodName, s.SendMessage, req)
 	if err != nil {

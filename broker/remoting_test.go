@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/remoting"
 )
 
@@ -71,5 +72,22 @@ func TestRemotingPullSuggestsASlaveToALaggingConsumer(t *testing.T) {
 	}
 	if id := pull("45"); id != "0" {
 		t.Fatalf("a caught-up pull suggests %q, want the master, 0", id)
+	}
+}
+
+// A RocketMQ client's half message is refused with 13, which clients do
+// not retry, rather than stored and rolled back unanswered (codes 37 and
+// 39 are not served yet).
+func TestRemotingRefusesHalfMessages(t *testing.T) {
+	g := newGroup(t, 1, nil)
+	g.createTopic("rmq-tx", 1)
+	props := message.PropertyTransactionPrepared + "\x01true\x02" + message.PropertyProducerGroup + "\x01pg\x02"
+	resp := g.remotingCall(0, &remoting.Command{Code: remoting.CodeSendMessage, Opaque: 1,
+		ExtFields: map[string]string{"topic": "rmq-tx", "queueId": "0", "properties": props}, Body: []byte("half")})
+	if resp.Code != remotingMessageIllegal || !strings.Contains(resp.Remark, "transactional") {
+		t.Fatalf("a half message's answer %d %q, want 13", resp.Code, resp.Remark)
+	}
+	if _, end := g.brokers[0].Store().QueueOffsets(message.TransHalfTopic, 0); end != 0 {
+		t.Fatalf("%d halves stored", end)
 	}
 }

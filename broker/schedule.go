@@ -205,11 +205,11 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 		msg.Topic = message.DLQTopic(req.ConsumerGroup)
 		// Neither readable nor writable, as RocketMQ's: the broker writes
 		// dead letters itself, and only raftmq dlq resend reads them.
-		if err := s.ensureTopic(ctx, msg.Topic, 0); err != nil {
+		if err := s.b.ensureSystemTopic(ctx, msg.Topic, 0); err != nil {
 			return nil, err
 		}
 	} else {
-		if err := s.ensureTopic(ctx, message.RetryTopic(req.ConsumerGroup), message.PermRead|message.PermWrite); err != nil {
+		if err := s.b.ensureSystemTopic(ctx, message.RetryTopic(req.ConsumerGroup), message.PermRead|message.PermWrite); err != nil {
 			return nil, err
 		}
 		level := req.DelayLevel
@@ -231,14 +231,4 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 		return nil, err
 	}
 	return &pb.ConsumerSendBackResponse{}, nil
-}
-
-// ensureTopic creates a one-queue system topic (retry, dead letters) with
-// perm on first use.
-func (s *service) ensureTopic(ctx context.Context, name string, perm int32) error {
-	if s.b.meta.topic(name) != nil {
-		return nil
-	}
-	t := &pb.TopicConfig{Name: name, ReadQueues: 1, WriteQueues: 1, Perm: perm}
-	return s.b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_UpsertTopic{UpsertTopic: t}})
 }

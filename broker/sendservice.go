@@ -29,8 +29,8 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	if !validName(req.Topic) {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("topic %q must match %s", req.Topic, message.TopicRule))
 	}
-	if req.Topic == message.ScheduleTopic {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, message.ScheduleTopic+" is reserved for delayed messages")
+	if message.Reserved(req.Topic) {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, req.Topic+" is the broker's own topic (delayed and transactional messages)")
 	}
 	switch {
 	case len(req.Messages) == 0 && len(req.Records) == 0:
@@ -99,11 +99,11 @@ func (s *service) sendRecords(req *pb.SendMessageRequest) ([]byte, int, error) {
 		if len(req.Records) > s.b.cfg.EntryMaxBytes { // before reading any of it
 			return nil, 0, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("batch of %d bytes, limit %d", len(req.Records), s.b.cfg.EntryMaxBytes))
 		}
-		n, delayed, err := s.checkRecords(req)
-		if err != nil || !delayed {
+		n, held, err := s.checkRecords(req)
+		if err != nil || !held {
 			return req.Records, n, err
 		}
-		records, err := s.scheduleRecords(req.Records)
+		records, err := s.holdRecords(req.Records)
 		return records, n, err
 	}
 	var records []byte
@@ -120,10 +120,10 @@ func (s *service) sendRecords(req *pb.SendMessageRequest) ([]byte, int, error) {
 // records the store will take (framing, CRC, size and queue limits), each
 // of req's topic and queue, with a body within the limit, and no more of
 // them than a send may carry. It returns their number, and whether any of
-// them asks for a delay.
+// them asks for a delay or is a half message.
 func (s *service) checkRecords(req *pb.SendMessageRequest) (int, bool, error) {
 	b := s.b
-	n, delayed := 0, false
+	n, held := 0, false
 	for p := 0; p < len(req.Records); n++ {
 		if n == b.cfg.MaxBatchMessages {
 			return 0, false, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("more than %d messages in one send", b.cfg.MaxBatchMessages))
@@ -145,16 +145,16 @@ func (s *service) checkRecords(req *pb.SendMessageRequest) (int, bool, error) {
 		if problem != "" {
 			return 0, false, invalid(reason, fmt.Sprintf("record %d: %s", n, problem))
 		}
-		delayed = delayed || v.Delayed
+		held = held || v.Delayed || v.Half
 		p += size
 	}
-	return n, delayed, nil
+	return n, held, nil
 }
 
-// scheduleRecords returns records checkRecords passed with those that ask
-// for a delay turned into their copies in the schedule topic (timers.go);
-// the others are taken as they came.
-func (s *service) scheduleRecords(records []byte) ([]byte, error) {
+// holdRecords returns records checkRecords passed with the half messages
+// and those that ask for a delay turned into their copies in the half or
+// schedule topic (holdSend); the others are taken as they came.
+func (s *service) holdRecords(records []byte) ([]byte, error) {
 	b := s.b
 	out := make([]byte, 0, len(records)+len(records)/4)
 	now := time.Now()
@@ -165,7 +165,7 @@ func (s *service) scheduleRecords(records []byte) ([]byte, error) {
 		}
 		rec := records[p : p+size]
 		p += size
-		if !v.Delayed {
+		if !v.Delayed && !v.Half {
 			out = append(out, rec...)
 			continue
 		}
@@ -175,7 +175,7 @@ func (s *service) scheduleRecords(records []byte) ([]byte, error) {
 		}
 		m := message.Message{Topic: r.Topic, QueueID: r.QueueID, Flag: r.Flag, Tags: r.Tags, Keys: r.Keys,
 			Properties: r.Properties, Body: r.Body, BornTime: r.BornTime}
-		if _, err := b.scheduleSend(&m, now); err != nil {
+		if err := b.holdSend(&m, now); err != nil {
 			return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("record %d: %v", n, err))
 		}
 		if out, err = b.store.EncodeRecord(out, &m); err != nil {
@@ -201,7 +201,7 @@ func (s *service) encodeMessage(records []byte, req *pb.SendMessageRequest, m *p
 	}
 	sm := message.Message{Topic: req.Topic, QueueID: req.QueueId, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
 		Properties: m.Properties, Body: m.Body, BornTime: m.BornTimestamp}
-	if _, err := b.scheduleSend(&sm, time.Now()); err != nil {
+	if err := b.holdSend(&sm, time.Now()); err != nil {
 		return records, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, err.Error())
 	}
 	records, err := b.store.EncodeRecord(records, &sm)

@@ -1,6 +1,7 @@
 // Package client is raftmq's Go SDK: route discovery through the name
 // servers, a producer (sync, async, one-way and batch sends, queue
-// selectors, retries), a pull consumer (blocking and callback pulls,
+// selectors, retries), a transaction producer (RocketMQ's transactional
+// messages, with check-backs), a pull consumer (blocking and callback pulls,
 // offset helpers) and a push consumer (rebalance, process queues, retry
 // and dead letters). It imports only the contract, cluster/pb (the gRPC
 // service and its error reasons) and message (the record format and the
@@ -19,6 +20,9 @@
 //   - message.go: Message, MessageExt and MessageQueue, decoding records;
 //   - producer.go: sends, queue selection, retries (a try with an unknown
 //     outcome retried on its queue, for the broker's deduplication);
+//   - transaction.go: the transaction producer: half messages, their
+//     commit or rollback, and the check-back streams it keeps open to the
+//     masters, answered by its listener;
 //   - pullconsumer.go: pulls and offsets by hand;
 //   - pushconsumer.go: the push consumer's pull loops, consumption,
 //     send-back, offset commits;
@@ -53,6 +57,7 @@ type options struct {
 	routeRefresh      time.Duration
 	maxMessageSize    int
 	group             string
+	transactionTopics []string // WithTransactionTopics
 	logger            *slog.Logger
 	dialer            func(ctx context.Context, addr string) (net.Conn, error)
 	tls               *tls.Config
@@ -146,8 +151,17 @@ func WithMaxMessageSize(n int) Option { return func(o *options) { o.maxMessageSi
 // is on). raftmq dlq resend uses it.
 func WithDeadLetterReads() Option { return func(o *options) { o.deadLetters = true } }
 
-// WithGroup sets a consumer's group.
+// WithGroup sets a consumer's group, or a transaction producer's
+// producer group (the group the broker checks back).
 func WithGroup(g string) Option { return func(o *options) { o.group = g } }
+
+// WithTransactionTopics names topics a transaction producer takes
+// check-backs for from its start: the masters of their groups may ask it
+// about halves another producer of its group sent (one that died before
+// it could end them). The topics it sends to are added as it sends.
+func WithTransactionTopics(topics ...string) Option {
+	return func(o *options) { o.transactionTopics = append(o.transactionTopics, topics...) }
+}
 
 // WithLogger sets the logger. Default slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }

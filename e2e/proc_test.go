@@ -51,6 +51,8 @@ type procCluster struct {
 	// joining ones start with --join-group (membership_test.go).
 	ids     []int
 	joining map[int]bool
+	// brokerFlags are added to every broker's command line.
+	brokerFlags []string
 }
 
 // id is broker i's replica id.
@@ -201,7 +203,7 @@ func (c *procCluster) start(i int) {
 		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error"}, membership...)
 	// RAFTMQ_E2E_BROKER_FLAGS adds flags to every broker, to compare a
 	// drill with a mechanism off (e.g. "--dedup-window off").
-	args = append(args, strings.Fields(os.Getenv("RAFTMQ_E2E_BROKER_FLAGS"))...)
+	args = append(append(args, c.brokerFlags...), strings.Fields(os.Getenv("RAFTMQ_E2E_BROKER_FLAGS"))...)
 	c.procs[i] = startWrapped(c.t, wrap, append(args, c.nodeFlags(fmt.Sprintf("broker-a-%d", c.id(i)))...)...)
 }
 

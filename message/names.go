@@ -43,6 +43,32 @@ const (
 	PropertyTimerOutMS     = "TIMER_OUT_MS"     // when it is due, unix ms
 )
 
+// Transactional messages, RocketMQ's names (MessageConst, TopicValidator):
+// a producer sends a half message with TRAN_MSG=true and PGROUP, its
+// producer group; the broker holds it in the half topic, with its topic
+// and queue in REAL_TOPIC and REAL_QID, until the producer commits or
+// rolls it back. A half still open after the last check-back is rolled
+// back, and a copy of it stored in the check-max topic for operators.
+const (
+	TransHalfTopic     = "RMQ_SYS_TRANS_HALF_TOPIC"
+	TransCheckMaxTopic = "TRANS_CHECK_MAX_TIME_TOPIC"
+
+	PropertyTransactionPrepared   = "TRAN_MSG"                // "true" on a half message
+	PropertyProducerGroup         = "PGROUP"                  // the producer group a check-back asks
+	PropertyTransactionID         = "__transactionId__"       // the half's UNIQ_KEY
+	PropertyTransactionCheckTimes = "TRANSACTION_CHECK_TIMES" // check-backs made, on the check-max copy
+)
+
+// Reserved reports whether a topic is the broker's own: the schedule, half
+// and check-max topics, which no producer sends to directly.
+func Reserved(topic string) bool {
+	switch topic {
+	case ScheduleTopic, TransHalfTopic, TransCheckMaxTopic:
+		return true
+	}
+	return false
+}
+
 // AsksForDelay reports whether a property of this name asks the broker to
 // hold the message back: a delay level or a timer.
 func AsksForDelay[T string | []byte](name T) bool {

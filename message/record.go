@@ -213,6 +213,7 @@ type View struct {
 	StoreTime   int64
 	BodyLen     int
 	Delayed     bool     // a property asks for a delay (AsksForDelay)
+	Half        bool     // a half message: TRAN_MSG=true
 	Keys        [][]byte // only when asked for (collecting them allocates)
 	UniqKey     []byte   // likewise
 }
@@ -259,6 +260,9 @@ func parse(b []byte, withKeys bool) (View, error) {
 		}
 		if len(val) > 0 && AsksForDelay(name) {
 			v.Delayed = true
+		}
+		if string(name) == PropertyTransactionPrepared && string(val) == "true" {
+			v.Half = true
 		}
 	}
 	v.BodyLen = len(d.bytes(int(d.u32())))

@@ -51,6 +51,7 @@ const (
 	ErrorReason_TOO_MANY_REQUESTS        ErrorReason = 12 // a configured limit was reached
 	ErrorReason_TOPIC_EXISTS             ErrorReason = 13
 	ErrorReason_MEMBERSHIP_CONFLICT      ErrorReason = 14 // a replica id or address already taken, or a change the group cannot make
+	ErrorReason_TRANSACTION_ENDED        ErrorReason = 15 // the half message was committed or rolled back already, the other way (or long ago)
 )
 
 // Enum value maps for ErrorReason.
@@ -71,6 +72,7 @@ var (
 		12: "TOO_MANY_REQUESTS",
 		13: "TOPIC_EXISTS",
 		14: "MEMBERSHIP_CONFLICT",
+		15: "TRANSACTION_ENDED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -88,6 +90,7 @@ var (
 		"TOO_MANY_REQUESTS":        12,
 		"TOPIC_EXISTS":             13,
 		"MEMBERSHIP_CONFLICT":      14,
+		"TRANSACTION_ENDED":        15,
 	}
 )
 
@@ -223,6 +226,55 @@ func (x ConsumeMode) Number() protoreflect.EnumNumber {
 // Deprecated: Use ConsumeMode.Descriptor instead.
 func (ConsumeMode) EnumDescriptor() ([]byte, []int) {
 	return file_raftmq_proto_rawDescGZIP(), []int{2}
+}
+
+type TransactionOutcome int32
+
+const (
+	TransactionOutcome_TRANSACTION_UNKNOWN  TransactionOutcome = 0 // not decided yet: the half waits for a check-back
+	TransactionOutcome_TRANSACTION_COMMIT   TransactionOutcome = 1 // the message is stored in its topic
+	TransactionOutcome_TRANSACTION_ROLLBACK TransactionOutcome = 2 // the half is discarded
+)
+
+// Enum value maps for TransactionOutcome.
+var (
+	TransactionOutcome_name = map[int32]string{
+		0: "TRANSACTION_UNKNOWN",
+		1: "TRANSACTION_COMMIT",
+		2: "TRANSACTION_ROLLBACK",
+	}
+	TransactionOutcome_value = map[string]int32{
+		"TRANSACTION_UNKNOWN":  0,
+		"TRANSACTION_COMMIT":   1,
+		"TRANSACTION_ROLLBACK": 2,
+	}
+)
+
+func (x TransactionOutcome) Enum() *TransactionOutcome {
+	p := new(TransactionOutcome)
+	*p = x
+	return p
+}
+
+func (x TransactionOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TransactionOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftmq_proto_enumTypes[3].Descriptor()
+}
+
+func (TransactionOutcome) Type() protoreflect.EnumType {
+	return &file_raftmq_proto_enumTypes[3]
+}
+
+func (x TransactionOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TransactionOutcome.Descriptor instead.
+func (TransactionOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{3}
 }
 
 // A message as a producer sends it.
@@ -3781,6 +3833,284 @@ func (x *ChecksumCommitlogResponse) GetSha256() string {
 	return ""
 }
 
+type EndTransactionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerGroup string                 `protobuf:"bytes,1,opt,name=producer_group,json=producerGroup,proto3" json:"producer_group,omitempty"` // the half's PGROUP
+	MsgId         string                 `protobuf:"bytes,2,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`                         // the half's id, as its send answered
+	Topic         string                 `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`                                      // the half's topic (the one it was sent to)
+	Outcome       TransactionOutcome     `protobuf:"varint,4,opt,name=outcome,proto3,enum=raftmq.v1.TransactionOutcome" json:"outcome,omitempty"`
+	FromCheck     bool                   `protobuf:"varint,5,opt,name=from_check,json=fromCheck,proto3" json:"from_check,omitempty"` // an answer to a check-back
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndTransactionRequest) Reset() {
+	*x = EndTransactionRequest{}
+	mi := &file_raftmq_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndTransactionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndTransactionRequest) ProtoMessage() {}
+
+func (x *EndTransactionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndTransactionRequest.ProtoReflect.Descriptor instead.
+func (*EndTransactionRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *EndTransactionRequest) GetProducerGroup() string {
+	if x != nil {
+		return x.ProducerGroup
+	}
+	return ""
+}
+
+func (x *EndTransactionRequest) GetMsgId() string {
+	if x != nil {
+		return x.MsgId
+	}
+	return ""
+}
+
+func (x *EndTransactionRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *EndTransactionRequest) GetOutcome() TransactionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return TransactionOutcome_TRANSACTION_UNKNOWN
+}
+
+func (x *EndTransactionRequest) GetFromCheck() bool {
+	if x != nil {
+		return x.FromCheck
+	}
+	return false
+}
+
+type EndTransactionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The half's outcome now: the request's, or, for an ended half asked the
+	// same again, the first one's (an end is applied once).
+	Outcome       TransactionOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=raftmq.v1.TransactionOutcome" json:"outcome,omitempty"`
+	Committed     *SendResult        `protobuf:"bytes,2,opt,name=committed,proto3" json:"committed,omitempty"` // a commit: where the message is stored
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndTransactionResponse) Reset() {
+	*x = EndTransactionResponse{}
+	mi := &file_raftmq_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndTransactionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndTransactionResponse) ProtoMessage() {}
+
+func (x *EndTransactionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndTransactionResponse.ProtoReflect.Descriptor instead.
+func (*EndTransactionResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *EndTransactionResponse) GetOutcome() TransactionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return TransactionOutcome_TRANSACTION_UNKNOWN
+}
+
+func (x *EndTransactionResponse) GetCommitted() *SendResult {
+	if x != nil {
+		return x.Committed
+	}
+	return nil
+}
+
+// A producer's side of the check-back stream: the first message names its
+// group and the topics it sends to (a check is sent only for a half of one
+// of them); any later one answers a check.
+type TransactionCheckStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerGroup string                 `protobuf:"bytes,1,opt,name=producer_group,json=producerGroup,proto3" json:"producer_group,omitempty"`
+	ClientId      string                 `protobuf:"bytes,2,opt,name=client_id,json=clientId,proto3" json:"client_id,omitempty"`
+	Topics        []string               `protobuf:"bytes,3,rep,name=topics,proto3" json:"topics,omitempty"`
+	Answer        *EndTransactionRequest `protobuf:"bytes,4,opt,name=answer,proto3" json:"answer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransactionCheckStreamRequest) Reset() {
+	*x = TransactionCheckStreamRequest{}
+	mi := &file_raftmq_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransactionCheckStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransactionCheckStreamRequest) ProtoMessage() {}
+
+func (x *TransactionCheckStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransactionCheckStreamRequest.ProtoReflect.Descriptor instead.
+func (*TransactionCheckStreamRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *TransactionCheckStreamRequest) GetProducerGroup() string {
+	if x != nil {
+		return x.ProducerGroup
+	}
+	return ""
+}
+
+func (x *TransactionCheckStreamRequest) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *TransactionCheckStreamRequest) GetTopics() []string {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *TransactionCheckStreamRequest) GetAnswer() *EndTransactionRequest {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
+// A master's question about a half message: commit or roll back?
+type TransactionCheck struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	MsgId          string                 `protobuf:"bytes,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`                             // the half's id, for the answer
+	Message        *Message               `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`                                      // the half, with the topic it was sent to
+	QueueId        int32                  `protobuf:"varint,3,opt,name=queue_id,json=queueId,proto3" json:"queue_id,omitempty"`                      // the queue it was sent to
+	CheckTimes     int32                  `protobuf:"varint,4,opt,name=check_times,json=checkTimes,proto3" json:"check_times,omitempty"`             // this check's number, from 1
+	StoreTimestamp int64                  `protobuf:"varint,5,opt,name=store_timestamp,json=storeTimestamp,proto3" json:"store_timestamp,omitempty"` // when the half was stored, unix ms
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TransactionCheck) Reset() {
+	*x = TransactionCheck{}
+	mi := &file_raftmq_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransactionCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransactionCheck) ProtoMessage() {}
+
+func (x *TransactionCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransactionCheck.ProtoReflect.Descriptor instead.
+func (*TransactionCheck) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *TransactionCheck) GetMsgId() string {
+	if x != nil {
+		return x.MsgId
+	}
+	return ""
+}
+
+func (x *TransactionCheck) GetMessage() *Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *TransactionCheck) GetQueueId() int32 {
+	if x != nil {
+		return x.QueueId
+	}
+	return 0
+}
+
+func (x *TransactionCheck) GetCheckTimes() int32 {
+	if x != nil {
+		return x.CheckTimes
+	}
+	return 0
+}
+
+func (x *TransactionCheck) GetStoreTimestamp() int64 {
+	if x != nil {
+		return x.StoreTimestamp
+	}
+	return 0
+}
+
 // Raft log entries of a broker group (not an RPC payload: the state
 // machine's commands).
 type RaftCommand struct {
@@ -3794,6 +4124,7 @@ type RaftCommand struct {
 	//	*RaftCommand_UpsertGroup
 	//	*RaftCommand_DeleteGroup
 	//	*RaftCommand_Announce
+	//	*RaftCommand_Transactions
 	Command       isRaftCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3801,7 +4132,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +4144,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +4157,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{62}
+	return file_raftmq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RaftCommand) GetCommand() isRaftCommand_Command {
@@ -3899,6 +4230,15 @@ func (x *RaftCommand) GetAnnounce() *MasterAnnounce {
 	return nil
 }
 
+func (x *RaftCommand) GetTransactions() *TransactionUpdate {
+	if x != nil {
+		if x, ok := x.Command.(*RaftCommand_Transactions); ok {
+			return x.Transactions
+		}
+	}
+	return nil
+}
+
 type isRaftCommand_Command interface {
 	isRaftCommand_Command()
 }
@@ -3931,6 +4271,10 @@ type RaftCommand_Announce struct {
 	Announce *MasterAnnounce `protobuf:"bytes,7,opt,name=announce,proto3,oneof"`
 }
 
+type RaftCommand_Transactions struct {
+	Transactions *TransactionUpdate `protobuf:"bytes,8,opt,name=transactions,proto3,oneof"`
+}
+
 func (*RaftCommand_Send) isRaftCommand_Command() {}
 
 func (*RaftCommand_UpsertTopic) isRaftCommand_Command() {}
@@ -3945,6 +4289,260 @@ func (*RaftCommand_DeleteGroup) isRaftCommand_Command() {}
 
 func (*RaftCommand_Announce) isRaftCommand_Command() {}
 
+func (*RaftCommand_Transactions) isRaftCommand_Command() {}
+
+// Ends and check-backs of transactions (broker/transactions.go), each
+// applied only to a half still open: a commit or rollback proposed again
+// after an unknown outcome applies once, and a late one does not undo the
+// first.
+type TransactionUpdate struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	StoreTimestamp int64                  `protobuf:"varint,1,opt,name=store_timestamp,json=storeTimestamp,proto3" json:"store_timestamp,omitempty"` // the master's clock at the proposal
+	Ends           []*TransactionEnd      `protobuf:"bytes,2,rep,name=ends,proto3" json:"ends,omitempty"`
+	// Halves below this queue offset are gone from the store (retention):
+	// they count as rolled back.
+	ExpireBelow   int64 `protobuf:"varint,3,opt,name=expire_below,json=expireBelow,proto3" json:"expire_below,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransactionUpdate) Reset() {
+	*x = TransactionUpdate{}
+	mi := &file_raftmq_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransactionUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransactionUpdate) ProtoMessage() {}
+
+func (x *TransactionUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransactionUpdate.ProtoReflect.Descriptor instead.
+func (*TransactionUpdate) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *TransactionUpdate) GetStoreTimestamp() int64 {
+	if x != nil {
+		return x.StoreTimestamp
+	}
+	return 0
+}
+
+func (x *TransactionUpdate) GetEnds() []*TransactionEnd {
+	if x != nil {
+		return x.Ends
+	}
+	return nil
+}
+
+func (x *TransactionUpdate) GetExpireBelow() int64 {
+	if x != nil {
+		return x.ExpireBelow
+	}
+	return 0
+}
+
+type TransactionEnd struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	HalfOffset int64                  `protobuf:"varint,1,opt,name=half_offset,json=halfOffset,proto3" json:"half_offset,omitempty"`           // the half's queue offset (RMQ_SYS_TRANS_HALF_TOPIC, queue 0)
+	Outcome    TransactionOutcome     `protobuf:"varint,2,opt,name=outcome,proto3,enum=raftmq.v1.TransactionOutcome" json:"outcome,omitempty"` // TRANSACTION_UNKNOWN: a check-back counted
+	// Appended if the end applies: for a commit the message in its topic, for
+	// a rollback after the last check a copy for operators
+	// (TRANS_CHECK_MAX_TIME_TOPIC); records in the commitlog's layout, their
+	// store time stamped.
+	Records       []byte `protobuf:"bytes,3,opt,name=records,proto3" json:"records,omitempty"`
+	CheckTimes    int32  `protobuf:"varint,4,opt,name=check_times,json=checkTimes,proto3" json:"check_times,omitempty"` // a check-back: the half's checks so far
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransactionEnd) Reset() {
+	*x = TransactionEnd{}
+	mi := &file_raftmq_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransactionEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransactionEnd) ProtoMessage() {}
+
+func (x *TransactionEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransactionEnd.ProtoReflect.Descriptor instead.
+func (*TransactionEnd) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *TransactionEnd) GetHalfOffset() int64 {
+	if x != nil {
+		return x.HalfOffset
+	}
+	return 0
+}
+
+func (x *TransactionEnd) GetOutcome() TransactionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return TransactionOutcome_TRANSACTION_UNKNOWN
+}
+
+func (x *TransactionEnd) GetRecords() []byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *TransactionEnd) GetCheckTimes() int32 {
+	if x != nil {
+		return x.CheckTimes
+	}
+	return 0
+}
+
+// The open halves' state, in snapshots: every half below cursor is ended;
+// from it, those listed have ended or been checked.
+type TransactionState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cursor        int64                  `protobuf:"varint,1,opt,name=cursor,proto3" json:"cursor,omitempty"`
+	Halves        map[int64]*HalfState   `protobuf:"bytes,2,rep,name=halves,proto3" json:"halves,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransactionState) Reset() {
+	*x = TransactionState{}
+	mi := &file_raftmq_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransactionState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransactionState) ProtoMessage() {}
+
+func (x *TransactionState) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransactionState.ProtoReflect.Descriptor instead.
+func (*TransactionState) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *TransactionState) GetCursor() int64 {
+	if x != nil {
+		return x.Cursor
+	}
+	return 0
+}
+
+func (x *TransactionState) GetHalves() map[int64]*HalfState {
+	if x != nil {
+		return x.Halves
+	}
+	return nil
+}
+
+type HalfState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Outcome       TransactionOutcome     `protobuf:"varint,1,opt,name=outcome,proto3,enum=raftmq.v1.TransactionOutcome" json:"outcome,omitempty"`
+	CheckTimes    int32                  `protobuf:"varint,2,opt,name=check_times,json=checkTimes,proto3" json:"check_times,omitempty"`
+	CheckedAt     int64                  `protobuf:"varint,3,opt,name=checked_at,json=checkedAt,proto3" json:"checked_at,omitempty"` // unix ms of the last check-back
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HalfState) Reset() {
+	*x = HalfState{}
+	mi := &file_raftmq_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HalfState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HalfState) ProtoMessage() {}
+
+func (x *HalfState) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HalfState.ProtoReflect.Descriptor instead.
+func (*HalfState) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *HalfState) GetOutcome() TransactionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return TransactionOutcome_TRANSACTION_UNKNOWN
+}
+
+func (x *HalfState) GetCheckTimes() int32 {
+	if x != nil {
+		return x.CheckTimes
+	}
+	return 0
+}
+
+func (x *HalfState) GetCheckedAt() int64 {
+	if x != nil {
+		return x.CheckedAt
+	}
+	return 0
+}
+
 // A new master's first entry: its gRPC address, so that every replica can
 // redirect writers to it.
 type MasterAnnounce struct {
@@ -3957,7 +4555,7 @@ type MasterAnnounce struct {
 
 func (x *MasterAnnounce) Reset() {
 	*x = MasterAnnounce{}
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3969,7 +4567,7 @@ func (x *MasterAnnounce) String() string {
 func (*MasterAnnounce) ProtoMessage() {}
 
 func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3982,7 +4580,7 @@ func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterAnnounce.ProtoReflect.Descriptor instead.
 func (*MasterAnnounce) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{63}
+	return file_raftmq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MasterAnnounce) GetReplicaId() int32 {
@@ -4023,7 +4621,7 @@ type SendBatch struct {
 
 func (x *SendBatch) Reset() {
 	*x = SendBatch{}
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4035,7 +4633,7 @@ func (x *SendBatch) String() string {
 func (*SendBatch) ProtoMessage() {}
 
 func (x *SendBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4048,7 +4646,7 @@ func (x *SendBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatch.ProtoReflect.Descriptor instead.
 func (*SendBatch) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{64}
+	return file_raftmq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *SendBatch) GetStoreTimestamp() int64 {
@@ -4096,7 +4694,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_raftmq_proto_msgTypes[65]
+	mi := &file_raftmq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +4706,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[65]
+	mi := &file_raftmq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +4719,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{65}
+	return file_raftmq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -4148,7 +4746,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_raftmq_proto_msgTypes[66]
+	mi := &file_raftmq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4160,7 +4758,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[66]
+	mi := &file_raftmq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4173,7 +4771,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{66}
+	return file_raftmq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *OffsetCommit) GetConsumerGroup() string {
@@ -4202,13 +4800,14 @@ type BrokerSnapshot struct {
 	Groups             []*SubscriptionGroupConfig `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
 	Masters            []*MasterAnnounce          `protobuf:"bytes,7,rep,name=masters,proto3" json:"masters,omitempty"`
 	ScheduleOffsets    map[int32]int64            `protobuf:"bytes,8,rep,name=schedule_offsets,json=scheduleOffsets,proto3" json:"schedule_offsets,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Transactions       *TransactionState          `protobuf:"bytes,9,opt,name=transactions,proto3" json:"transactions,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
 
 func (x *BrokerSnapshot) Reset() {
 	*x = BrokerSnapshot{}
-	mi := &file_raftmq_proto_msgTypes[67]
+	mi := &file_raftmq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4220,7 +4819,7 @@ func (x *BrokerSnapshot) String() string {
 func (*BrokerSnapshot) ProtoMessage() {}
 
 func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[67]
+	mi := &file_raftmq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4233,7 +4832,7 @@ func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerSnapshot.ProtoReflect.Descriptor instead.
 func (*BrokerSnapshot) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{67}
+	return file_raftmq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *BrokerSnapshot) GetStoreRaftIndex() uint64 {
@@ -4292,6 +4891,13 @@ func (x *BrokerSnapshot) GetScheduleOffsets() map[int32]int64 {
 	return nil
 }
 
+func (x *BrokerSnapshot) GetTransactions() *TransactionState {
+	if x != nil {
+		return x.Transactions
+	}
+	return nil
+}
+
 type GetRouteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -4301,7 +4907,7 @@ type GetRouteRequest struct {
 
 func (x *GetRouteRequest) Reset() {
 	*x = GetRouteRequest{}
-	mi := &file_raftmq_proto_msgTypes[68]
+	mi := &file_raftmq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4313,7 +4919,7 @@ func (x *GetRouteRequest) String() string {
 func (*GetRouteRequest) ProtoMessage() {}
 
 func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[68]
+	mi := &file_raftmq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4326,7 +4932,7 @@ func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRouteRequest.ProtoReflect.Descriptor instead.
 func (*GetRouteRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{68}
+	return file_raftmq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetRouteRequest) GetTopic() string {
@@ -4352,7 +4958,7 @@ type GroupRoute struct {
 
 func (x *GroupRoute) Reset() {
 	*x = GroupRoute{}
-	mi := &file_raftmq_proto_msgTypes[69]
+	mi := &file_raftmq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4364,7 +4970,7 @@ func (x *GroupRoute) String() string {
 func (*GroupRoute) ProtoMessage() {}
 
 func (x *GroupRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[69]
+	mi := &file_raftmq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4377,7 +4983,7 @@ func (x *GroupRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
 func (*GroupRoute) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{69}
+	return file_raftmq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *GroupRoute) GetGroup() string {
@@ -4439,7 +5045,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_raftmq_proto_msgTypes[70]
+	mi := &file_raftmq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4451,7 +5057,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[70]
+	mi := &file_raftmq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4464,7 +5070,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{70}
+	return file_raftmq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RouteResponse) GetTopic() string {
@@ -4489,7 +5095,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_raftmq_proto_msgTypes[71]
+	mi := &file_raftmq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4501,7 +5107,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[71]
+	mi := &file_raftmq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4514,7 +5120,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{71}
+	return file_raftmq_proto_rawDescGZIP(), []int{79}
 }
 
 type ClusterGroup struct {
@@ -4531,7 +5137,7 @@ type ClusterGroup struct {
 
 func (x *ClusterGroup) Reset() {
 	*x = ClusterGroup{}
-	mi := &file_raftmq_proto_msgTypes[72]
+	mi := &file_raftmq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +5149,7 @@ func (x *ClusterGroup) String() string {
 func (*ClusterGroup) ProtoMessage() {}
 
 func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[72]
+	mi := &file_raftmq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +5162,7 @@ func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterGroup.ProtoReflect.Descriptor instead.
 func (*ClusterGroup) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{72}
+	return file_raftmq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ClusterGroup) GetGroup() string {
@@ -4612,7 +5218,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_raftmq_proto_msgTypes[73]
+	mi := &file_raftmq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4624,7 +5230,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[73]
+	mi := &file_raftmq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4637,7 +5243,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{73}
+	return file_raftmq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ClusterInfoResponse) GetCluster() string {
@@ -4670,7 +5276,7 @@ type ListTopicNamesResponse struct {
 
 func (x *ListTopicNamesResponse) Reset() {
 	*x = ListTopicNamesResponse{}
-	mi := &file_raftmq_proto_msgTypes[74]
+	mi := &file_raftmq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4682,7 +5288,7 @@ func (x *ListTopicNamesResponse) String() string {
 func (*ListTopicNamesResponse) ProtoMessage() {}
 
 func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[74]
+	mi := &file_raftmq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4695,7 +5301,7 @@ func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicNamesResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicNamesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{74}
+	return file_raftmq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListTopicNamesResponse) GetTopics() []string {
@@ -4714,7 +5320,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_raftmq_proto_msgTypes[75]
+	mi := &file_raftmq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4726,7 +5332,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[75]
+	mi := &file_raftmq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4739,7 +5345,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{75}
+	return file_raftmq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *WatchRoutesRequest) GetTopics() []string {
@@ -4995,7 +5601,29 @@ const file_raftmq_proto_rawDesc = "" +
 	"\vfrom_offset\x18\x01 \x01(\x03R\n" +
 	"fromOffset\x12\x1b\n" +
 	"\tto_offset\x18\x02 \x01(\x03R\btoOffset\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\x8f\x03\n" +
+	"\x06sha256\x18\x03 \x01(\tR\x06sha256\"\xc3\x01\n" +
+	"\x15EndTransactionRequest\x12%\n" +
+	"\x0eproducer_group\x18\x01 \x01(\tR\rproducerGroup\x12\x15\n" +
+	"\x06msg_id\x18\x02 \x01(\tR\x05msgId\x12\x14\n" +
+	"\x05topic\x18\x03 \x01(\tR\x05topic\x127\n" +
+	"\aoutcome\x18\x04 \x01(\x0e2\x1d.raftmq.v1.TransactionOutcomeR\aoutcome\x12\x1d\n" +
+	"\n" +
+	"from_check\x18\x05 \x01(\bR\tfromCheck\"\x86\x01\n" +
+	"\x16EndTransactionResponse\x127\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x1d.raftmq.v1.TransactionOutcomeR\aoutcome\x123\n" +
+	"\tcommitted\x18\x02 \x01(\v2\x15.raftmq.v1.SendResultR\tcommitted\"\xb5\x01\n" +
+	"\x1dTransactionCheckStreamRequest\x12%\n" +
+	"\x0eproducer_group\x18\x01 \x01(\tR\rproducerGroup\x12\x1b\n" +
+	"\tclient_id\x18\x02 \x01(\tR\bclientId\x12\x16\n" +
+	"\x06topics\x18\x03 \x03(\tR\x06topics\x128\n" +
+	"\x06answer\x18\x04 \x01(\v2 .raftmq.v1.EndTransactionRequestR\x06answer\"\xbc\x01\n" +
+	"\x10TransactionCheck\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\tR\x05msgId\x12,\n" +
+	"\amessage\x18\x02 \x01(\v2\x12.raftmq.v1.MessageR\amessage\x12\x19\n" +
+	"\bqueue_id\x18\x03 \x01(\x05R\aqueueId\x12\x1f\n" +
+	"\vcheck_times\x18\x04 \x01(\x05R\n" +
+	"checkTimes\x12'\n" +
+	"\x0fstore_timestamp\x18\x05 \x01(\x03R\x0estoreTimestamp\"\xd3\x03\n" +
 	"\vRaftCommand\x12*\n" +
 	"\x04send\x18\x01 \x01(\v2\x14.raftmq.v1.SendBatchH\x00R\x04send\x12;\n" +
 	"\fupsert_topic\x18\x02 \x01(\v2\x16.raftmq.v1.TopicConfigH\x00R\vupsertTopic\x12#\n" +
@@ -5003,8 +5631,32 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0ecommit_offsets\x18\x04 \x01(\v2\x17.raftmq.v1.OffsetCommitH\x00R\rcommitOffsets\x12G\n" +
 	"\fupsert_group\x18\x05 \x01(\v2\".raftmq.v1.SubscriptionGroupConfigH\x00R\vupsertGroup\x12#\n" +
 	"\fdelete_group\x18\x06 \x01(\tH\x00R\vdeleteGroup\x127\n" +
-	"\bannounce\x18\a \x01(\v2\x19.raftmq.v1.MasterAnnounceH\x00R\bannounceB\t\n" +
-	"\acommand\"R\n" +
+	"\bannounce\x18\a \x01(\v2\x19.raftmq.v1.MasterAnnounceH\x00R\bannounce\x12B\n" +
+	"\ftransactions\x18\b \x01(\v2\x1c.raftmq.v1.TransactionUpdateH\x00R\ftransactionsB\t\n" +
+	"\acommand\"\x8e\x01\n" +
+	"\x11TransactionUpdate\x12'\n" +
+	"\x0fstore_timestamp\x18\x01 \x01(\x03R\x0estoreTimestamp\x12-\n" +
+	"\x04ends\x18\x02 \x03(\v2\x19.raftmq.v1.TransactionEndR\x04ends\x12!\n" +
+	"\fexpire_below\x18\x03 \x01(\x03R\vexpireBelow\"\xa5\x01\n" +
+	"\x0eTransactionEnd\x12\x1f\n" +
+	"\vhalf_offset\x18\x01 \x01(\x03R\n" +
+	"halfOffset\x127\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1d.raftmq.v1.TransactionOutcomeR\aoutcome\x12\x18\n" +
+	"\arecords\x18\x03 \x01(\fR\arecords\x12\x1f\n" +
+	"\vcheck_times\x18\x04 \x01(\x05R\n" +
+	"checkTimes\"\xbc\x01\n" +
+	"\x10TransactionState\x12\x16\n" +
+	"\x06cursor\x18\x01 \x01(\x03R\x06cursor\x12?\n" +
+	"\x06halves\x18\x02 \x03(\v2'.raftmq.v1.TransactionState.HalvesEntryR\x06halves\x1aO\n" +
+	"\vHalvesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x03R\x03key\x12*\n" +
+	"\x05value\x18\x02 \x01(\v2\x14.raftmq.v1.HalfStateR\x05value:\x028\x01\"\x84\x01\n" +
+	"\tHalfState\x127\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x1d.raftmq.v1.TransactionOutcomeR\aoutcome\x12\x1f\n" +
+	"\vcheck_times\x18\x02 \x01(\x05R\n" +
+	"checkTimes\x12\x1d\n" +
+	"\n" +
+	"checked_at\x18\x03 \x01(\x03R\tcheckedAt\"R\n" +
 	"\x0eMasterAnnounce\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12!\n" +
@@ -5026,7 +5678,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\"g\n" +
 	"\fOffsetCommit\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x120\n" +
-	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\x86\x04\n" +
+	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\xc7\x04\n" +
 	"\x0eBrokerSnapshot\x12(\n" +
 	"\x10store_raft_index\x18\x01 \x01(\x04R\x0estoreRaftIndex\x120\n" +
 	"\x14commitlog_max_offset\x18\x02 \x01(\x03R\x12commitlogMaxOffset\x12.\n" +
@@ -5035,7 +5687,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\aoffsets\x18\x05 \x03(\v2\x17.raftmq.v1.OffsetCommitR\aoffsets\x12:\n" +
 	"\x06groups\x18\x06 \x03(\v2\".raftmq.v1.SubscriptionGroupConfigR\x06groups\x123\n" +
 	"\amasters\x18\a \x03(\v2\x19.raftmq.v1.MasterAnnounceR\amasters\x12Y\n" +
-	"\x10schedule_offsets\x18\b \x03(\v2..raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntryR\x0fscheduleOffsets\x1aB\n" +
+	"\x10schedule_offsets\x18\b \x03(\v2..raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntryR\x0fscheduleOffsets\x12?\n" +
+	"\ftransactions\x18\t \x01(\v2\x1b.raftmq.v1.TransactionStateR\ftransactions\x1aB\n" +
 	"\x14ScheduleOffsetsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"'\n" +
@@ -5069,7 +5722,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x16ListTopicNamesResponse\x12\x16\n" +
 	"\x06topics\x18\x01 \x03(\tR\x06topics\",\n" +
 	"\x12WatchRoutesRequest\x12\x16\n" +
-	"\x06topics\x18\x01 \x03(\tR\x06topics*\xc2\x02\n" +
+	"\x06topics\x18\x01 \x03(\tR\x06topics*\xd9\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -5087,7 +5740,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\aTIMEOUT\x10\v\x12\x15\n" +
 	"\x11TOO_MANY_REQUESTS\x10\f\x12\x10\n" +
 	"\fTOPIC_EXISTS\x10\r\x12\x17\n" +
-	"\x13MEMBERSHIP_CONFLICT\x10\x0e*\x9f\x01\n" +
+	"\x13MEMBERSHIP_CONFLICT\x10\x0e\x12\x15\n" +
+	"\x11TRANSACTION_ENDED\x10\x0f*\x9f\x01\n" +
 	"\n" +
 	"PullStatus\x12\x1b\n" +
 	"\x17PULL_STATUS_UNSPECIFIED\x10\x00\x12\x0e\n" +
@@ -5101,7 +5755,11 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x18CONSUME_MODE_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
 	"CLUSTERING\x10\x01\x12\x10\n" +
-	"\fBROADCASTING\x10\x022\x83\x13\n" +
+	"\fBROADCASTING\x10\x02*_\n" +
+	"\x12TransactionOutcome\x12\x17\n" +
+	"\x13TRANSACTION_UNKNOWN\x10\x00\x12\x16\n" +
+	"\x12TRANSACTION_COMMIT\x10\x01\x12\x18\n" +
+	"\x14TRANSACTION_ROLLBACK\x10\x022\xba\x14\n" +
 	"\x06Broker\x12L\n" +
 	"\vSendMessage\x12\x1d.raftmq.v1.SendMessageRequest\x1a\x1e.raftmq.v1.SendMessageResponse\x12L\n" +
 	"\vPullMessage\x12\x1d.raftmq.v1.PullMessageRequest\x1a\x1e.raftmq.v1.PullMessageResponse\x12d\n" +
@@ -5132,7 +5790,9 @@ const file_raftmq_proto_rawDesc = "" +
 	"\n" +
 	"AddReplica\x12\x1c.raftmq.v1.AddReplicaRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12O\n" +
 	"\rRemoveReplica\x12\x1f.raftmq.v1.RemoveReplicaRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12Q\n" +
-	"\x0eTransferLeader\x12 .raftmq.v1.TransferLeaderRequest\x1a\x1d.raftmq.v1.MembershipResponse2\xbb\x02\n" +
+	"\x0eTransferLeader\x12 .raftmq.v1.TransferLeaderRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12U\n" +
+	"\x0eEndTransaction\x12 .raftmq.v1.EndTransactionRequest\x1a!.raftmq.v1.EndTransactionResponse\x12^\n" +
+	"\x11CheckTransactions\x12(.raftmq.v1.TransactionCheckStreamRequest\x1a\x1b.raftmq.v1.TransactionCheck(\x010\x012\xbb\x02\n" +
 	"\n" +
 	"NameServer\x12@\n" +
 	"\bGetRoute\x12\x1a.raftmq.v1.GetRouteRequest\x1a\x18.raftmq.v1.RouteResponse\x12R\n" +
@@ -5153,203 +5813,229 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 	return file_raftmq_proto_rawDescData
 }
 
-var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
 	(ConsumeMode)(0),                        // 2: raftmq.v1.ConsumeMode
-	(*Message)(nil),                         // 3: raftmq.v1.Message
-	(*SendMessageRequest)(nil),              // 4: raftmq.v1.SendMessageRequest
-	(*SendResult)(nil),                      // 5: raftmq.v1.SendResult
-	(*SendMessageResponse)(nil),             // 6: raftmq.v1.SendMessageResponse
-	(*PullMessageRequest)(nil),              // 7: raftmq.v1.PullMessageRequest
-	(*PullMessageResponse)(nil),             // 8: raftmq.v1.PullMessageResponse
-	(*QueryConsumerOffsetRequest)(nil),      // 9: raftmq.v1.QueryConsumerOffsetRequest
-	(*QueryConsumerOffsetResponse)(nil),     // 10: raftmq.v1.QueryConsumerOffsetResponse
-	(*QueueOffset)(nil),                     // 11: raftmq.v1.QueueOffset
-	(*UpdateConsumerOffsetRequest)(nil),     // 12: raftmq.v1.UpdateConsumerOffsetRequest
-	(*UpdateConsumerOffsetResponse)(nil),    // 13: raftmq.v1.UpdateConsumerOffsetResponse
-	(*ResetConsumerOffsetRequest)(nil),      // 14: raftmq.v1.ResetConsumerOffsetRequest
-	(*ResetConsumerOffsetResponse)(nil),     // 15: raftmq.v1.ResetConsumerOffsetResponse
-	(*Subscription)(nil),                    // 16: raftmq.v1.Subscription
-	(*ConsumerGroupInfo)(nil),               // 17: raftmq.v1.ConsumerGroupInfo
-	(*HeldQueue)(nil),                       // 18: raftmq.v1.HeldQueue
-	(*HeartbeatRequest)(nil),                // 19: raftmq.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),               // 20: raftmq.v1.HeartbeatResponse
-	(*GetConsumerListRequest)(nil),          // 21: raftmq.v1.GetConsumerListRequest
-	(*GetConsumerListResponse)(nil),         // 22: raftmq.v1.GetConsumerListResponse
-	(*DescribeConsumerGroupsRequest)(nil),   // 23: raftmq.v1.DescribeConsumerGroupsRequest
-	(*ConsumerMember)(nil),                  // 24: raftmq.v1.ConsumerMember
-	(*ConsumerGroupMembers)(nil),            // 25: raftmq.v1.ConsumerGroupMembers
-	(*DescribeConsumerGroupsResponse)(nil),  // 26: raftmq.v1.DescribeConsumerGroupsResponse
-	(*ConsumerSendBackRequest)(nil),         // 27: raftmq.v1.ConsumerSendBackRequest
-	(*ConsumerSendBackResponse)(nil),        // 28: raftmq.v1.ConsumerSendBackResponse
-	(*LockQueuesRequest)(nil),               // 29: raftmq.v1.LockQueuesRequest
-	(*LockQueuesResponse)(nil),              // 30: raftmq.v1.LockQueuesResponse
-	(*UnlockQueuesRequest)(nil),             // 31: raftmq.v1.UnlockQueuesRequest
-	(*UnlockQueuesResponse)(nil),            // 32: raftmq.v1.UnlockQueuesResponse
-	(*TopicConfig)(nil),                     // 33: raftmq.v1.TopicConfig
-	(*CreateTopicRequest)(nil),              // 34: raftmq.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),             // 35: raftmq.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),              // 36: raftmq.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),             // 37: raftmq.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),               // 38: raftmq.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),              // 39: raftmq.v1.ListTopicsResponse
-	(*SubscriptionGroupConfig)(nil),         // 40: raftmq.v1.SubscriptionGroupConfig
-	(*UpsertSubscriptionGroupRequest)(nil),  // 41: raftmq.v1.UpsertSubscriptionGroupRequest
-	(*UpsertSubscriptionGroupResponse)(nil), // 42: raftmq.v1.UpsertSubscriptionGroupResponse
-	(*DeleteSubscriptionGroupRequest)(nil),  // 43: raftmq.v1.DeleteSubscriptionGroupRequest
-	(*DeleteSubscriptionGroupResponse)(nil), // 44: raftmq.v1.DeleteSubscriptionGroupResponse
-	(*ListSubscriptionGroupsRequest)(nil),   // 45: raftmq.v1.ListSubscriptionGroupsRequest
-	(*ListSubscriptionGroupsResponse)(nil),  // 46: raftmq.v1.ListSubscriptionGroupsResponse
-	(*GetQueueOffsetsRequest)(nil),          // 47: raftmq.v1.GetQueueOffsetsRequest
-	(*GetQueueOffsetsResponse)(nil),         // 48: raftmq.v1.GetQueueOffsetsResponse
-	(*SearchOffsetByTimeRequest)(nil),       // 49: raftmq.v1.SearchOffsetByTimeRequest
-	(*SearchOffsetByTimeResponse)(nil),      // 50: raftmq.v1.SearchOffsetByTimeResponse
-	(*QueryMessageByIdRequest)(nil),         // 51: raftmq.v1.QueryMessageByIdRequest
-	(*QueryMessageByKeyRequest)(nil),        // 52: raftmq.v1.QueryMessageByKeyRequest
-	(*QueryMessageResponse)(nil),            // 53: raftmq.v1.QueryMessageResponse
-	(*DescribeBrokerRequest)(nil),           // 54: raftmq.v1.DescribeBrokerRequest
-	(*ReplicaInfo)(nil),                     // 55: raftmq.v1.ReplicaInfo
-	(*DescribeBrokerResponse)(nil),          // 56: raftmq.v1.DescribeBrokerResponse
-	(*CopyCommitlogRequest)(nil),            // 57: raftmq.v1.CopyCommitlogRequest
-	(*CommitlogChunk)(nil),                  // 58: raftmq.v1.CommitlogChunk
-	(*ChecksumCommitlogRequest)(nil),        // 59: raftmq.v1.ChecksumCommitlogRequest
-	(*AddReplicaRequest)(nil),               // 60: raftmq.v1.AddReplicaRequest
-	(*RemoveReplicaRequest)(nil),            // 61: raftmq.v1.RemoveReplicaRequest
-	(*TransferLeaderRequest)(nil),           // 62: raftmq.v1.TransferLeaderRequest
-	(*MembershipResponse)(nil),              // 63: raftmq.v1.MembershipResponse
-	(*ChecksumCommitlogResponse)(nil),       // 64: raftmq.v1.ChecksumCommitlogResponse
-	(*RaftCommand)(nil),                     // 65: raftmq.v1.RaftCommand
-	(*MasterAnnounce)(nil),                  // 66: raftmq.v1.MasterAnnounce
-	(*SendBatch)(nil),                       // 67: raftmq.v1.SendBatch
-	(*StoredMessage)(nil),                   // 68: raftmq.v1.StoredMessage
-	(*OffsetCommit)(nil),                    // 69: raftmq.v1.OffsetCommit
-	(*BrokerSnapshot)(nil),                  // 70: raftmq.v1.BrokerSnapshot
-	(*GetRouteRequest)(nil),                 // 71: raftmq.v1.GetRouteRequest
-	(*GroupRoute)(nil),                      // 72: raftmq.v1.GroupRoute
-	(*RouteResponse)(nil),                   // 73: raftmq.v1.RouteResponse
-	(*GetClusterInfoRequest)(nil),           // 74: raftmq.v1.GetClusterInfoRequest
-	(*ClusterGroup)(nil),                    // 75: raftmq.v1.ClusterGroup
-	(*ClusterInfoResponse)(nil),             // 76: raftmq.v1.ClusterInfoResponse
-	(*ListTopicNamesResponse)(nil),          // 77: raftmq.v1.ListTopicNamesResponse
-	(*WatchRoutesRequest)(nil),              // 78: raftmq.v1.WatchRoutesRequest
-	nil,                                     // 79: raftmq.v1.Message.PropertiesEntry
-	nil,                                     // 80: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 81: raftmq.v1.SendBatch.ScheduleFromEntry
-	nil,                                     // 82: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	(TransactionOutcome)(0),                 // 3: raftmq.v1.TransactionOutcome
+	(*Message)(nil),                         // 4: raftmq.v1.Message
+	(*SendMessageRequest)(nil),              // 5: raftmq.v1.SendMessageRequest
+	(*SendResult)(nil),                      // 6: raftmq.v1.SendResult
+	(*SendMessageResponse)(nil),             // 7: raftmq.v1.SendMessageResponse
+	(*PullMessageRequest)(nil),              // 8: raftmq.v1.PullMessageRequest
+	(*PullMessageResponse)(nil),             // 9: raftmq.v1.PullMessageResponse
+	(*QueryConsumerOffsetRequest)(nil),      // 10: raftmq.v1.QueryConsumerOffsetRequest
+	(*QueryConsumerOffsetResponse)(nil),     // 11: raftmq.v1.QueryConsumerOffsetResponse
+	(*QueueOffset)(nil),                     // 12: raftmq.v1.QueueOffset
+	(*UpdateConsumerOffsetRequest)(nil),     // 13: raftmq.v1.UpdateConsumerOffsetRequest
+	(*UpdateConsumerOffsetResponse)(nil),    // 14: raftmq.v1.UpdateConsumerOffsetResponse
+	(*ResetConsumerOffsetRequest)(nil),      // 15: raftmq.v1.ResetConsumerOffsetRequest
+	(*ResetConsumerOffsetResponse)(nil),     // 16: raftmq.v1.ResetConsumerOffsetResponse
+	(*Subscription)(nil),                    // 17: raftmq.v1.Subscription
+	(*ConsumerGroupInfo)(nil),               // 18: raftmq.v1.ConsumerGroupInfo
+	(*HeldQueue)(nil),                       // 19: raftmq.v1.HeldQueue
+	(*HeartbeatRequest)(nil),                // 20: raftmq.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),               // 21: raftmq.v1.HeartbeatResponse
+	(*GetConsumerListRequest)(nil),          // 22: raftmq.v1.GetConsumerListRequest
+	(*GetConsumerListResponse)(nil),         // 23: raftmq.v1.GetConsumerListResponse
+	(*DescribeConsumerGroupsRequest)(nil),   // 24: raftmq.v1.DescribeConsumerGroupsRequest
+	(*ConsumerMember)(nil),                  // 25: raftmq.v1.ConsumerMember
+	(*ConsumerGroupMembers)(nil),            // 26: raftmq.v1.ConsumerGroupMembers
+	(*DescribeConsumerGroupsResponse)(nil),  // 27: raftmq.v1.DescribeConsumerGroupsResponse
+	(*ConsumerSendBackRequest)(nil),         // 28: raftmq.v1.ConsumerSendBackRequest
+	(*ConsumerSendBackResponse)(nil),        // 29: raftmq.v1.ConsumerSendBackResponse
+	(*LockQueuesRequest)(nil),               // 30: raftmq.v1.LockQueuesRequest
+	(*LockQueuesResponse)(nil),              // 31: raftmq.v1.LockQueuesResponse
+	(*UnlockQueuesRequest)(nil),             // 32: raftmq.v1.UnlockQueuesRequest
+	(*UnlockQueuesResponse)(nil),            // 33: raftmq.v1.UnlockQueuesResponse
+	(*TopicConfig)(nil),                     // 34: raftmq.v1.TopicConfig
+	(*CreateTopicRequest)(nil),              // 35: raftmq.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),             // 36: raftmq.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),              // 37: raftmq.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),             // 38: raftmq.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),               // 39: raftmq.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),              // 40: raftmq.v1.ListTopicsResponse
+	(*SubscriptionGroupConfig)(nil),         // 41: raftmq.v1.SubscriptionGroupConfig
+	(*UpsertSubscriptionGroupRequest)(nil),  // 42: raftmq.v1.UpsertSubscriptionGroupRequest
+	(*UpsertSubscriptionGroupResponse)(nil), // 43: raftmq.v1.UpsertSubscriptionGroupResponse
+	(*DeleteSubscriptionGroupRequest)(nil),  // 44: raftmq.v1.DeleteSubscriptionGroupRequest
+	(*DeleteSubscriptionGroupResponse)(nil), // 45: raftmq.v1.DeleteSubscriptionGroupResponse
+	(*ListSubscriptionGroupsRequest)(nil),   // 46: raftmq.v1.ListSubscriptionGroupsRequest
+	(*ListSubscriptionGroupsResponse)(nil),  // 47: raftmq.v1.ListSubscriptionGroupsResponse
+	(*GetQueueOffsetsRequest)(nil),          // 48: raftmq.v1.GetQueueOffsetsRequest
+	(*GetQueueOffsetsResponse)(nil),         // 49: raftmq.v1.GetQueueOffsetsResponse
+	(*SearchOffsetByTimeRequest)(nil),       // 50: raftmq.v1.SearchOffsetByTimeRequest
+	(*SearchOffsetByTimeResponse)(nil),      // 51: raftmq.v1.SearchOffsetByTimeResponse
+	(*QueryMessageByIdRequest)(nil),         // 52: raftmq.v1.QueryMessageByIdRequest
+	(*QueryMessageByKeyRequest)(nil),        // 53: raftmq.v1.QueryMessageByKeyRequest
+	(*QueryMessageResponse)(nil),            // 54: raftmq.v1.QueryMessageResponse
+	(*DescribeBrokerRequest)(nil),           // 55: raftmq.v1.DescribeBrokerRequest
+	(*ReplicaInfo)(nil),                     // 56: raftmq.v1.ReplicaInfo
+	(*DescribeBrokerResponse)(nil),          // 57: raftmq.v1.DescribeBrokerResponse
+	(*CopyCommitlogRequest)(nil),            // 58: raftmq.v1.CopyCommitlogRequest
+	(*CommitlogChunk)(nil),                  // 59: raftmq.v1.CommitlogChunk
+	(*ChecksumCommitlogRequest)(nil),        // 60: raftmq.v1.ChecksumCommitlogRequest
+	(*AddReplicaRequest)(nil),               // 61: raftmq.v1.AddReplicaRequest
+	(*RemoveReplicaRequest)(nil),            // 62: raftmq.v1.RemoveReplicaRequest
+	(*TransferLeaderRequest)(nil),           // 63: raftmq.v1.TransferLeaderRequest
+	(*MembershipResponse)(nil),              // 64: raftmq.v1.MembershipResponse
+	(*ChecksumCommitlogResponse)(nil),       // 65: raftmq.v1.ChecksumCommitlogResponse
+	(*EndTransactionRequest)(nil),           // 66: raftmq.v1.EndTransactionRequest
+	(*EndTransactionResponse)(nil),          // 67: raftmq.v1.EndTransactionResponse
+	(*TransactionCheckStreamRequest)(nil),   // 68: raftmq.v1.TransactionCheckStreamRequest
+	(*TransactionCheck)(nil),                // 69: raftmq.v1.TransactionCheck
+	(*RaftCommand)(nil),                     // 70: raftmq.v1.RaftCommand
+	(*TransactionUpdate)(nil),               // 71: raftmq.v1.TransactionUpdate
+	(*TransactionEnd)(nil),                  // 72: raftmq.v1.TransactionEnd
+	(*TransactionState)(nil),                // 73: raftmq.v1.TransactionState
+	(*HalfState)(nil),                       // 74: raftmq.v1.HalfState
+	(*MasterAnnounce)(nil),                  // 75: raftmq.v1.MasterAnnounce
+	(*SendBatch)(nil),                       // 76: raftmq.v1.SendBatch
+	(*StoredMessage)(nil),                   // 77: raftmq.v1.StoredMessage
+	(*OffsetCommit)(nil),                    // 78: raftmq.v1.OffsetCommit
+	(*BrokerSnapshot)(nil),                  // 79: raftmq.v1.BrokerSnapshot
+	(*GetRouteRequest)(nil),                 // 80: raftmq.v1.GetRouteRequest
+	(*GroupRoute)(nil),                      // 81: raftmq.v1.GroupRoute
+	(*RouteResponse)(nil),                   // 82: raftmq.v1.RouteResponse
+	(*GetClusterInfoRequest)(nil),           // 83: raftmq.v1.GetClusterInfoRequest
+	(*ClusterGroup)(nil),                    // 84: raftmq.v1.ClusterGroup
+	(*ClusterInfoResponse)(nil),             // 85: raftmq.v1.ClusterInfoResponse
+	(*ListTopicNamesResponse)(nil),          // 86: raftmq.v1.ListTopicNamesResponse
+	(*WatchRoutesRequest)(nil),              // 87: raftmq.v1.WatchRoutesRequest
+	nil,                                     // 88: raftmq.v1.Message.PropertiesEntry
+	nil,                                     // 89: raftmq.v1.TransactionState.HalvesEntry
+	nil,                                     // 90: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 91: raftmq.v1.SendBatch.ScheduleFromEntry
+	nil,                                     // 92: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
-	79, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
-	3,  // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
-	5,  // 2: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
+	88, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
+	4,  // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
+	6,  // 2: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
 	1,  // 3: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
-	11, // 4: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
-	11, // 5: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
+	12, // 4: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
+	12, // 5: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
 	2,  // 6: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
-	16, // 7: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
-	18, // 8: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
-	17, // 9: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
+	17, // 7: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
+	19, // 8: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
+	18, // 9: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
 	2,  // 10: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
-	16, // 11: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
-	18, // 12: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
-	24, // 13: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
-	25, // 14: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
-	33, // 15: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
-	33, // 16: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
-	40, // 17: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	40, // 18: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	55, // 19: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
-	33, // 20: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
-	55, // 21: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
-	55, // 22: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
-	67, // 23: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
-	33, // 24: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
-	69, // 25: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
-	40, // 26: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	66, // 27: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
-	68, // 28: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	80, // 29: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	81, // 30: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
-	3,  // 31: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	11, // 32: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	33, // 33: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	69, // 34: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	40, // 35: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	66, // 36: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	82, // 37: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	55, // 38: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	72, // 39: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	55, // 40: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	75, // 41: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	4,  // 42: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	7,  // 43: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	9,  // 44: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	12, // 45: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	14, // 46: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
-	19, // 47: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	21, // 48: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	23, // 49: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
-	27, // 50: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	29, // 51: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	31, // 52: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	34, // 53: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	36, // 54: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	38, // 55: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	41, // 56: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	43, // 57: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	45, // 58: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	47, // 59: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	49, // 60: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	51, // 61: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	52, // 62: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	54, // 63: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	57, // 64: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	59, // 65: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	60, // 66: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
-	61, // 67: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
-	62, // 68: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
-	71, // 69: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	74, // 70: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	38, // 71: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	78, // 72: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	6,  // 73: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	8,  // 74: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	10, // 75: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	13, // 76: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	15, // 77: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
-	20, // 78: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	22, // 79: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	26, // 80: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
-	28, // 81: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	30, // 82: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	32, // 83: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	35, // 84: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	37, // 85: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	39, // 86: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	42, // 87: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	44, // 88: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	46, // 89: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	48, // 90: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	50, // 91: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	53, // 92: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	53, // 93: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	56, // 94: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	58, // 95: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	64, // 96: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	63, // 97: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
-	63, // 98: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
-	63, // 99: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
-	73, // 100: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	76, // 101: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	77, // 102: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	73, // 103: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	73, // [73:104] is the sub-list for method output_type
-	42, // [42:73] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	17, // 11: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
+	19, // 12: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
+	25, // 13: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
+	26, // 14: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
+	34, // 15: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
+	34, // 16: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
+	41, // 17: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	41, // 18: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	56, // 19: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
+	34, // 20: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
+	56, // 21: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
+	56, // 22: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
+	3,  // 23: raftmq.v1.EndTransactionRequest.outcome:type_name -> raftmq.v1.TransactionOutcome
+	3,  // 24: raftmq.v1.EndTransactionResponse.outcome:type_name -> raftmq.v1.TransactionOutcome
+	6,  // 25: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
+	66, // 26: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
+	4,  // 27: raftmq.v1.TransactionCheck.message:type_name -> raftmq.v1.Message
+	76, // 28: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
+	34, // 29: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
+	78, // 30: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
+	41, // 31: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	75, // 32: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
+	71, // 33: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
+	72, // 34: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
+	3,  // 35: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
+	89, // 36: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
+	3,  // 37: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
+	77, // 38: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	90, // 39: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	91, // 40: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
+	4,  // 41: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	12, // 42: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	34, // 43: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	78, // 44: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	41, // 45: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	75, // 46: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	92, // 47: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	73, // 48: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
+	56, // 49: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	81, // 50: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	56, // 51: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	84, // 52: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	74, // 53: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
+	5,  // 54: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	8,  // 55: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	10, // 56: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	13, // 57: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	15, // 58: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
+	20, // 59: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	22, // 60: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	24, // 61: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	28, // 62: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	30, // 63: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	32, // 64: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	35, // 65: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	37, // 66: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	39, // 67: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	42, // 68: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	44, // 69: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	46, // 70: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	48, // 71: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	50, // 72: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	52, // 73: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	53, // 74: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	55, // 75: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	58, // 76: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	60, // 77: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	61, // 78: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
+	62, // 79: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
+	63, // 80: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
+	66, // 81: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
+	68, // 82: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
+	80, // 83: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	83, // 84: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	39, // 85: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	87, // 86: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	7,  // 87: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	9,  // 88: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	11, // 89: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	14, // 90: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	16, // 91: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
+	21, // 92: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	23, // 93: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	27, // 94: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	29, // 95: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	31, // 96: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	33, // 97: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	36, // 98: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	38, // 99: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	40, // 100: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	43, // 101: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	45, // 102: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	47, // 103: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	49, // 104: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	51, // 105: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	54, // 106: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	54, // 107: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	57, // 108: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	59, // 109: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	65, // 110: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	64, // 111: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
+	64, // 112: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
+	64, // 113: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
+	67, // 114: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
+	69, // 115: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
+	82, // 116: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	85, // 117: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	86, // 118: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	82, // 119: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	87, // [87:120] is the sub-list for method output_type
+	54, // [54:87] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -5363,7 +6049,7 @@ func file_raftmq_proto_init() {
 		(*ResetConsumerOffsetRequest_TimestampMs)(nil),
 		(*ResetConsumerOffsetRequest_Offset)(nil),
 	}
-	file_raftmq_proto_msgTypes[62].OneofWrappers = []any{
+	file_raftmq_proto_msgTypes[66].OneofWrappers = []any{
 		(*RaftCommand_Send)(nil),
 		(*RaftCommand_UpsertTopic)(nil),
 		(*RaftCommand_DeleteTopic)(nil),
@@ -5371,14 +6057,15 @@ func file_raftmq_proto_init() {
 		(*RaftCommand_UpsertGroup)(nil),
 		(*RaftCommand_DeleteGroup)(nil),
 		(*RaftCommand_Announce)(nil),
+		(*RaftCommand_Transactions)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   80,
+			NumEnums:      4,
+			NumMessages:   89,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -57,6 +57,8 @@ const (
 	Broker_AddReplica_FullMethodName              = "/raftmq.v1.Broker/AddReplica"
 	Broker_RemoveReplica_FullMethodName           = "/raftmq.v1.Broker/RemoveReplica"
 	Broker_TransferLeader_FullMethodName          = "/raftmq.v1.Broker/TransferLeader"
+	Broker_EndTransaction_FullMethodName          = "/raftmq.v1.Broker/EndTransaction"
+	Broker_CheckTransactions_FullMethodName       = "/raftmq.v1.Broker/CheckTransactions"
 )
 
 // BrokerClient is the client API for Broker service.
@@ -92,6 +94,13 @@ type BrokerClient interface {
 	AddReplica(ctx context.Context, in *AddReplicaRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
 	RemoveReplica(ctx context.Context, in *RemoveReplicaRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
+	// Transactional messages (broker/transactions.go): a producer ends the
+	// transaction of a half message it sent (a send with the property
+	// TRAN_MSG=true and PGROUP, its producer group), and keeps a check-back
+	// stream open to each master, on which the master asks it about halves
+	// left unended past the transaction timeout.
+	EndTransaction(ctx context.Context, in *EndTransactionRequest, opts ...grpc.CallOption) (*EndTransactionResponse, error)
+	CheckTransactions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TransactionCheckStreamRequest, TransactionCheck], error)
 }
 
 type brokerClient struct {
@@ -381,6 +390,29 @@ func (c *brokerClient) TransferLeader(ctx context.Context, in *TransferLeaderReq
 	return out, nil
 }
 
+func (c *brokerClient) EndTransaction(ctx context.Context, in *EndTransactionRequest, opts ...grpc.CallOption) (*EndTransactionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EndTransactionResponse)
+	err := c.cc.Invoke(ctx, Broker_EndTransaction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brokerClient) CheckTransactions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TransactionCheckStreamRequest, TransactionCheck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Broker_ServiceDesc.Streams[1], Broker_CheckTransactions_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TransactionCheckStreamRequest, TransactionCheck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Broker_CheckTransactionsClient = grpc.BidiStreamingClient[TransactionCheckStreamRequest, TransactionCheck]
+
 // BrokerServer is the server API for Broker service.
 // All implementations must embed UnimplementedBrokerServer
 // for forward compatibility.
@@ -414,6 +446,13 @@ type BrokerServer interface {
 	AddReplica(context.Context, *AddReplicaRequest) (*MembershipResponse, error)
 	RemoveReplica(context.Context, *RemoveReplicaRequest) (*MembershipResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*MembershipResponse, error)
+	// Transactional messages (broker/transactions.go): a producer ends the
+	// transaction of a half message it sent (a send with the property
+	// TRAN_MSG=true and PGROUP, its producer group), and keeps a check-back
+	// stream open to each master, on which the master asks it about halves
+	// left unended past the transaction timeout.
+	EndTransaction(context.Context, *EndTransactionRequest) (*EndTransactionResponse, error)
+	CheckTransactions(grpc.BidiStreamingServer[TransactionCheckStreamRequest, TransactionCheck]) error
 	mustEmbedUnimplementedBrokerServer()
 }
 
@@ -504,6 +543,12 @@ func (UnimplementedBrokerServer) RemoveReplica(context.Context, *RemoveReplicaRe
 }
 func (UnimplementedBrokerServer) TransferLeader(context.Context, *TransferLeaderRequest) (*MembershipResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
+}
+func (UnimplementedBrokerServer) EndTransaction(context.Context, *EndTransactionRequest) (*EndTransactionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EndTransaction not implemented")
+}
+func (UnimplementedBrokerServer) CheckTransactions(grpc.BidiStreamingServer[TransactionCheckStreamRequest, TransactionCheck]) error {
+	return status.Error(codes.Unimplemented, "method CheckTransactions not implemented")
 }
 func (UnimplementedBrokerServer) mustEmbedUnimplementedBrokerServer() {}
 func (UnimplementedBrokerServer) testEmbeddedByValue()                {}
@@ -1005,6 +1050,31 @@ func _Broker_TransferLeader_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Broker_EndTransaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EndTransactionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).EndTransaction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_EndTransaction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).EndTransaction(ctx, req.(*EndTransactionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Broker_CheckTransactions_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(BrokerServer).CheckTransactions(&grpc.GenericServerStream[TransactionCheckStreamRequest, TransactionCheck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Broker_CheckTransactionsServer = grpc.BidiStreamingServer[TransactionCheckStreamRequest, TransactionCheck]
+
 // Broker_ServiceDesc is the grpc.ServiceDesc for Broker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1116,12 +1186,22 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "TransferLeader",
 			Handler:    _Broker_TransferLeader_Handler,
 		},
+		{
+			MethodName: "EndTransaction",
+			Handler:    _Broker_EndTransaction_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "CopyCommitlog",
 			Handler:       _Broker_CopyCommitlog_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "CheckTransactions",
+			Handler:       _Broker_CheckTransactions_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "raftmq.proto",

@@ -47,6 +47,9 @@ type brokerFlags struct {
 	TimerHorizon    string `yaml:"timer-horizon"`
 	TimerPrecision  string `yaml:"timer-precision"`
 	DedupWindow     string `yaml:"dedup-window"`
+	TxTimeout       string `yaml:"transaction-timeout"`
+	TxCheckInterval string `yaml:"transaction-check-interval"`
+	TxCheckMax      string `yaml:"transaction-check-max"`
 	nodeSecurity    `yaml:",inline"`
 }
 
@@ -102,6 +105,9 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.DelayLevels, "delay-levels", "", `the retry delays of levels 1..n (default RocketMQ's "1s 5s 10s 30s 1m ... 2h"; a first retry waits level 3)`)
 	fl.StringVar(&f.TimerHorizon, "timer-horizon", "168h", "how far ahead a timer message may ask to be delivered")
 	fl.StringVar(&f.DedupWindow, "dedup-window", "2m", "a message sent again with the same UNIQ_KEY (a producer's retry) within this long of its stored copy is answered with that copy, not stored again (off: never)")
+	fl.StringVar(&f.TxTimeout, "transaction-timeout", "6s", "a half message neither committed nor rolled back this long after it was stored is checked back with a producer of its group")
+	fl.StringVar(&f.TxCheckInterval, "transaction-check-interval", "30s", "the least time between two check-backs of one half message")
+	fl.StringVar(&f.TxCheckMax, "transaction-check-max", "15", "a half message still open after this many check-backs is rolled back (a copy goes to TRANS_CHECK_MAX_TIME_TOPIC)")
 	fl.StringVar(&f.TimerPrecision, "timer-precision", "100ms", "a timer message is delivered at its time or up to this much later (the timer ladder's first step)")
 	f.nodeSecurity.flags(cmd)
 	return cmd
@@ -148,6 +154,9 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("timer-horizon", &f.TimerHorizon, fromFile.TimerHorizon)
 	set("timer-precision", &f.TimerPrecision, fromFile.TimerPrecision)
 	set("dedup-window", &f.DedupWindow, fromFile.DedupWindow)
+	set("transaction-timeout", &f.TxTimeout, fromFile.TxTimeout)
+	set("transaction-check-interval", &f.TxCheckInterval, fromFile.TxCheckInterval)
+	set("transaction-check-max", &f.TxCheckMax, fromFile.TxCheckMax)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -270,6 +279,17 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 			return fmt.Errorf("--dedup-window %q: want a positive duration, or off", f.DedupWindow)
 		}
 	}
+	if cfg.TransactionTimeout, err = time.ParseDuration(f.TxTimeout); err != nil || cfg.TransactionTimeout <= 0 {
+		return fmt.Errorf("--transaction-timeout %q: want a positive duration", f.TxTimeout)
+	}
+	if cfg.TransactionCheckInterval, err = time.ParseDuration(f.TxCheckInterval); err != nil || cfg.TransactionCheckInterval <= 0 {
+		return fmt.Errorf("--transaction-check-interval %q: want a positive duration", f.TxCheckInterval)
+	}
+	checks, err := strconv.Atoi(f.TxCheckMax)
+	if err != nil || checks < 1 || checks > 1<<20 {
+		return fmt.Errorf("--transaction-check-max %q: want a number of checks, at least 1", f.TxCheckMax)
+	}
+	cfg.TransactionCheckMax = int32(checks)
 	cfg.Gossip = broker.GossipConfig{BindAddr: f.Gossip, AdvertiseAddr: f.AdvertiseGossip, Join: splitList(f.Join), Cluster: f.Cluster}
 	if cfg.TLS, cfg.Gossip.SecretKey, err = f.nodeSecurity.load(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ func produceCommand() *cobra.Command {
 		timeout, delay                  time.Duration
 		deliverAt                       string
 		delayLevel                      int
+		transaction, producerGroup      string
 	)
 	cmd := &cobra.Command{
 		Use:   "produce",
@@ -40,6 +42,14 @@ it, --deliver-at T at the time T (RFC 3339), --delay-level N after
 RocketMQ's delay level N (1s 5s 10s 30s 1m ... 2h). The ack comes at once,
 naming the message's copy held until it is due; the delivered message
 carries that id in its ORIGIN_MESSAGE_ID property.
+
+Transactional messages: --transaction commit|rollback|unknown sends each
+message as a half message of producer group --producer-group, then ends its
+transaction so (unknown leaves it open: the broker checks it back with the
+group's producers, and rolls it back after its last check when none
+answers). Each prints OK <msgId> <group> <queue> <queueOffset> <outcome>:
+the committed message's id and offsets for commit, the half's otherwise;
+with --json, "transaction" and "halfMsgId" are added. --mode sync only.
 
 Each acknowledged message prints one line: OK <msgId> <group> <queue> <queueOffset>
 (one-way sends print nothing per message). With --json each prints one JSON
@@ -71,6 +81,13 @@ with an "error" field. The exit status is 1 when any send failed.`,
 			if delay < 0 || delayLevel < 0 {
 				return errors.New("--delay and --delay-level must not be negative")
 			}
+			txState, err := localTransactionState(transaction)
+			if err != nil {
+				return err
+			}
+			if transaction != "" && mode != "sync" {
+				return fmt.Errorf("--transaction sends with --mode sync only, not %s", mode)
+			}
 			newMessage := func(b string) *client.Message {
 				m := &client.Message{Topic: topic, Tags: tag, Body: []byte(b)}
 				if key != "" {
@@ -94,6 +111,11 @@ with an "error" field. The exit status is 1 when any send failed.`,
 			if err != nil {
 				return err
 			}
+			out := &producePrinter{json: asJSON}
+			if transaction != "" {
+				return produceInTransaction(cmd.Context(), append(opts, client.WithGroup(producerGroup)), txState, out,
+					func() <-chan string { return bodies(body, count, size) }, newMessage)
+			}
 			p, err := client.NewProducer(opts...)
 			if err != nil {
 				return err
@@ -101,27 +123,6 @@ with an "error" field. The exit status is 1 when any send failed.`,
 			if err := p.Start(); err != nil {
 				return err
 			}
-			out := &producePrinter{json: asJSON}
-			bodies := make(chan string)
-			go func() {
-				defer close(bodies)
-				switch {
-				case body != "":
-					for i := 0; i < max(count, 1); i++ {
-						bodies <- body
-					}
-				case count > 0:
-					for i := 0; i < count; i++ {
-						bodies <- generatedBody(i, size)
-					}
-				default:
-					sc := bufio.NewScanner(os.Stdin)
-					sc.Buffer(make([]byte, 64<<10), 8<<20)
-					for sc.Scan() {
-						bodies <- sc.Text()
-					}
-				}
-			}()
 			ctx := cmd.Context()
 			var wg sync.WaitGroup
 			var batch []string
@@ -143,7 +144,7 @@ with an "error" field. The exit status is 1 when any send failed.`,
 				}
 				batch = batch[:0]
 			}
-			for b := range bodies {
+			for b := range bodies(body, count, size) {
 				if mode == "batch" {
 					if batch = append(batch, b); len(batch) == batchSize {
 						flush()
@@ -198,7 +199,83 @@ with an "error" field. The exit status is 1 when any send failed.`,
 	fl.DurationVar(&delay, "delay", 0, "deliver each message this long after the broker stores it")
 	fl.StringVar(&deliverAt, "deliver-at", "", "deliver each message at this time (RFC 3339)")
 	fl.IntVar(&delayLevel, "delay-level", 0, "deliver each message after this RocketMQ delay level (1-18)")
+	fl.StringVar(&transaction, "transaction", "", "send each message in a transaction and end it so: commit, rollback or unknown")
+	fl.StringVar(&producerGroup, "producer-group", "raftmq-cli", "producer group of --transaction's half messages")
 	return cmd
+}
+
+// bodies yields the bodies produce sends: body count times, count
+// generated ones of size bytes, or the lines of stdin.
+func bodies(body string, count, size int) <-chan string {
+	out := make(chan string)
+	go func() {
+		defer close(out)
+		switch {
+		case body != "":
+			for i := 0; i < max(count, 1); i++ {
+				out <- body
+			}
+		case count > 0:
+			for i := 0; i < count; i++ {
+				out <- generatedBody(i, size)
+			}
+		default:
+			sc := bufio.NewScanner(os.Stdin)
+			sc.Buffer(make([]byte, 64<<10), 8<<20)
+			for sc.Scan() {
+				out <- sc.Text()
+			}
+		}
+	}()
+	return out
+}
+
+func localTransactionState(s string) (client.LocalTransactionState, error) {
+	switch s {
+	case "", "unknown":
+		return client.UnknownState, nil
+	case "commit":
+		return client.CommitMessageState, nil
+	case "rollback":
+		return client.RollbackMessageState, nil
+	}
+	return 0, fmt.Errorf("--transaction %q: want commit, rollback or unknown", s)
+}
+
+// fixedOutcome is the CLI's transaction listener: every local transaction
+// ends as --transaction says; a check-back finds nothing to say.
+type fixedOutcome client.LocalTransactionState
+
+func (o fixedOutcome) ExecuteLocalTransaction(*client.Message) client.LocalTransactionState {
+	return client.LocalTransactionState(o)
+}
+
+func (fixedOutcome) CheckLocalTransaction(*client.MessageExt) client.LocalTransactionState {
+	return client.UnknownState
+}
+
+// produceInTransaction sends each body as a half message and ends it as
+// state says.
+func produceInTransaction(ctx context.Context, opts []client.Option, state client.LocalTransactionState, out *producePrinter,
+	bodies func() <-chan string, newMessage func(string) *client.Message) error {
+	tp, err := client.NewTransactionProducer(fixedOutcome(state), opts...)
+	if err != nil {
+		return err
+	}
+	if err := tp.Start(); err != nil {
+		return err
+	}
+	for b := range bodies() {
+		r, err := tp.SendMessageInTransaction(ctx, newMessage(b))
+		out.printTransaction(b, r, err)
+	}
+	if err := tp.Shutdown(); err != nil {
+		return err
+	}
+	if out.failed > 0 {
+		return fmt.Errorf("%d of the sends failed", out.failed)
+	}
+	return nil
 }
 
 // generatedBody is body i of size bytes: a recognizable prefix, padded.
@@ -236,6 +313,45 @@ func (p *producePrinter) print(body string, r *client.SendResult, err error) {
 		obj["error"] = err.Error()
 	} else {
 		obj["msgId"], obj["group"], obj["queue"], obj["queueOffset"] = r.MsgID, r.Queue.Group, r.Queue.QueueID, r.QueueOffset
+	}
+	b, _ := json.Marshal(obj)
+	fmt.Println(string(b))
+}
+
+// printTransaction prints a transactional send: the committed message
+// for a commit, the half otherwise, with the outcome.
+func (p *producePrinter) printTransaction(body string, r *client.TransactionSendResult, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		p.failed++
+	}
+	var shown *client.SendResult
+	if r != nil {
+		shown = &r.SendResult
+		if r.Committed != nil {
+			shown = r.Committed
+		}
+	}
+	if !p.json {
+		if shown == nil {
+			fmt.Fprintf(os.Stderr, "FAILED %v\n", err)
+			return
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "FAILED to end the transaction of %s (a check-back will): %v\n", r.MsgID, err)
+			return
+		}
+		fmt.Printf("OK %s %s %d %d %s\n", shown.MsgID, shown.Queue.Group, shown.Queue.QueueID, shown.QueueOffset, r.State)
+		return
+	}
+	obj := map[string]any{"body": jsonBody(body)}
+	if err != nil {
+		obj["error"] = err.Error()
+	}
+	if shown != nil {
+		obj["msgId"], obj["group"], obj["queue"], obj["queueOffset"] = shown.MsgID, shown.Queue.Group, shown.Queue.QueueID, shown.QueueOffset
+		obj["transaction"], obj["halfMsgId"] = r.State.String(), r.MsgID
 	}
 	b, _ := json.Marshal(obj)
 	fmt.Println(string(b))
