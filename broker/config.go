@@ -283,7 +283,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.MaxBatchMessages < 1, c.EntryMaxMessages < 1, c.EntryMaxBytes < 1, c.MaxInflightEntries < 1,
 		c.MaxPendingSends < 1, c.PullMaxMessages < 1, c.PullMaxBytes < 1, c.MaxHeldPulls < 0, c.MaxMessageSize < 1,
 		c.MaxHeldPullsPerClient < 1, c.MaxConcurrentStreams < 1, c.MaxConnections < 1, c.MaxOffsetsPerCommit < 1,
-		c.TransactionCheckMax < 1:
+		c.TransactionCheckMax < 1, c.TransactionTimeout < 0, c.TransactionCheckInterval < 0:
 		return c, errors.New("broker: limits must be positive")
 	case c.EntryMaxBytes < c.MaxMessageSize:
 		return c, errors.New("broker: EntryMaxBytes must hold a message of MaxMessageSize")

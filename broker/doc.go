@@ -25,9 +25,10 @@
 // (storefail.go), RocketMQ clients' sends, heartbeats, pulls, offsets and
 // queue locks over the remoting protocol on the gRPC port (over TLS when
 // it has TLS), onto the native services, each call checked under access
-// control as the native RPC is (remoting.go), RocketMQ consumers by their connection:
-// pushed code 40 when their group's members change, and out of the group
-// when the connection closes (remotingclients.go), the transport security
+// control as the native RPC is (remoting.go), RocketMQ clients by their
+// connection: consumers pushed code 40 when their group's members change,
+// and out of the group when the connection closes, producers pushed the
+// check-backs of their group's halves, code 39 (remotingclients.go), the transport security
 // of its gRPC server and of its own calls (tls.go), and what each RPC
 // needs under access control (acl.go), the admin RPCs over topics,
 // subscription groups and offsets (adminservice.go), the replica's

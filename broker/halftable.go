@@ -50,16 +50,24 @@ func (t *halfTable) state(off int64) (st halfStatus, ok bool) {
 	return halfStatus{}, off >= t.cursor
 }
 
-// position is the cursor, and how many halves from it on have ended.
-func (t *halfTable) position() (cursor int64, endedAbove int) {
+// position is the cursor: every half below it has ended.
+func (t *halfTable) position() int64 {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	return t.cursor
+}
+
+// open is how many halves are open of the end halves stored.
+func (t *halfTable) open(end int64) int64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	n := end - t.cursor
 	for off, h := range t.halves {
 		if off >= t.cursor && h.Outcome != pb.TransactionOutcome_TRANSACTION_UNKNOWN {
-			endedAbove++
+			n--
 		}
 	}
-	return t.cursor, endedAbove
+	return max(n, 0)
 }
 
 // apply applies an update, in Raft order, and says which of its ends

@@ -105,9 +105,8 @@ func newMetrics(b *Broker) *metrics {
 	gauge("raftmq_commitlog_max_offset", "Commitlog end offset.", func() float64 { _, max := b.store.CommitlogOffsets(); return float64(max) })
 	gauge("raftmq_commitlog_bytes", "Commitlog bytes kept (end offset less first offset).", func() float64 { min, max := b.store.CommitlogOffsets(); return float64(max - min) })
 	gauge("raftmq_transactions_open", "Half messages stored and neither committed nor rolled back yet.", func() float64 {
-		cursor, endedAbove := b.meta.halves.position()
 		_, end := b.store.QueueOffsets(message.TransHalfTopic, 0)
-		return float64(max(end-cursor-int64(endedAbove), 0))
+		return float64(b.meta.halves.open(end))
 	})
 	m.reg.MustRegister(lagCollector{b: b, labels: labels})
 	m.reg.MustRegister(m.transactionChecks, m.transactionEnds)

@@ -109,6 +109,7 @@ func (b *Broker) remotingGateway() map[int32]remoting.Handler {
 		remoting.CodeConsumerSendBack:    s.remotingSendBack,
 		remoting.CodeLockBatchMQ:         s.remotingLock,
 		remoting.CodeUnlockBatchMQ:       s.remotingUnlock,
+		remoting.CodeEndTransaction:      s.remotingEndTransaction,
 	}
 }
 
@@ -201,19 +202,22 @@ func illegal(err error) *remoting.Command {
 }
 
 // remotingHeartbeat registers the client's consumer groups, as a native
-// heartbeat does (producers need nothing registered).
+// heartbeat does, and its producer groups, for check-backs (code 39).
 func (s *service) remotingHeartbeat(ctx context.Context, c *remoting.Command) *remoting.Command {
-	client, groups, err := remoting.Heartbeat(c.Body)
+	client, groups, producers, err := remoting.Heartbeat(c.Body)
 	if err != nil {
 		return illegal(err)
 	}
-	if len(groups) == 0 {
+	if len(groups) == 0 && len(producers) == 0 {
 		return success(nil)
 	}
-	if _, err := native(ctx, s, pb.Broker_Heartbeat_FullMethodName, s.Heartbeat, &pb.HeartbeatRequest{ClientId: client, Groups: groups}); err != nil {
-		return remotingError(err)
+	if len(groups) > 0 {
+		if _, err := native(ctx, s, pb.Broker_Heartbeat_FullMethodName, s.Heartbeat, &pb.HeartbeatRequest{ClientId: client, Groups: groups}); err != nil {
+			return remotingError(err)
+		}
 	}
-	if conn := remoting.ConnOf(ctx); conn != nil && !s.b.rmqClients.heartbeat(conn, client, groups) {
+	caller, _ := ctx.Value(remotingCallerKey{}).(remotingCaller)
+	if conn := remoting.ConnOf(ctx); conn != nil && !s.b.rmqClients.heartbeat(conn, client, groups, producers, caller) {
 		s.b.consumers.unregister(client, groups)
 		return illegal(fmt.Errorf("more than %d client ids heartbeat on one connection", maxClientsPerConn))
 	}
@@ -394,15 +398,6 @@ func (s *service) remotingSend(ctx context.Context, c *remoting.Command) *remoti
 	if err != nil {
 		return &remoting.Command{Code: remotingMessageIllegal, Remark: err.Error()}
 	}
-	for _, m := range req.Messages {
-		if m.Properties[message.PropertyTransactionPrepared] == "true" {
-			// Codes 37 and 39 are not served yet: a half stored here could
-			// only be rolled back after its last check-back. Refused, and
-			// not retried (13 is not among the codes clients retry).
-			return &remoting.Command{Code: remotingMessageIllegal,
-				Remark: "transactional messages are not served over the RocketMQ protocol yet; send them with raftmq's SDK (NewTransactionProducer)"}
-		}
-	}
 	resp, err := native(ctx, s, pb.Broker_SendMessage_FullMethodName, s.SendMessage, req)
 	if err != nil {
 		return remotingError(err)
@@ -411,10 +406,59 @@ func (s *service) remotingSend(ctx context.Context, c *remoting.Command) *remoti
 	for i, r := range resp.Results {
 		ids[i] = r.MsgId
 	}
-	return &remoting.Command{Code: remoting.CodeSuccess, ExtFields: map[string]string{
+	out := &remoting.Command{Code: remoting.CodeSuccess, ExtFields: map[string]string{
 		"msgId": strings.Join(ids, ","), "queueId": strconv.Itoa(int(resp.QueueId)),
 		"queueOffset": strconv.FormatInt(resp.Results[0].QueueOffset, 10), "MSG_REGION": "DefaultRegion", "TRACE_ON": "false",
 	}}
+	if m := req.Messages; len(m) == 1 && m[0].Properties[message.PropertyTransactionPrepared] == "true" {
+		// A half: the client ends it by the commitlog offset it decodes
+		// from an offset message id (the Go client's endTransaction), and
+		// names it by its unique key.
+		host, port := s.b.storeHost()
+		out.ExtFields["msgId"] = remoting.OffsetMsgID(host, port, resp.Results[0].CommitlogOffset)
+		out.ExtFields["transactionId"] = m[0].Properties[message.PropertyUniqKey]
+	}
+	return out
+}
+
+// remotingEndTransaction is the native end of the half at the request's
+// commitlog offset. It comes one-way: a refusal is logged, and the half is
+// left to a check-back.
+func (s *service) remotingEndTransaction(ctx context.Context, c *remoting.Command) *remoting.Command {
+	// Access control decides by the half's topic, read from the store:
+	// only for a caller it knows.
+	if acl := s.b.cfg.ACL; acl != nil {
+		if caller, _ := ctx.Value(remotingCallerKey{}).(remotingCaller); !caller.known {
+			return remotingError(acl.Check(caller.id, false, cluster.Access{}))
+		}
+	}
+	e, err := remoting.ReadEndTransaction(c)
+	if err != nil {
+		return illegal(err)
+	}
+	req := &pb.EndTransactionRequest{ProducerGroup: e.ProducerGroup, MsgId: message.FormatID(s.b.cfg.Group, e.CommitLogOffset), FromCheck: e.FromCheck}
+	switch e.CommitOrRollback {
+	case remoting.TransactionCommitType:
+		req.Outcome = pb.TransactionOutcome_TRANSACTION_COMMIT
+	case remoting.TransactionRollbackType:
+		req.Outcome = pb.TransactionOutcome_TRANSACTION_ROLLBACK
+	default:
+		return success(nil) // not known yet: the check-back asks
+	}
+	// RocketMQ's header has no topic: the half's, for access control.
+	if err := s.b.requireMaster(); err != nil {
+		return remotingError(err)
+	}
+	half, err := s.b.readHalf(req.MsgId)
+	if err != nil {
+		return remotingError(err)
+	}
+	req.Topic = half.Properties[message.PropertyRealTopic]
+	if _, err := native(ctx, s, pb.Broker_EndTransaction_FullMethodName, s.EndTransaction, req); err != nil {
+		s.b.log.Info("RocketMQ client's end of a transaction refused", "producer_group", req.ProducerGroup, "half", req.MsgId, "err", err)
+		return remotingError(err)
+	}
+	return success(nil)
 }
 
 // remotingCode is a native error's RocketMQ answer code. A producer

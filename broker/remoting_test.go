@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -75,19 +76,94 @@ func TestRemotingPullSuggestsASlaveToALaggingConsumer(t *testing.T) {
 	}
 }
 
-// A RocketMQ client's half message is refused with 13, which clients do
-// not retry, rather than stored and rolled back unanswered (codes 37 and
-// 39 are not served yet).
-func TestRemotingRefusesHalfMessages(t *testing.T) {
-	g := newGroup(t, 1, nil)
-	g.createTopic("rmq-tx", 1)
-	props := message.PropertyTransactionPrepared + "\x01true\x02" + message.PropertyProducerGroup + "\x01pg\x02"
-	resp := g.remotingCall(0, &remoting.Command{Code: remoting.CodeSendMessage, Opaque: 1,
-		ExtFields: map[string]string{"topic": "rmq-tx", "queueId": "0", "properties": props}, Body: []byte("half")})
-	if resp.Code != remotingMessageIllegal || !strings.Contains(resp.Remark, "transactional") {
-		t.Fatalf("a half message's answer %d %q, want 13", resp.Code, resp.Remark)
+// rmqConn is a RocketMQ client's connection to a replica, read frame by
+// frame (answers and pushes alike).
+type rmqConn struct {
+	t    *testing.T
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+func (g *group) rmqDial(i int) *rmqConn {
+	conn, err := net.DialTimeout("tcp", g.cfgs[i].GRPCAddr, 2*time.Second)
+	if err != nil {
+		g.t.Fatal(err)
 	}
-	if _, end := g.brokers[0].Store().QueueOffsets(message.TransHalfTopic, 0); end != 0 {
-		t.Fatalf("%d halves stored", end)
+	g.t.Cleanup(func() { conn.Close() })
+	return &rmqConn{t: g.t.(*testing.T), conn: conn, r: bufio.NewReader(conn)}
+}
+
+func (c *rmqConn) send(cmd *remoting.Command) {
+	frame, err := cmd.Encode(nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.conn.Write(frame); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// next reads frames until one satisfies want, within 10 s.
+func (c *rmqConn) next(want func(*remoting.Command) bool) *remoting.Command {
+	c.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		cmd, err := remoting.ReadCommand(c.r, remoting.DefaultMaxFrame)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if want(cmd) {
+			return cmd
+		}
+	}
+}
+
+func (c *rmqConn) call(cmd *remoting.Command) *remoting.Command {
+	c.send(cmd)
+	return c.next(func(r *remoting.Command) bool { return r.IsResponse() && r.Opaque == cmd.Opaque })
+}
+
+// A RocketMQ client's transactions (codes 37 and 39): its half is answered
+// with an offset message id, a one-way end commits it, and a half it
+// leaves open is checked back on the connection it heartbeats on as a
+// producer, its answer deciding the half.
+func TestRemotingTransactionsEndAndCheckBack(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.createTopic("rmq-tx", 1)
+	m := g.master()
+	c := g.rmqDial(m)
+	hb := c.call(&remoting.Command{Code: remoting.CodeHeartbeat, Opaque: 1,
+		Body: []byte(`{"clientID":"p1","producerDataSet":[{"groupName":"pg"}],"consumerDataSet":[]}`)})
+	if hb.Code != remoting.CodeSuccess {
+		t.Fatalf("heartbeat answered %d %q", hb.Code, hb.Remark)
+	}
+	half := func(opaque int32, body string) int64 {
+		props := message.PropertyTransactionPrepared + "\x01true\x02" + message.PropertyProducerGroup + "\x01pg\x02" + message.PropertyUniqKey + "\x01" + body + "\x02"
+		resp := c.call(&remoting.Command{Code: remoting.CodeSendMessage, Opaque: opaque,
+			ExtFields: map[string]string{"topic": "rmq-tx", "queueId": "0", "properties": props}, Body: []byte(body)})
+		id := resp.ExtFields["msgId"]
+		off, err := strconv.ParseInt(id[16:], 16, 64)
+		if resp.Code != remoting.CodeSuccess || len(id) != 32 || err != nil || resp.ExtFields["transactionId"] != body {
+			t.Fatalf("half %s answered %d %q %v", body, resp.Code, resp.Remark, resp.ExtFields)
+		}
+		return off
+	}
+	end := func(off int64, kind int, fromCheck bool) {
+		c.send(&remoting.Command{Code: remoting.CodeEndTransaction, Opaque: 99, Flag: remoting.FlagOneway, ExtFields: map[string]string{
+			"producerGroup": "pg", "commitLogOffset": strconv.FormatInt(off, 10), "commitOrRollback": strconv.Itoa(kind),
+			"fromTransactionCheck": strconv.FormatBool(fromCheck)}})
+	}
+	committed := half(2, "committed")
+	open := half(3, "open")
+	end(committed, remoting.TransactionCommitType, false)
+	waitFor(t, 5*time.Second, func() bool { return bodies(g.pullRecords(m, "rmq-tx", 0))["committed"] == 1 })
+	check := c.next(func(r *remoting.Command) bool { return r.Code == remoting.CodeCheckTransactionState })
+	if check.IsResponse() || check.ExtFields["commitLogOffset"] != strconv.FormatInt(open, 10) || check.ExtFields["transactionId"] != "open" ||
+		!strings.Contains(string(check.Body), "open") || !strings.Contains(string(check.Body), "rmq-tx") {
+		t.Fatalf("check-back %+v", check)
+	}
+	end(open, remoting.TransactionCommitType, true)
+	waitFor(t, 5*time.Second, func() bool { return len(bodies(g.pullRecords(m, "rmq-tx", 0))) == 2 })
+	if b := bodies(g.pullRecords(m, "rmq-tx", 0)); b["committed"] != 1 || b["open"] != 1 {
+		t.Fatalf("topic holds %v", b)
 	}
 }

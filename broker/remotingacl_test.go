@@ -6,12 +6,14 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/remoting"
 )
 
@@ -68,7 +70,7 @@ func (c *rmqClient) call(code int32, ext map[string]string, body []byte) *remoti
 
 // gatewayRequest is one request of each code the gateway serves, on
 // topic and as group.
-func gatewayRequest(code int32, topic, group string) (map[string]string, []byte) {
+func gatewayRequest(code int32, topic, group string, halves map[string]int64) (map[string]string, []byte) {
 	q := map[string]string{"topic": topic, "queueId": "0", "consumerGroup": group}
 	mq, _ := json.Marshal(map[string]any{"consumerGroup": group, "clientId": "c1",
 		"mqSet": []map[string]any{{"topic": topic, "brokerName": "broker-a", "queueId": 0}}})
@@ -95,6 +97,9 @@ func gatewayRequest(code int32, topic, group string) (map[string]string, []byte)
 		q["timestamp"] = "0"
 	case remoting.CodeConsumerSendBack:
 		return map[string]string{"group": group, "offset": "0", "delayLevel": "3"}, nil
+	case remoting.CodeEndTransaction:
+		return map[string]string{"producerGroup": "pg", "commitLogOffset": strconv.FormatInt(halves[topic], 10),
+			"commitOrRollback": strconv.Itoa(remoting.TransactionCommitType)}, nil
 	}
 	return q, nil
 }
@@ -122,6 +127,15 @@ func TestRemotingUnderAccessControl(t *testing.T) {
 		}
 		return d.CommitlogMaxOffset
 	}
+	halves := map[string]int64{} // a half on each topic, for code 37
+	for _, topic := range []string{"orders", "other"} {
+		resp, err := root.SendMessage(ctx, &pb.SendMessageRequest{Topic: topic, Messages: []*pb.Message{{Body: []byte("half"),
+			Properties: map[string]string{message.PropertyTransactionPrepared: "true", message.PropertyProducerGroup: "pg"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		halves[topic] = resp.Results[0].CommitlogOffset
+	}
 	before := commitlog()
 	refused := map[string]*rmqClient{
 		"unsigned":          g.rmq("", ""),
@@ -137,7 +151,7 @@ func TestRemotingUnderAccessControl(t *testing.T) {
 			if who == "without the right" {
 				topic, group = "other", "g2"
 			}
-			ext, body := gatewayRequest(code, topic, group)
+			ext, body := gatewayRequest(code, topic, group, halves)
 			if resp := c.call(code, ext, body); resp.Code != remotingNoPermission {
 				t.Errorf("code %d %s: answered %d %q, want 16", code, who, resp.Code, resp.Remark)
 			} else if who == "a wrong secret" && !strings.Contains(resp.Remark, "does not match") {
@@ -149,7 +163,7 @@ func TestRemotingUnderAccessControl(t *testing.T) {
 		t.Fatalf("refused requests wrote to the commitlog: %d → %d", before, after)
 	}
 	for code := range codes {
-		ext, body := gatewayRequest(code, "orders", "g1")
+		ext, body := gatewayRequest(code, "orders", "g1", halves)
 		if resp := app.call(code, ext, body); resp.Code == remotingNoPermission {
 			t.Errorf("code %d signed by a user with the right: refused %q", code, resp.Remark)
 		}

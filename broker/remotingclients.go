@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"sort"
 	"sync"
 
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -16,20 +17,27 @@ import (
 //     own SDK's do);
 //   - when a connection closes, the consumers that heartbeated on it
 //     leave their groups at once, rather than after ConsumerExpiry (the
-//     Go client sends no unregister: its Shutdown just closes).
+//     Go client sends no unregister: its Shutdown just closes);
+//   - a transactional producer is asked about its group's open halves on
+//     the connection it heartbeats on (code 39).
 type remotingClients struct {
 	mu      sync.Mutex
 	clients map[string]*remotingClient // by client id
 	perConn map[pusher]int             // how many client ids each connection has
+	next    int                        // round robin over a group's producers
 }
 
 // pusher is a client's connection (a *remoting.Conn).
 type pusher interface{ Push(*remoting.Command) }
 
-// remotingClient is one client id's connection and groups.
+// remotingClient is one client id's connection, consumer and producer
+// groups, and who heartbeated (the checks a producer is sent are of
+// topics its caller may publish to).
 type remotingClient struct {
-	conn   pusher
-	groups map[string]bool
+	conn      pusher
+	groups    map[string]bool
+	producers map[string]bool
+	caller    remotingCaller
 }
 
 // maxClientsPerConn bounds the client ids one connection may heartbeat
@@ -41,9 +49,10 @@ func newRemotingClients() *remotingClients {
 	return &remotingClients{clients: map[string]*remotingClient{}, perConn: map[pusher]int{}}
 }
 
-// heartbeat records that client, on conn, is a member of groups; it
-// reports false when conn holds too many client ids already.
-func (t *remotingClients) heartbeat(conn pusher, client string, groups []*pb.ConsumerGroupInfo) bool {
+// heartbeat records that client, on conn, is a member of groups and a
+// producer of producers; it reports false when conn holds too many client
+// ids already.
+func (t *remotingClients) heartbeat(conn pusher, client string, groups []*pb.ConsumerGroupInfo, producers []string, caller remotingCaller) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := t.clients[client]
@@ -62,6 +71,39 @@ func (t *remotingClients) heartbeat(conn pusher, client string, groups []*pb.Con
 	for _, g := range groups {
 		c.groups[g.Group] = true
 	}
+	c.producers = make(map[string]bool, len(producers))
+	for _, g := range producers {
+		c.producers[g] = true
+	}
+	c.caller = caller
+	return true
+}
+
+// pushToProducer pushes cmd to a connection of producer group group whose
+// caller may (allowed), round robin over them, and says whether it found
+// one.
+func (t *remotingClients) pushToProducer(group string, allowed func(remotingCaller) bool, cmd *remoting.Command) bool {
+	t.mu.Lock()
+	var ids []string
+	for id, c := range t.clients {
+		if c.producers[group] {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	var conn pusher
+	for i := range ids {
+		c := t.clients[ids[(t.next+i)%len(ids)]]
+		if allowed(c.caller) {
+			conn, t.next = c.conn, t.next+i+1
+			break
+		}
+	}
+	t.mu.Unlock()
+	if conn == nil {
+		return false
+	}
+	conn.Push(cmd)
 	return true
 }
 

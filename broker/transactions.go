@@ -10,6 +10,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
+	"github.com/raftmq/raftmq/remoting"
 	"github.com/raftmq/raftmq/storage"
 )
 
@@ -111,8 +112,10 @@ func (b *Broker) endTransaction(ctx context.Context, req *pb.EndTransactionReque
 	}
 	if len(r.ended) == 0 || !r.ended[0] {
 		// Another end of the same half came first.
-		resp, _, err := b.endedAlready(half, req.Outcome)
-		return resp, err
+		if resp, done, err := b.endedAlready(half, req.Outcome); done {
+			return resp, err
+		}
+		return nil, statusError(codes.Aborted, pb.ErrorReason_ERROR_REASON_UNSPECIFIED, "the end of half "+req.MsgId+" did not apply; try again", nil)
 	}
 	b.metrics.transactionEnds.WithLabelValues(outcomeLabel(req.Outcome)).Inc()
 	resp := &pb.EndTransactionResponse{Outcome: req.Outcome}
@@ -219,9 +222,12 @@ const (
 )
 
 // transactionCheckLoop checks back halves left open while this replica is
-// master.
+// master, a pass each tenth of the shorter of the timeout and the check
+// interval (600 ms by default): a check is that much late at most, and
+// a pass over thousands of open halves, each read from the store, is not
+// made every schedule interval.
 func (b *Broker) transactionCheckLoop(ctx context.Context) {
-	every(ctx, b.cfg.ScheduleInterval, func(now time.Time) {
+	every(ctx, max(b.cfg.ScheduleInterval, min(b.cfg.TransactionTimeout, b.cfg.TransactionCheckInterval)/10), func(now time.Time) {
 		if !b.master.Load() {
 			return
 		}
@@ -236,7 +242,7 @@ func (b *Broker) transactionCheckLoop(ctx context.Context) {
 // or rolled back after the last check. The halves are in store order, so
 // the pass stops at the first too young to check.
 func (b *Broker) checkHalves(ctx context.Context, now time.Time) error {
-	cursor, _ := b.meta.halves.position()
+	cursor := b.meta.halves.position()
 	_, end := b.store.QueueOffsets(message.TransHalfTopic, 0)
 	update := &pb.TransactionUpdate{StoreTimestamp: now.UnixMilli()}
 	var checks []halfCheck
@@ -352,8 +358,10 @@ func (b *Broker) nextCheck(r message.Record, checked int32, now time.Time) (*pb.
 	return e, err
 }
 
-// sendCheck asks a producer of the half's group, connected to this master
-// with the half's topic among its own, about the half.
+// sendCheck asks a producer of the half's group about the half: one with a
+// check-back stream to this master that named the half's topic, else a
+// RocketMQ client that heartbeats here as a producer of the group and may
+// publish to the topic (code 39 on its connection).
 func (b *Broker) sendCheck(c halfCheck) {
 	r := c.record
 	group, topic := r.Properties[message.PropertyProducerGroup], r.Properties[message.PropertyRealTopic]
@@ -371,7 +379,7 @@ func (b *Broker) sendCheck(c halfCheck) {
 		CheckTimes:     c.times,
 		StoreTimestamp: r.StoreTime,
 	}
-	if b.checkStreams.send(group, topic, check) {
+	if b.checkStreams.send(group, topic, check) || b.rmqClients.pushToProducer(group, b.mayEnd(topic), b.remotingCheck(r, topic, int32(qid), props)) {
 		b.metrics.transactionChecks.WithLabelValues("sent").Inc()
 		return
 	}
@@ -388,4 +396,24 @@ func (b *Broker) ensureSystemTopic(ctx context.Context, name string, perm int32)
 	}
 	t := &pb.TopicConfig{Name: name, ReadQueues: 1, WriteQueues: 1, Perm: perm}
 	return b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_UpsertTopic{UpsertTopic: t}})
+}
+
+// remotingCheck is the check-back of half r, sent to topic@queue with
+// props, as RocketMQ's clients take it (CHECK_TRANSACTION_STATE).
+func (b *Broker) remotingCheck(r message.Record, topic string, queue int32, props map[string]string) *remoting.Command {
+	host, port := b.storeHost()
+	asSent := r
+	asSent.Topic, asSent.QueueID, asSent.Properties = topic, queue, props
+	key := props[message.PropertyUniqKey]
+	return remoting.CheckTransactionState(r.Offset, r.QueueOffset, key, remoting.OffsetMsgID(host, port, r.Offset),
+		remoting.AppendStored(nil, &asSent, host, port))
+}
+
+// mayEnd is whether a RocketMQ client's caller may end a half of topic
+// (access control's rule for EndTransaction).
+func (b *Broker) mayEnd(topic string) func(remotingCaller) bool {
+	return func(c remotingCaller) bool {
+		acl := b.cfg.ACL
+		return acl == nil || acl.CheckCall(c.id, c.known, brokerAccess, pb.Broker_EndTransaction_FullMethodName, &pb.EndTransactionRequest{Topic: topic}) == nil
+	}
 }

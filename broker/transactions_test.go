@@ -212,7 +212,7 @@ func TestOpenHalvesAreCheckedBackThenRolledBack(t *testing.T) {
 	// Every half ended: the cursor is past them all, on every replica.
 	waitFor(t, 5*time.Second, func() bool {
 		for i := range 3 {
-			if c, _ := g.brokers[i].meta.halves.position(); c != 2 {
+			if g.brokers[i].meta.halves.position() != 2 {
 				return false
 			}
 		}
@@ -256,15 +256,15 @@ func TestHalfTableAppliesEndsOnce(t *testing.T) {
 	if fmt.Sprint(got) != "[true true false]" {
 		t.Fatalf("applied %v", got)
 	}
-	if c, ended := tb.position(); c != 0 || ended != 1 {
-		t.Fatalf("cursor %d, %d ended above it", c, ended)
+	if c, open := tb.position(), tb.open(3); c != 0 || open != 2 {
+		t.Fatalf("cursor %d, %d of 3 open", c, open)
 	}
 	if st, ok := tb.state(2); !ok || st.CheckTimes != 1 || st.CheckedAt != 5 || st.Outcome != unknown {
 		t.Fatalf("half 2: %+v %v", st, ok)
 	}
 	tb.apply(&pb.TransactionUpdate{Ends: []*pb.TransactionEnd{{HalfOffset: 0, Outcome: rollback}, {HalfOffset: 2, Outcome: commit}}})
-	if c, ended := tb.position(); c != 3 || ended != 0 {
-		t.Fatalf("cursor %d, %d ended above it, want 3, 0", c, ended)
+	if c, open := tb.position(), tb.open(4); c != 3 || open != 1 {
+		t.Fatalf("cursor %d, %d of 4 open, want 3, 1", c, open)
 	}
 	if st, ok := tb.state(1); !ok || st.Outcome != commit {
 		t.Fatalf("half 1 below the cursor: %+v %v", st, ok)
@@ -277,7 +277,7 @@ func TestHalfTableAppliesEndsOnce(t *testing.T) {
 	}
 	// Retention: everything below 10 counts as ended; outcomes far below the cursor are forgotten.
 	tb.apply(&pb.TransactionUpdate{ExpireBelow: 10 + keepEnded})
-	if c, _ := tb.position(); c != 10+keepEnded {
+	if c := tb.position(); c != 10+keepEnded {
 		t.Fatalf("cursor %d after expiry", c)
 	}
 	if _, ok := tb.state(1); ok {
@@ -287,7 +287,7 @@ func TestHalfTableAppliesEndsOnce(t *testing.T) {
 		t.Fatal("an end below the cursor applied")
 	}
 	restored.restore(nil)
-	if c, ended := restored.position(); c != 0 || ended != 0 {
-		t.Fatalf("restored from no state: cursor %d, %d ended", c, ended)
+	if c, open := restored.position(), restored.open(2); c != 0 || open != 2 {
+		t.Fatalf("restored from no state: cursor %d, %d of 2 open", c, open)
 	}
 }

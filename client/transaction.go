@@ -64,7 +64,10 @@ type TransactionListener interface {
 type TransactionSendResult struct {
 	SendResult                       // where the half message is stored
 	State      LocalTransactionState // what the local transaction said
-	Committed  *SendResult           // a commit: where the message is stored
+	// Committed is where a commit stored the message; nil for a rollback,
+	// and for a commit an earlier try applied whose answer was lost (the
+	// broker applies an end once, and answers a repeat with its outcome).
+	Committed *SendResult
 }
 
 // TransactionProducer sends transactional messages: each is stored as a

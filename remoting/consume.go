@@ -64,14 +64,21 @@ type heartbeatData struct {
 			SubString string `json:"subString"`
 		} `json:"subscriptionDataSet"`
 	} `json:"consumerDataSet"`
+	ProducerDataSet []struct {
+		GroupName string `json:"groupName"`
+	} `json:"producerDataSet"`
 }
 
-// Heartbeat reads a heartbeat body: the client id and its consumer groups
-// as the native heartbeat has them.
-func Heartbeat(body []byte) (string, []*pb.ConsumerGroupInfo, error) {
+// Heartbeat reads a heartbeat body: the client id, its consumer groups as
+// the native heartbeat has them, and its producer groups.
+func Heartbeat(body []byte) (string, []*pb.ConsumerGroupInfo, []string, error) {
 	var h heartbeatData
 	if err := json.Unmarshal(body, &h); err != nil {
-		return "", nil, fmt.Errorf("a heartbeat body that is not JSON: %w", err)
+		return "", nil, nil, fmt.Errorf("a heartbeat body that is not JSON: %w", err)
+	}
+	var producers []string
+	for _, p := range h.ProducerDataSet {
+		producers = append(producers, p.GroupName)
 	}
 	var groups []*pb.ConsumerGroupInfo
 	for _, c := range h.ConsumerDataSet {
@@ -84,7 +91,7 @@ func Heartbeat(body []byte) (string, []*pb.ConsumerGroupInfo, error) {
 		}
 		groups = append(groups, g)
 	}
-	return h.ClientID, groups, nil
+	return h.ClientID, groups, producers, nil
 }
 
 // MessageQueue is a queue as RocketMQ's clients name it in JSON bodies.

@@ -62,15 +62,24 @@ func TestStoredLayout(t *testing.T) {
 	}
 }
 
-func TestHeartbeatBodiesBecomeNativeGroups(t *testing.T) {
+func TestHeartbeatBodiesBecomeNativeGroupsAndProducerGroups(t *testing.T) {
 	body := `{"clientID":"10.0.0.5@1#2","producerDataSet":[{"groupName":"pg"}],"consumerDataSet":[{"groupName":"cg","consumeType":"CONSUME_PASSIVELY",
 		"messageModel":"BROADCASTING","subscriptionDataSet":[{"topic":"T","subString":"a || b","tagsSet":["a","b"]},{"topic":"%RETRY%cg","subString":"*"}]}]}`
-	id, groups, err := Heartbeat([]byte(body))
-	if err != nil || id != "10.0.0.5@1#2" || len(groups) != 1 || groups[0].Group != "cg" || groups[0].Mode != pb.ConsumeMode_BROADCASTING ||
+	id, groups, producers, err := Heartbeat([]byte(body))
+	if err != nil || id != "10.0.0.5@1#2" || len(groups) != 1 || len(producers) != 1 || producers[0] != "pg" || groups[0].Group != "cg" || groups[0].Mode != pb.ConsumeMode_BROADCASTING ||
 		len(groups[0].Subscriptions) != 2 || groups[0].Subscriptions[0].Expression != "a || b" {
-		t.Fatalf("%q %v %v", id, groups, err)
+		t.Fatalf("%q %v %v %v", id, groups, producers, err)
 	}
-	if _, _, err := Heartbeat([]byte("{")); err == nil {
+	if _, _, _, err := Heartbeat([]byte("{")); err == nil {
 		t.Fatal("a body that is not JSON taken")
+	}
+}
+
+// An offset message id is what RocketMQ's Go client decodes
+// (primitive.UnmarshalMsgID): the host, port and offset, in 32 hex digits.
+func TestOffsetMsgIDIsRocketMQs(t *testing.T) {
+	id := OffsetMsgID([4]byte{10, 0, 0, 5}, 10911, 0x1234)
+	if id != "0A000005"+"00002A9F"+"0000000000001234" {
+		t.Fatalf("offset message id %s", id)
 	}
 }

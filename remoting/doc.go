@@ -5,8 +5,9 @@
 // RocketMQ clients rely on. The nodes (namesrv, and later broker) give it
 // handlers that call their native services: it keeps no state of its own.
 // So far: name servers' route queries; brokers' sends, heartbeats, member
-// lists, pulls, offsets, send-back, queue locks and the members-changed
-// push (40).
+// lists, pulls, offsets, send-back, queue locks, the members-changed
+// push (40), and transactions: the end (37, one-way) and the check-back
+// push (39).
 //
 // Files:
 //   - frame.go: frames (length, header encoding and length, header,
@@ -14,7 +15,8 @@
 //   - server.go: connections: frames read with a cap (a malformed one
 //     closes the connection), requests handled concurrently up to a cap
 //     per connection, answers with the request's opaque, RocketMQ's "not
-//     supported" for codes without a handler; requests pushed to a client
+//     supported" for codes without a handler, no answer to a one-way
+//     request; requests pushed to a client
 //     (Conn.Push), and the end of a connection reported (OnClose);
 //   - demux.go: gRPC and remoting on one port, told apart by the first
 //     byte (HTTP/2's preface against a frame's length); with TLS the demux
@@ -27,7 +29,9 @@
 //   - consume.go: consumers' heartbeat bodies, the member list (38), the
 //     pull, offset and send-back codes (11, 14, 15, 29, 30, 31, 36), queue
 //     lock bodies (41, 42) and RocketMQ's stored-message layout, in which
-//     pulled records are answered.
+//     pulled records are answered;
+//   - transaction.go: the end of a transaction (37), the check-back push
+//     (39), and the offset message id a half's send is answered with.
 //
 // What RocketMQ's clients send and expect is in
 // ../shared/notes/rocketmq-client-protocols.md, read from their sources.

@@ -26,7 +26,12 @@ const (
 )
 
 // FlagResponse marks an answer; a frame without it is a request.
-const FlagResponse = 1
+// FlagOneway marks a request the client wants no answer to (RocketMQ's
+// RPC_ONEWAY: END_TRANSACTION is sent so).
+const (
+	FlagResponse = 1
+	FlagOneway   = 2
+)
 
 // DefaultMaxFrame caps a frame's length when the server's is not set: far
 // above a batch of RocketMQ's default 4 MiB messages' worth, far below

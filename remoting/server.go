@@ -248,6 +248,9 @@ func (s *Server) serve(conn net.Conn) {
 		go func() {
 			defer func() { <-slots; requests.Done() }()
 			resp := s.handle(ctx, req)
+			if req.Flag&FlagOneway != 0 {
+				return
+			}
 			resp.Opaque, resp.Flag = req.Opaque, resp.Flag|FlagResponse
 			frame, err := resp.Encode(nil)
 			if err != nil {

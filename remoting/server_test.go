@@ -93,6 +93,21 @@ func TestOnePortServesGRPCAndRemoting(t *testing.T) {
 	if resp = call(t, conn, r, &Command{Code: 105, Opaque: 43, ExtFields: map[string]string{"topic": "again"}}); string(resp.Body) != "again" {
 		t.Fatalf("after an unknown code %+v", resp)
 	}
+	// A one-way request is handled and not answered.
+	oneway, err := (&Command{Code: 105, Opaque: 44, Flag: FlagOneway}).Encode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(oneway); err != nil {
+		t.Fatal(err)
+	}
+	if resp = call(t, conn, r, &Command{Code: 105, Opaque: 45}); resp.Opaque != 45 {
+		t.Fatalf("after a one-way request, answer %+v", resp)
+	}
+	conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if extra, err := ReadCommand(r, DefaultMaxFrame); err == nil {
+		t.Fatalf("a one-way request answered: %+v", extra)
+	}
 }
 
 // A malformed frame, or one over the cap, closes its connection (and only

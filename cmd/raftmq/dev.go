@@ -24,6 +24,7 @@ func devCommand() *cobra.Command {
 	var dir, level, delayLevels string
 	var groups, replicas, port, basePort int
 	var withHTTP bool
+	var txTimeout, txCheckInterval time.Duration
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "run a whole local cluster in one process (1 name server, 1 group of 3 replicas by default)",
@@ -76,6 +77,9 @@ with Ctrl-C; started again on the same --dir it comes back with its data.
 						GRPCAddr:         fmt.Sprintf("127.0.0.1:%d", base+1),
 						AutoCreateTopics: true,
 						DelayLevels:      delayLevels,
+						// Zero: the broker's defaults (6 s, 30 s).
+						TransactionTimeout:       txTimeout,
+						TransactionCheckInterval: txCheckInterval,
 						// Small segments: a new store zero-fills its first.
 						Store: storage.Config{SegmentSize: 64 << 20},
 						Gossip: broker.GossipConfig{BindAddr: fmt.Sprintf("127.0.0.1:%d", base+3),
@@ -115,6 +119,8 @@ with Ctrl-C; started again on the same --dir it comes back with its data.
 	fl.IntVar(&basePort, "base-port", 10900, "first broker port (see the help for the layout)")
 	fl.StringVar(&level, "log-level", "warn", "debug, info, warn or error")
 	fl.BoolVar(&withHTTP, "http", false, "serve /metrics and /healthz on every node (ports below)")
+	fl.DurationVar(&txTimeout, "transaction-timeout", 6*time.Second, "a half message open this long is checked back with its producer group")
+	fl.DurationVar(&txCheckInterval, "transaction-check-interval", 30*time.Second, "the least time between two check-backs of one half message")
 	fl.StringVar(&delayLevels, "delay-levels", "", `the retry delays of levels 1..n, e.g. "100ms 200ms 1s" (default RocketMQ's "1s 5s 10s 30s 1m ... 2h"; a first retry waits level 3)`)
 	return cmd
 }

@@ -204,6 +204,21 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	if out, err := exec.Command(bin, "produce", "--namesrv", ns, "--topic", "timed", "--body", "x", "--delay", "1s", "--delay-level", "2").CombinedOutput(); err == nil || !strings.Contains(string(out), "one of --delay") {
 		t.Fatalf("produce with two timers: %v\n%s", err, out)
 	}
+	// Transactions (issue 17): a committed one is delivered, a rolled-back
+	// one is not; each prints its outcome.
+	committed := strings.Fields(raftmq(t, bin, "produce", "--namesrv", ns, "--topic", "tx", "--body", "kept", "--transaction", "commit"))
+	rolled := strings.Fields(raftmq(t, bin, "produce", "--namesrv", ns, "--topic", "tx", "--body", "dropped", "--transaction", "rollback"))
+	if len(committed) != 6 || committed[5] != "commit" || len(rolled) != 6 || rolled[5] != "rollback" {
+		t.Fatalf("produce --transaction printed %q and %q", committed, rolled)
+	}
+	raftmq(t, bin, "produce", "--namesrv", ns, "--topic", "tx", "--body", "after")
+	out = raftmq(t, bin, "consume", "--namesrv", ns, "--topic", "tx", "--group", "txg", "--count", "2", "--timeout", "20s")
+	if !strings.Contains(out, "kept") || !strings.Contains(out, "after") || strings.Contains(out, "dropped") {
+		t.Fatalf("the transactions' topic holds:\n%s", out)
+	}
+	if out, err := exec.Command(bin, "produce", "--namesrv", ns, "--topic", "tx", "--body", "x", "--transaction", "maybe").CombinedOutput(); err == nil || !strings.Contains(string(out), "want commit, rollback or unknown") {
+		t.Fatalf("produce --transaction maybe: %v\n%s", err, out)
+	}
 	out = raftmq(t, bin, "cluster", "check", "--namesrv", ns)
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || strings.Count(out, " ok") != 3 || strings.Contains(out, " 0  ") {
 		t.Fatalf("cluster check:\n%s", out)
