@@ -280,7 +280,7 @@ const (
 	maxHeldPerMember          = 8192
 )
 
-func (s *service) Heartbeat(_ context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
+func (s *service) Heartbeat(ctx context.Context, req *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
 	if req.ClientId == "" || len(req.ClientId) > 255 {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "client id must be 1 to 255 bytes")
 	}
@@ -302,6 +302,11 @@ func (s *service) Heartbeat(_ context.Context, req *pb.HeartbeatRequest) (*pb.He
 		return &pb.HeartbeatResponse{}, nil
 	}
 	changed := s.b.consumers.heartbeat(req.ClientId, req.Groups, time.Now())
+	if conn := grpcConnOf(ctx); conn != nil {
+		// Past the cap of client ids on one connection, a member is not
+		// tracked by it, and leaves when its heartbeats expire.
+		s.b.clientConns.heartbeat(conn, req.ClientId, req.Groups, nil, remotingCaller{})
+	}
 	return &pb.HeartbeatResponse{ChangedGroups: changed}, nil
 }
 

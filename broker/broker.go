@@ -52,9 +52,10 @@ type Broker struct {
 	// to this replica as master (checkstreams.go).
 	checkStreams *checkStreams
 	remoting     *remoting.Server // RocketMQ's clients on the gRPC port (remoting.go); nil when off
-	// rmqClients are the RocketMQ consumers by their connections (remotingclients.go).
-	rmqClients *remotingClients
-	locks      *queueLocks
+	// clientConns are the clients that heartbeat here, by their
+	// connections (clientconns.go).
+	clientConns *clientConns
+	locks       *queueLocks
 
 	// master: leader and past the Barrier that makes its state complete.
 	master atomic.Bool
@@ -100,10 +101,10 @@ func Start(cfg Config) (*Broker, error) {
 		delays:       delays,
 		ladder:       ladderFor(cfg),
 	}
-	b.rmqClients = newRemotingClients()
+	b.clientConns = newClientConns()
 	b.consumers = newConsumerTable(cfg.ConsumerExpiry, func(group string) {
 		b.holds.wakeGroup(group)
-		b.rmqClients.notify(group)
+		b.clientConns.notify(group)
 	})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended, stopped: make(chan struct{})}
@@ -136,6 +137,9 @@ func Start(cfg Config) (*Broker, error) {
 		// A held pull is an idle RPC for up to its suspend timeout.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// Consumers leave their groups when their connection ends
+		// (clientconns.go).
+		grpc.StatsHandler(connTracker{ended: func(c *grpcConn) { b.connClosed(c) }}),
 	)
 	pb.RegisterBrokerServer(b.grpc, &service{b: b})
 

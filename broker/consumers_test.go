@@ -1,9 +1,14 @@
 package broker
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/raftmq/raftmq/cluster/pb"
 )
@@ -66,4 +71,42 @@ func TestHeldPullsOfAChangedGroupAreAnswered(t *testing.T) {
 		t.Fatal("another group's pull answered")
 	default:
 	}
+}
+
+// A consumer whose gRPC connection ends (its process killed) leaves its
+// group at once, not when its heartbeats expire; the others stay. (That
+// the end of a connection a member has left for another does not drop it
+// is clientConns', TestRemotingClientsOfAClosedConnection.)
+func TestAConsumerLeavesWhenItsConnectionEnds(t *testing.T) {
+	g := newGroup(t, 1, func(c *Config) { c.ConsumerExpiry = time.Hour })
+	ctx := context.Background()
+	dial := func() *grpc.ClientConn {
+		conn, err := grpc.NewClient(g.cfgs[0].GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	heartbeat := func(conn *grpc.ClientConn, client string) {
+		if _, err := pb.NewBrokerClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: client,
+			Groups: []*pb.ConsumerGroupInfo{{Group: "cg", Subscriptions: []*pb.Subscription{{Topic: "t", Expression: "*"}}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	members := func() string {
+		l, err := g.client(0).GetConsumerList(ctx, &pb.GetConsumerListRequest{ConsumerGroup: "cg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(l.ClientIds)
+	}
+	killed, stays := dial(), dial()
+	defer stays.Close()
+	heartbeat(killed, "killed")
+	heartbeat(stays, "stays")
+	if got := members(); got != "[killed stays]" {
+		t.Fatalf("members %s", got)
+	}
+	killed.Close()
+	waitFor(t, 5*time.Second, func() bool { return members() == "[stays]" })
 }

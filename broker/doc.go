@@ -25,10 +25,12 @@
 // (storefail.go), RocketMQ clients' sends, heartbeats, pulls, offsets and
 // queue locks over the remoting protocol on the gRPC port (over TLS when
 // it has TLS), onto the native services, each call checked under access
-// control as the native RPC is (remoting.go), RocketMQ clients by their
-// connection: consumers pushed code 40 when their group's members change,
-// and out of the group when the connection closes, producers pushed the
-// check-backs of their group's halves, code 39 (remotingclients.go), the transport security
+// control as the native RPC is (remoting.go), the clients that heartbeat
+// here by their connection, gRPC or remoting: consumers out of their
+// groups when it ends (a killed consumer's queues go to the others at
+// once), RocketMQ consumers pushed code 40 when their group's members
+// change, RocketMQ producers pushed the check-backs of their group's
+// halves, code 39 (clientconns.go), the transport security
 // of its gRPC server and of its own calls (tls.go), and what each RPC
 // needs under access control (acl.go), the admin RPCs over topics,
 // subscription groups and offsets (adminservice.go), the replica's
@@ -47,7 +49,11 @@
 //   - Offsets that ride on pulls are replicated in one entry per group
 //     every OffsetCommitInterval; UpdateConsumerOffset waits for its entry.
 //   - Consumer heartbeats and orderly-consumption locks live in memory on
-//     each replica, as in RocketMQ.
+//     each replica, as in RocketMQ. A consumer leaves its groups when its
+//     heartbeats expire (ConsumerExpiry, 2 min) or, first, when the
+//     connection it heartbeats on ends, as RocketMQ's broker drops a
+//     closed channel's clients: a consumer killed with kill -9 held its
+//     queues for the whole 2 minutes before (the consumer-kill drill).
 //   - A message is encoded once, by its producer: the SDK sends records
 //     in the layout of package message (SendMessageRequest.records), the
 //     send service checks them in place (framing, CRC, topic, queue,

@@ -23,7 +23,7 @@ import (
 // they commit), offsets (14, 15, 29, 30, 31), send-back (36, through the
 // native retry path; the master creates a clustering group's retry topic
 // on its heartbeat), queue locks for orderly consumers (41, 42, the
-// native locks). The members-changed push (40) is remotingclients.go's.
+// native locks). The members-changed push (40) is clientconns.go's.
 
 // Remoting answer codes of RocketMQ's ResponseCode that sends use.
 const (
@@ -113,10 +113,14 @@ func (b *Broker) remotingGateway() map[int32]remoting.Handler {
 	}
 }
 
-// remotingClosed: the consumers that heartbeated on a closed connection
-// leave their groups, whose other members are told (code 40, held pulls).
-func (b *Broker) remotingClosed(conn *remoting.Conn) {
-	for client, groups := range b.rmqClients.closed(conn) {
+// remotingClosed: a RocketMQ client's connection ended.
+func (b *Broker) remotingClosed(conn *remoting.Conn) { b.connClosed(conn) }
+
+// connClosed: the consumers that heartbeated on a connection that ended
+// leave their groups, whose other members are told (code 40, heartbeat
+// and pull answers, held pulls).
+func (b *Broker) connClosed(conn pusher) {
+	for client, groups := range b.clientConns.closed(conn) {
 		b.consumers.unregister(client, groups)
 	}
 }
@@ -217,7 +221,7 @@ func (s *service) remotingHeartbeat(ctx context.Context, c *remoting.Command) *r
 		}
 	}
 	caller, _ := ctx.Value(remotingCallerKey{}).(remotingCaller)
-	if conn := remoting.ConnOf(ctx); conn != nil && !s.b.rmqClients.heartbeat(conn, client, groups, producers, caller) {
+	if conn := remoting.ConnOf(ctx); conn != nil && !s.b.clientConns.heartbeat(conn, client, groups, producers, caller) {
 		s.b.consumers.unregister(client, groups)
 		return illegal(fmt.Errorf("more than %d client ids heartbeat on one connection", maxClientsPerConn))
 	}

@@ -379,7 +379,7 @@ func (b *Broker) sendCheck(c halfCheck) {
 		CheckTimes:     c.times,
 		StoreTimestamp: r.StoreTime,
 	}
-	if b.checkStreams.send(group, topic, check) || b.rmqClients.pushToProducer(group, b.mayEnd(topic), b.remotingCheck(r, topic, int32(qid), props)) {
+	if b.checkStreams.send(group, topic, check) || b.clientConns.pushToProducer(group, b.mayEnd(topic), b.remotingCheck(r, topic, int32(qid), props)) {
 		b.metrics.transactionChecks.WithLabelValues("sent").Inc()
 		return
 	}

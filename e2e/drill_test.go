@@ -20,6 +20,9 @@ var binPath string
 // TestMain builds the raftmq binary the process drills run, and checks
 // afterwards that the drills' producers, consumers and connections are gone.
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(consumerChildEnv); spec != "" {
+		runConsumerChild(spec) // never returns
+	}
 	os.Exit(clustertest.RunWithRaftmq(m, "../cmd/raftmq", &binPath, func() error { return goleak.Find() }))
 }
 
@@ -50,6 +53,12 @@ var drillProducers = []struct {
 // queue, replicas identical after quiescence, and every write gap under
 // 10 s. It logs the figures.
 func runDrill(t *testing.T, name string, c drillCluster, fault func()) Report {
+	return runDrillWith(t, name, c, func(*History) { fault() })
+}
+
+// runDrillWith is runDrill with a fault that records in the history (the
+// deliveries of consumers it runs itself).
+func runDrillWith(t *testing.T, name string, c drillCluster, fault func(h *History)) Report {
 	h := driveDrill(t, c, fault)
 	clustertest.WaitFor(t, 60*time.Second, "every acked message consumed", h.Consumed)
 	// As long as the drill's own consumers get: a read-back cut short by a
@@ -77,7 +86,7 @@ func runDrill(t *testing.T, name string, c drillCluster, fault func()) Report {
 // driveDrill runs a fault against a cluster under load from drillProducers
 // read by 2 push consumers, and returns the history once the producers
 // have stopped. The consumers go on until the test ends.
-func driveDrill(t *testing.T, c drillCluster, fault func()) *History {
+func driveDrill(t *testing.T, c drillCluster, fault func(h *History)) *History {
 	c.createTopic(t, "drill", 4)
 	h := &History{}
 	opts := func(o ...client.Option) []client.Option {
@@ -151,7 +160,7 @@ func driveDrill(t *testing.T, c drillCluster, fault func()) *History {
 	}
 	time.Sleep(time.Second) // load before the fault: a chosen moment, not a wait for a condition
 	h.InFlightAtFault(inFlight(t, h, opts(client.WithGroup("drill"))))
-	fault()
+	fault(h)
 	time.Sleep(time.Second) // load after it
 	halt()
 	return h

@@ -132,7 +132,7 @@ func TestDrillGroupPowerLossWithoutFsyncLoses(t *testing.T) {
 	for _, d := range c.disks {
 		d.IgnoreFsync(true)
 	}
-	h := driveDrill(t, c, func() {
+	h := driveDrill(t, c, func(*History) {
 		c.powerLoss(false, 0, 1, 2)
 		time.Sleep(time.Second) // the outage
 		for i := range c.procs {

@@ -24,7 +24,7 @@ func groupInfos(names ...string) []*pb.ConsumerGroupInfo {
 // A group's change is pushed once to each connection with a member of
 // it, and to no other.
 func TestRemotingClientsNotifyTheGroupsConnections(t *testing.T) {
-	tab := newRemotingClients()
+	tab := newClientConns()
 	a, b, other := &pushRecorder{}, &pushRecorder{}, &pushRecorder{}
 	tab.heartbeat(a, "c1", groupInfos("g"), nil, remotingCaller{})
 	tab.heartbeat(a, "c2", groupInfos("g", "h"), nil, remotingCaller{})
@@ -45,7 +45,7 @@ func TestRemotingClientsNotifyTheGroupsConnections(t *testing.T) {
 // A closed connection's clients are returned with their groups, and only
 // those; a client that moved to another connection since stays.
 func TestRemotingClientsOfAClosedConnection(t *testing.T) {
-	tab := newRemotingClients()
+	tab := newClientConns()
 	old, fresh := &pushRecorder{}, &pushRecorder{}
 	tab.heartbeat(old, "moved", groupInfos("g"), nil, remotingCaller{})
 	tab.heartbeat(old, "stays", groupInfos("g", "h"), nil, remotingCaller{})
@@ -65,7 +65,7 @@ func TestRemotingClientsOfAClosedConnection(t *testing.T) {
 
 // One connection heartbeats for at most maxClientsPerConn client ids.
 func TestRemotingClientsPerConnectionCap(t *testing.T) {
-	tab := newRemotingClients()
+	tab := newClientConns()
 	conn := &pushRecorder{}
 	for i := 0; i < maxClientsPerConn; i++ {
 		if !tab.heartbeat(conn, string(rune('a'+i%26))+string(rune('0'+i/26)), groupInfos("g"), nil, remotingCaller{}) {
@@ -91,7 +91,7 @@ func (p *checkRecorder) Push(*remoting.Command) { p.pushes++ }
 // A check-back goes to a connection of a producer of the half's group
 // whose caller may end it, in turn; with none, nothing is pushed.
 func TestRemotingProducersTakeChecksInTurn(t *testing.T) {
-	tab := newRemotingClients()
+	tab := newClientConns()
 	a, b, denied, consumer := &checkRecorder{}, &checkRecorder{}, &checkRecorder{}, &checkRecorder{}
 	tab.heartbeat(a, "p1", nil, []string{"pg"}, remotingCaller{known: true})
 	tab.heartbeat(b, "p2", nil, []string{"pg", "other"}, remotingCaller{known: true})
