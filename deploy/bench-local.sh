@@ -13,7 +13,7 @@
 #           N messages the three runs above counted as sent (it stops on the count; the
 #           harness caps it at 300 s)
 #   long    with --long: bench produce as batch, for 120 s (sustained), after consume
-#   timers  with --timers: bench timers --rate 10000 --delay 5s --spread 1s --duration 15s
+#   timers  with --timers: bench timers --rate 10000 --timer-senders 32 --delay 5s --spread 1s --duration 15s
 #           --clients 8 --mode batch --batch 64: 10k timer messages/s scheduled on topic
 #           bench-timers while 8 producers send batches to bench; how late the timers fire
 #           (store time - due, p50/p99/max), and the ordinary sends' rate while they fire,
@@ -420,7 +420,7 @@ run_raftmq() { # R
 	if [ "$timers" = 1 ]; then
 		create_topic bench-timers
 		bench "$d" timers_base 120 produce --clients 8 --size 1024 --mode batch --batch 64 --duration 15s
-		bench "$d" timers 300 timers --rate 10000 --delay 5s --spread 1s --duration 15s --clients 8 --size 1024 --mode batch --batch 64
+		bench "$d" timers 300 timers --rate 10000 --timer-senders 32 --delay 5s --spread 1s --duration 15s --clients 8 --size 1024 --mode batch --batch 64
 		for i in timers_acked timers_fired timer_duplicates timers_early fire_late_p50_ms fire_late_p99_ms fire_late_max_ms; do
 			add "timers.$i" "$(jget "$d/timers.json" "$i")"
 		done
