@@ -39,7 +39,7 @@
 // (metrics.go), its configuration with the documented defaults
 // (config.go), and the gRPC statuses its errors map to (errors.go).
 //
-// Design choices, where ARCHITECTURE.md leaves room:
+// Design choices (docs/design.md gives the whole):
 //   - Raft restores its latest snapshot at start (metadata only); the
 //     store, being persistent, skips log entries at or below its last Raft
 //     index, and the metadata is rebuilt from snapshot plus log.

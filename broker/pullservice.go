@@ -16,11 +16,11 @@ import (
 	"github.com/raftmq/raftmq/storage"
 )
 
-// PullMessage reads a queue from an offset (ARCHITECTURE §6). When there is
-// nothing new and the pull may wait, the master holds it until a message
-// arrives, its suspend timeout passes or the client goes away; a slave
-// answers at once and sends the consumer back to the master, where
-// arrivals are notified.
+// PullMessage reads a queue from an offset (docs/design.md, "The read path
+// and long polling"). When there is nothing new and the pull may wait, the
+// master holds it until a message arrives, its suspend timeout passes or
+// the client goes away; a slave answers at once and sends the consumer
+// back to the master, where arrivals are notified.
 func (s *service) PullMessage(ctx context.Context, req *pb.PullMessageRequest) (*pb.PullMessageResponse, error) {
 	start := time.Now()
 	resp, err := s.pull(ctx, req)
