@@ -246,8 +246,9 @@ func (b *Broker) checkHalves(ctx context.Context, now time.Time) error {
 	_, end := b.store.QueueOffsets(message.TransHalfTopic, 0)
 	update := &pb.TransactionUpdate{StoreTimestamp: now.UnixMilli()}
 	var checks []halfCheck
-	var rolled int
-	for off := cursor; off < end && off-cursor < checkScanMax && len(update.Ends) < checkBatchMax; {
+	var rolled, size int // size: the bytes of the check-max copies, within half an entry
+	full := func() bool { return len(update.Ends) >= checkBatchMax || size >= b.cfg.EntryMaxBytes/2 }
+	for off := cursor; off < end && off-cursor < checkScanMax && !full(); {
 		res, err := b.store.GetMessages(storage.GetRequest{Topic: message.TransHalfTopic, QueueID: 0, Offset: off,
 			MaxMessages: checkBatchMax, MaxBytes: b.cfg.EntryMaxBytes / 2})
 		if err != nil {
@@ -286,12 +287,13 @@ func (b *Broker) checkHalves(ctx context.Context, now time.Time) error {
 				return err
 			}
 			update.Ends = append(update.Ends, e)
+			size += len(e.Records)
 			if e.Outcome == pb.TransactionOutcome_TRANSACTION_ROLLBACK {
 				rolled++
 			} else {
 				checks = append(checks, halfCheck{record: r, times: e.CheckTimes})
 			}
-			if len(update.Ends) == checkBatchMax {
+			if full() {
 				break
 			}
 		}

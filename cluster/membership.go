@@ -7,6 +7,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -67,6 +68,12 @@ type Membership struct {
 	queue  *eventQueue
 	Events <-chan MemberEvent
 
+	// live are the members as memberlist's callbacks last told of them,
+	// copied under its lock: memberlist's Members returns pointers to
+	// nodes it goes on changing (a data race under -race).
+	liveMu sync.Mutex
+	live   map[string]MemberEvent
+
 	stop     chan struct{} // closed by Close: ends rejoin
 	stopOnce sync.Once
 	joined   sync.WaitGroup // rejoin
@@ -119,7 +126,7 @@ func StartMembership(cfg MembershipConfig) (*Membership, error) {
 	mc.DeadNodeReclaimTime = time.Second
 	mc.SecretKey = cfg.SecretKey
 	mc.Logger = log.New(slogWriter{cfg.Logger, "gossip"}, "", 0)
-	m := &Membership{log: cfg.Logger, meta: meta, queue: newEventQueue(), stop: make(chan struct{})}
+	m := &Membership{log: cfg.Logger, meta: meta, queue: newEventQueue(), stop: make(chan struct{}), live: map[string]MemberEvent{}}
 	m.Events = m.queue.out
 	mc.Delegate = delegate{m}
 	mc.Events = delegate{m}
@@ -197,14 +204,14 @@ func (m *Membership) UpdateMeta(meta MemberMeta) error {
 // Members returns the live members with their metadata (not to be called
 // from an event handler of memberlist's; ours run on their own goroutine).
 func (m *Membership) Members() []MemberEvent {
-	var out []MemberEvent
-	for _, n := range m.ml.Members() {
-		meta, err := DecodeMemberMeta(n.Meta)
-		if err != nil {
-			continue
-		}
-		out = append(out, MemberEvent{Kind: MemberJoined, Name: n.Name, Addr: n.Address(), Meta: meta})
+	m.liveMu.Lock()
+	defer m.liveMu.Unlock()
+	out := make([]MemberEvent, 0, len(m.live))
+	for _, e := range m.live {
+		e.Kind = MemberJoined
+		out = append(out, e)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
@@ -247,9 +254,20 @@ func (m *Membership) enqueue(kind EventKind, n *memberlist.Node) {
 	meta, err := DecodeMemberMeta(n.Meta)
 	if err != nil {
 		m.log.Warn("gossip member with undecodable metadata", "member", n.Name)
+		m.liveMu.Lock()
+		delete(m.live, n.Name)
+		m.liveMu.Unlock()
 		return
 	}
-	m.queue.push(MemberEvent{Kind: kind, Name: n.Name, Addr: n.Address(), Meta: meta})
+	e := MemberEvent{Kind: kind, Name: n.Name, Addr: n.Address(), Meta: meta}
+	m.liveMu.Lock()
+	if kind == MemberLeft {
+		delete(m.live, n.Name)
+	} else {
+		m.live[n.Name] = e
+	}
+	m.liveMu.Unlock()
+	m.queue.push(e)
 }
 
 // eventQueue is an unbounded FIFO between memberlist's callbacks (which
