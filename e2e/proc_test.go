@@ -53,6 +53,9 @@ type procCluster struct {
 	joining map[int]bool
 	// brokerFlags are added to every broker's command line.
 	brokerFlags []string
+	// raftVia, when set, are the addresses the replicas advertise for
+	// Raft, each a proxy to its replica's Raft port (linkproxy_test.go).
+	raftVia []string
 }
 
 // id is broker i's replica id.
@@ -186,8 +189,12 @@ func (c *procCluster) run() {
 }
 
 func (c *procCluster) start(i int) {
+	raftAddrs, advertise := c.raft, []string(nil)
+	if c.raftVia != nil {
+		raftAddrs, advertise = c.raftVia, []string{"--advertise-raft", c.raftVia[i]}
+	}
 	var peers []string
-	for j, a := range c.raft {
+	for j, a := range raftAddrs {
 		peers = append(peers, fmt.Sprintf("%d=%s", c.id(j), a))
 	}
 	var wrap []string
@@ -200,7 +207,7 @@ func (c *procCluster) start(i int) {
 	}
 	args := append([]string{"broker", "--group", "broker-a", "--id", fmt.Sprint(c.id(i)), "--dir", filepath.Join(c.dir, fmt.Sprint(c.id(i))),
 		"--grpc", c.grpc[i], "--raft", c.raft[i], "--gossip", c.gossip[i],
-		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error"}, membership...)
+		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error"}, append(membership, advertise...)...)
 	// RAFTMQ_E2E_BROKER_FLAGS adds flags to every broker, to compare a
 	// drill with a mechanism off (e.g. "--dedup-window off").
 	args = append(append(args, c.brokerFlags...), strings.Fields(os.Getenv("RAFTMQ_E2E_BROKER_FLAGS"))...)
