@@ -14,6 +14,12 @@
 //     what was not fsynced at a power cut, and the power-loss drills.
 //   - docker_test.go: the compose cluster's drills (RAFTMQ_E2E_DOCKER=1).
 //   - secure_test.go: the CLI against a cluster with TLS and access control.
+//   - consumerkill_test.go: push consumers as child processes of the test
+//     binary, killed (kill -9) while their group rebalances.
+//   - linkproxy_test.go: a TCP proxy in front of each replica's Raft port
+//     that makes its links slow or lossy, and the drill through it.
+//   - transactions_test.go: transactions through a master kill, their
+//     open halves checked back with a second producer instance.
 //
 // lazyfs (its own package) is the power-loss filesystem.
 package e2e

@@ -21,7 +21,10 @@
 //     secured or not), and the official producer's sends through a kill
 //     -9 of the master, every acknowledged one consumed after;
 //   - secure_test.go: the official client with UseTls and RocketMQ's
-//     access-key signatures on a cluster with TLS and access control.
+//     access-key signatures on a cluster with TLS and access control;
+//   - transaction_test.go: the official transaction producer: commits,
+//     rollbacks, and the check-backs pushed on its connection (39)
+//     answered with one-way ends (37).
 //
 // rmqbench/ is the official client's benchmark, which
 // deploy/bench-local.sh --rocketmq runs beside raftmq bench.
