@@ -291,3 +291,38 @@ func TestHalfTableAppliesEndsOnce(t *testing.T) {
 		t.Fatalf("restored from no state: cursor %d, %d of 2 open", c, open)
 	}
 }
+
+// A check-back stream that does not say who it is, or names what no
+// producer could send to, is refused with a reason; one opened on a slave
+// is sent to the master.
+func TestBadCheckBackStreamsAreRefused(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	m := g.master()
+	for _, c := range []struct {
+		name   string
+		at     int
+		hello  *pb.TransactionCheckStreamRequest
+		code   codes.Code
+		reason pb.ErrorReason
+	}{
+		{"no group", m, &pb.TransactionCheckStreamRequest{Topics: []string{"t"}}, codes.InvalidArgument, pb.ErrorReason_ILLEGAL_NAME},
+		{"a bad group", m, &pb.TransactionCheckStreamRequest{ProducerGroup: "a/b", Topics: []string{"t"}}, codes.InvalidArgument, pb.ErrorReason_ILLEGAL_NAME},
+		{"no topic", m, &pb.TransactionCheckStreamRequest{ProducerGroup: "pg"}, codes.InvalidArgument, pb.ErrorReason_ILLEGAL_ARGUMENT},
+		{"a bad topic", m, &pb.TransactionCheckStreamRequest{ProducerGroup: "pg", Topics: []string{"t", "../x"}}, codes.InvalidArgument, pb.ErrorReason_ILLEGAL_NAME},
+		{"too many topics", m, &pb.TransactionCheckStreamRequest{ProducerGroup: "pg", Topics: make([]string, maxCheckTopics+1)}, codes.InvalidArgument, pb.ErrorReason_ILLEGAL_ARGUMENT},
+		{"a slave", (m + 1) % 3, &pb.TransactionCheckStreamRequest{ProducerGroup: "pg", Topics: []string{"t"}}, codes.FailedPrecondition, pb.ErrorReason_NOT_LEADER},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := g.client(c.at).CheckTransactions(ctx)
+		if err == nil {
+			err = s.Send(c.hello)
+		}
+		if err == nil {
+			_, err = s.Recv()
+		}
+		cancel()
+		if reason, _ := pb.ReasonOf(err); status.Code(err) != c.code || reason != c.reason {
+			t.Errorf("%s: %v, want %v %v", c.name, err, c.code, c.reason)
+		}
+	}
+}
