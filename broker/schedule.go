@@ -179,10 +179,7 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 	if err != nil {
 		return nil, storeError(err)
 	}
-	props := make(map[string]string, len(r.Properties)+4)
-	for k, v := range r.Properties {
-		props[k] = v
-	}
+	props := message.CopyProperties(r.Properties, 4)
 	times, _ := strconv.Atoi(props[message.PropertyReconsumeTimes])
 	times++
 	props[message.PropertyReconsumeTimes] = strconv.Itoa(times)

@@ -159,10 +159,7 @@ func (b *Broker) scheduleSend(m *message.Message, now time.Time) (bool, error) {
 	if err != nil || (level == 0 && due.IsZero()) {
 		return false, err
 	}
-	props := make(map[string]string, len(m.Properties)+3)
-	for k, v := range m.Properties {
-		props[k] = v
-	}
+	props := message.CopyProperties(m.Properties, 3)
 	props[message.PropertyRealTopic], props[message.PropertyRealQueue] = m.Topic, strconv.Itoa(int(m.QueueID))
 	m.Topic, m.Properties = message.ScheduleTopic, props
 	if level > 0 {
@@ -184,10 +181,7 @@ func (b *Broker) scheduleSend(m *message.Message, now time.Time) (bool, error) {
 // whose time is still ahead, its copy in the ladder queue for what
 // remains. False for a message without a destination, which is dropped.
 func (b *Broker) dueMessage(r message.Record, queue int32, now time.Time) (message.Message, bool) {
-	props := make(map[string]string, len(r.Properties)+1)
-	for k, v := range r.Properties {
-		props[k] = v
-	}
+	props := message.CopyProperties(r.Properties, 1)
 	if props[message.PropertyOriginMsgID] == "" {
 		props[message.PropertyOriginMsgID] = message.FormatID(b.cfg.Group, r.Offset)
 	}

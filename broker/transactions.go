@@ -53,10 +53,7 @@ func (b *Broker) holdSend(m *message.Message, now time.Time) error {
 		return fmt.Errorf("a half message (%s=true) needs property %s, its producer group, matching %s",
 			message.PropertyTransactionPrepared, message.PropertyProducerGroup, message.TopicRule)
 	}
-	props := make(map[string]string, len(m.Properties)+3)
-	for k, v := range m.Properties {
-		props[k] = v
-	}
+	props := message.CopyProperties(m.Properties, 3)
 	props[message.PropertyRealTopic], props[message.PropertyRealQueue] = m.Topic, strconv.Itoa(int(m.QueueID))
 	if key := props[message.PropertyUniqKey]; key != "" {
 		props[message.PropertyTransactionID] = key
@@ -171,10 +168,7 @@ func (b *Broker) endedAlready(half message.Record, asked pb.TransactionOutcome) 
 // and queue (or held again, if it asks for a delay), without the half's
 // marks, its store time stamped now.
 func (b *Broker) committedRecord(half message.Record, now time.Time) ([]byte, error) {
-	props := make(map[string]string, len(half.Properties))
-	for k, v := range half.Properties {
-		props[k] = v
-	}
+	props := message.CopyProperties(half.Properties, 0)
 	topic, qid := props[message.PropertyRealTopic], props[message.PropertyRealQueue]
 	delete(props, message.PropertyRealTopic)
 	delete(props, message.PropertyRealQueue)
@@ -347,10 +341,7 @@ func (b *Broker) nextCheck(r message.Record, checked int32, now time.Time) (*pb.
 		return e, nil
 	}
 	e.Outcome, e.CheckTimes = pb.TransactionOutcome_TRANSACTION_ROLLBACK, checked
-	props := make(map[string]string, len(r.Properties)+2)
-	for k, v := range r.Properties {
-		props[k] = v
-	}
+	props := message.CopyProperties(r.Properties, 2)
 	props[message.PropertyTransactionCheckTimes] = strconv.Itoa(int(checked))
 	props[message.PropertyOriginMsgID] = message.FormatID(b.cfg.Group, r.Offset)
 	m := message.Message{Topic: message.TransCheckMaxTopic, Flag: r.Flag, Tags: r.Tags, Keys: r.Keys,
@@ -368,10 +359,7 @@ func (b *Broker) sendCheck(c halfCheck) {
 	r := c.record
 	group, topic := r.Properties[message.PropertyProducerGroup], r.Properties[message.PropertyRealTopic]
 	qid, _ := strconv.Atoi(r.Properties[message.PropertyRealQueue])
-	props := make(map[string]string, len(r.Properties))
-	for k, v := range r.Properties {
-		props[k] = v
-	}
+	props := message.CopyProperties(r.Properties, 0)
 	delete(props, message.PropertyRealTopic)
 	delete(props, message.PropertyRealQueue)
 	check := &pb.TransactionCheck{

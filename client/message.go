@@ -130,10 +130,7 @@ func newUniqKey() string {
 // package message: the broker stores these bytes as they are), adding its
 // unique key, and returns that key.
 func (m *Message) appendRecord(records []byte, queueID int32) ([]byte, string, error) {
-	props := make(map[string]string, len(m.Properties)+1)
-	for k, v := range m.Properties {
-		props[k] = v
-	}
+	props := message.CopyProperties(m.Properties, 1)
 	key := props[message.PropertyUniqKey]
 	if key == "" {
 		key = newUniqKey()

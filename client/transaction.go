@@ -145,10 +145,7 @@ func (tp *TransactionProducer) SendMessageInTransaction(ctx context.Context, m *
 	}
 	tp.addTopic(m.Topic)
 	half := *m
-	half.Properties = make(map[string]string, len(m.Properties)+2)
-	for k, v := range m.Properties {
-		half.Properties[k] = v
-	}
+	half.Properties = message.CopyProperties(m.Properties, 2)
 	half.Properties[message.PropertyTransactionPrepared] = "true"
 	half.Properties[message.PropertyProducerGroup] = tp.group
 	res, err := tp.p.Send(ctx, &half)

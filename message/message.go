@@ -17,6 +17,17 @@ type Message struct {
 	StoreTime  int64 // unix milliseconds, set by the master
 }
 
+// CopyProperties returns a copy of props, never nil, with room for extra
+// more: what a broker or client rewrites when it stores a message again
+// (a delayed copy, a retry, a commit) leaves the original as it was.
+func CopyProperties(props map[string]string, extra int) map[string]string {
+	out := make(map[string]string, len(props)+extra)
+	for k, v := range props {
+		out[k] = v
+	}
+	return out
+}
+
 // Record is a decoded record. Body, and the strings, are copies or views of
 // the buffer given to Decode; keep the buffer alive while the Record is
 // used.
