@@ -239,8 +239,8 @@ func (b *Broker) checkHalves(ctx context.Context, now time.Time) error {
 	cursor := b.meta.halves.position()
 	_, end := b.store.QueueOffsets(message.TransHalfTopic, 0)
 	update := &pb.TransactionUpdate{StoreTimestamp: now.UnixMilli()}
-	var checks []halfCheck
-	var rolled, size int // size: the bytes of the check-max copies, within half an entry
+	var halves []halfCheck // the half of each end
+	var rolled, size int   // size: the bytes of the check-max copies, within half an entry
 	full := func() bool { return len(update.Ends) >= checkBatchMax || size >= b.cfg.EntryMaxBytes/2 }
 	for off := cursor; off < end && off-cursor < checkScanMax && !full(); {
 		res, err := b.store.GetMessages(storage.GetRequest{Topic: message.TransHalfTopic, QueueID: 0, Offset: off,
@@ -280,12 +280,10 @@ func (b *Broker) checkHalves(ctx context.Context, now time.Time) error {
 			if err != nil {
 				return err
 			}
-			update.Ends = append(update.Ends, e)
+			update.Ends, halves = append(update.Ends, e), append(halves, halfCheck{record: r, times: e.CheckTimes})
 			size += len(e.Records)
 			if e.Outcome == pb.TransactionOutcome_TRANSACTION_ROLLBACK {
 				rolled++
-			} else {
-				checks = append(checks, halfCheck{record: r, times: e.CheckTimes})
 			}
 			if full() {
 				break
@@ -310,24 +308,20 @@ func (b *Broker) checkHalves(ctx context.Context, now time.Time) error {
 	if update.ExpireBelow > cursor {
 		b.metrics.transactionEnds.WithLabelValues("expired").Add(float64(update.ExpireBelow - cursor))
 	}
-	ci := 0
 	for i, e := range update.Ends {
-		if e.Outcome == pb.TransactionOutcome_TRANSACTION_ROLLBACK {
-			if r.ended[i] {
-				b.metrics.transactionEnds.WithLabelValues("check_max").Inc()
-			}
-			continue
-		}
-		c := checks[ci]
-		ci++
-		if r.ended[i] {
-			b.sendCheck(c)
+		switch {
+		case !r.ended[i]: // ended meanwhile
+		case e.Outcome == pb.TransactionOutcome_TRANSACTION_ROLLBACK:
+			b.metrics.transactionEnds.WithLabelValues("check_max").Inc()
+		default:
+			b.sendCheck(halves[i])
 		}
 	}
 	return nil
 }
 
-// halfCheck is a check-back to send once its count is applied.
+// halfCheck is a half and its check count, for the check-back sent once
+// the count is applied.
 type halfCheck struct {
 	record message.Record
 	times  int32

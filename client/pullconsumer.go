@@ -110,26 +110,12 @@ func (c *PullConsumer) Queues(ctx context.Context, topic string) ([]MessageQueue
 	return out, nil
 }
 
-// groupRoute finds mq's group in its topic's route.
-func (c *PullConsumer) groupRoute(ctx context.Context, mq MessageQueue) (*pb.GroupRoute, error) {
-	route, err := c.r.route(ctx, mq.Topic)
-	if err != nil {
-		return nil, err
-	}
-	for _, g := range route.Groups {
-		if g.Group == mq.Group {
-			return g, nil
-		}
-	}
-	return nil, fmt.Errorf("client: topic %s is not on group %s", mq.Topic, mq.Group)
-}
-
 // onMaster calls fn on mq's master.
 func (c *PullConsumer) onMaster(ctx context.Context, mq MessageQueue, fn func(pb.BrokerClient) error) error {
 	var err error
 	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 		var g *pb.GroupRoute
-		if g, err = c.groupRoute(ctx, mq); err != nil {
+		if g, err = c.r.groupRoute(ctx, mq.Topic, mq.Group); err != nil {
 			return err
 		}
 		addr := masterAddr(g.Replicas)
@@ -188,7 +174,7 @@ func (c *PullConsumer) pull(ctx context.Context, mq MessageQueue, expr string, o
 	req := &pb.PullMessageRequest{ConsumerGroup: c.opts.group, Topic: mq.Topic, QueueId: mq.QueueID,
 		QueueOffset: offset, MaxMessages: max, SuspendTimeoutMs: suspend.Milliseconds(), Subscription: expr, CommitOffset: commit,
 		ClientId: c.clientID, DeadLetters: c.readsDeadLetters(mq.Topic)}
-	g, err := c.groupRoute(ctx, mq)
+	g, err := c.r.groupRoute(ctx, mq.Topic, mq.Group)
 	if err != nil {
 		return nil, err
 	}

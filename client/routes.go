@@ -247,6 +247,20 @@ func (r *router) close() {
 	r.conns = nil
 }
 
+// groupRoute finds broker group group in topic's route.
+func (r *router) groupRoute(ctx context.Context, topic, group string) (*pb.GroupRoute, error) {
+	route, err := r.route(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range route.Groups {
+		if g.Group == group {
+			return g, nil
+		}
+	}
+	return nil, fmt.Errorf("client: topic %s is not on group %s", topic, group)
+}
+
 // masterAddr is a group's master address in a route ("" when none known).
 func masterAddr(replicas []*pb.ReplicaInfo) string {
 	for _, rep := range replicas {

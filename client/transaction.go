@@ -207,14 +207,8 @@ func (tp *TransactionProducer) end(ctx context.Context, half *SendResult, state 
 // masterOf is the master address of broker group group as the route of
 // topic names it, "" when none is known.
 func (tp *TransactionProducer) masterOf(ctx context.Context, topic, group string) string {
-	route, err := tp.p.r.route(ctx, topic)
-	if err != nil {
-		return ""
-	}
-	for _, g := range route.Groups {
-		if g.Group == group {
-			return masterAddr(g.Replicas)
-		}
+	if g, err := tp.p.r.groupRoute(ctx, topic, group); err == nil {
+		return masterAddr(g.Replicas)
 	}
 	return ""
 }
