@@ -46,6 +46,22 @@ func TestGroupCommitMergesConcurrentSends(t *testing.T) {
 
 	const senders, rounds = 64, 4
 	e0, n0 = entryStats(t, b)
+	// The in-flight slots, taken by lone sends and by the batcher's loop
+	// alike, stay within the cap while the sends race for them.
+	sampled := make(chan int32)
+	stop := make(chan struct{})
+	go func() {
+		var most int32
+		for {
+			select {
+			case <-stop:
+				sampled <- most
+				return
+			default:
+				most = max(most, b.batcher.inflight.Load())
+			}
+		}
+	}()
 	for r := range rounds {
 		start := make(chan struct{})
 		var wg sync.WaitGroup
@@ -67,6 +83,19 @@ func TestGroupCommitMergesConcurrentSends(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	close(stop)
+	if most := <-sampled; most > int32(b.cfg.MaxInflightEntries) {
+		t.Fatalf("%d entries in flight at once, cap %d", most, b.cfg.MaxInflightEntries)
+	}
+	// Every slot and every queued send is accounted for once all are
+	// answered: a slot kept would leave later sends waiting for ever.
+	deadline := time.Now().Add(5 * time.Second)
+	for b.batcher.inflight.Load() != 0 || b.batcher.queued.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after every send was answered: %d entries in flight, %d sends queued", b.batcher.inflight.Load(), b.batcher.queued.Load())
+		}
+		time.Sleep(time.Millisecond)
 	}
 	e, n := entryStats(t, b)
 	if n-n0 != senders*rounds {

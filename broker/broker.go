@@ -129,6 +129,7 @@ func Start(cfg Config) (*Broker, error) {
 	unary, stream := b.serverInterceptors()
 	b.grpc = grpc.NewServer(
 		b.serverCreds(),
+		grpc.NumStreamWorkers(uint32(max(cfg.StreamWorkers, 0))),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
@@ -150,6 +151,7 @@ func Start(cfg Config) (*Broker, error) {
 		if b.ms != nil {
 			b.ms.Close()
 		}
+		b.grpc.Stop() // its stream workers
 		b.cancel()
 		b.node.Close()
 		b.lis.Close()

@@ -50,6 +50,7 @@ type brokerFlags struct {
 	TxTimeout       string `yaml:"transaction-timeout"`
 	TxCheckInterval string `yaml:"transaction-check-interval"`
 	TxCheckMax      string `yaml:"transaction-check-max"`
+	StreamWorkers   string `yaml:"stream-workers"`
 	nodeSecurity    `yaml:",inline"`
 }
 
@@ -109,6 +110,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.TxCheckInterval, "transaction-check-interval", "30s", "the least time between two check-backs of one half message")
 	fl.StringVar(&f.TxCheckMax, "transaction-check-max", "15", "a half message still open after this many check-backs is rolled back (a copy goes to TRANS_CHECK_MAX_TIME_TOPIC)")
 	fl.StringVar(&f.TimerPrecision, "timer-precision", "100ms", "a timer message is delivered at its time or up to this much later (the timer ladder's first step)")
+	fl.StringVar(&f.StreamWorkers, "stream-workers", "64", "goroutines kept to run RPCs on warm stacks (more RPCs at once get their own); 0: none")
 	f.nodeSecurity.flags(cmd)
 	return cmd
 }
@@ -157,6 +159,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("transaction-timeout", &f.TxTimeout, fromFile.TxTimeout)
 	set("transaction-check-interval", &f.TxCheckInterval, fromFile.TxCheckInterval)
 	set("transaction-check-max", &f.TxCheckMax, fromFile.TxCheckMax)
+	set("stream-workers", &f.StreamWorkers, fromFile.StreamWorkers)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -290,6 +293,14 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		return fmt.Errorf("--transaction-check-max %q: want a number of checks, at least 1", f.TxCheckMax)
 	}
 	cfg.TransactionCheckMax = int32(checks)
+	workers, err := strconv.Atoi(f.StreamWorkers)
+	if err != nil || workers < 0 || workers > 1<<16 {
+		return fmt.Errorf("--stream-workers %q: want a number of goroutines, 0 to 65536", f.StreamWorkers)
+	}
+	cfg.StreamWorkers = workers
+	if workers == 0 {
+		cfg.StreamWorkers = -1 // the config's "none"
+	}
 	cfg.Gossip = broker.GossipConfig{BindAddr: f.Gossip, AdvertiseAddr: f.AdvertiseGossip, Join: splitList(f.Join), Cluster: f.Cluster}
 	if cfg.TLS, cfg.Gossip.SecretKey, err = f.nodeSecurity.load(); err != nil {
 		return err
