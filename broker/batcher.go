@@ -281,7 +281,7 @@ func (bt *batcher) apply(data []byte) (raft.ApplyFuture, time.Time, error) {
 		return nil, time.Time{}, bt.b.replicationError(raft.ErrRaftShutdown)
 	}
 	applied := time.Now()
-	return bt.b.node.Raft.Apply(data, bt.b.cfg.SendTimeout), applied, nil
+	return bt.b.node.Apply(data, bt.b.cfg.SendTimeout), applied, nil
 }
 
 // outcome waits for an applied entry of n messages, releases its slot and

@@ -407,7 +407,7 @@ func (b *Broker) propose(ctx context.Context, cmd *pb.RaftCommand) (*applyResult
 	if !b.calls.begin() {
 		return nil, b.replicationError(raft.ErrRaftShutdown)
 	}
-	f := b.node.Raft.Apply(data, timeout)
+	f := b.node.Apply(data, timeout)
 	done := make(chan error, 1)
 	go func() {
 		defer b.calls.end()

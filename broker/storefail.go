@@ -46,6 +46,8 @@ func (b *Broker) watchStore(ctx context.Context) {
 		b.fsm.fail(b.store.Err())
 	case <-b.node.LogFailed(): // the master's write of its own Raft log
 		b.fsm.fail(b.node.LogErr())
+	case <-b.node.LogDamaged(): // the master read a damaged entry to send it
+		b.fsm.fail(b.node.LogDamage())
 	case <-b.fsm.stopped:
 	}
 	// A master hands over at once rather than let the others wait for an

@@ -30,6 +30,11 @@
 //     the commit index sent to followers and the leader's own applies held
 //     to what its log holds durably, so every applied entry is on a
 //     majority of disks; a failed write stops the member;
+//   - entrychecksum.go: a CRC-32C of every proposed entry's data, carried in
+//     the entry (raft-wal checks none inside a segment), checked where an
+//     entry is applied (a damaged one stops the member, naming its
+//     segment) and where a leader reads one to replicate it (never sent;
+//     the leader stops);
 //   - stablestore.go: Raft's stable store (term and vote), closed only
 //     once no write is in flight (a heartbeat handled as the node closes);
 //   - walfiler.go: raft-wal's segment filer, mended: it finds the tail that

@@ -198,7 +198,8 @@ type RaftNode struct {
 
 	transport *raft.NetworkTransport
 	logStore  *wal.WAL
-	log       *leaderLog // logStore as Raft writes it (leaderlog.go)
+	log       *leaderLog  // logStore as Raft writes it (leaderlog.go)
+	checked   *checkedLog // logStore as replication reads it (entrychecksum.go)
 	boltStore *raftboltdb.BoltStore
 	stable    *closingStable // boltStore as Raft's stable store, closed safely (stablestore.go)
 	stopped   atomic.Bool
@@ -302,7 +303,9 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	if cfg.wrapLog != nil {
 		inner = cfg.wrapLog(logStore)
 	}
-	log, err := newLeaderLog(inner, logStore.Close)
+	walDir := filepath.Join(cfg.Dir, walDirName)
+	checked := newCheckedLog(inner, walDir) // entrychecksum.go
+	log, err := newLeaderLog(checked, logStore.Close)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("cluster: raft log: %w", err)
@@ -319,20 +322,24 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	}
 	stable := newClosingStable(bolt, bolt.Close)
 	var trans raft.Transport = durableCommits{NetworkTransport: transport, log: log}
+	failer, _ := fsm.(LogFailer)
 	if cfg.SerialLeaderLog {
 		trans = transport
 	} else {
 		fsm = durableFSM{FSM: fsm, log: log}
 	}
+	fsm = checkedFSM{FSM: fsm, walDir: walDir, failer: failer}
 	r, err := raft.NewRaft(rc, fsm, logs, stable, snaps, trans)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
+	leading := func() bool { return r.State() == raft.Leader }
+	checked.leading.Store(&leading)
 	if !cfg.SerialLeaderLog {
-		log.lead(func() bool { return r.State() == raft.Leader })
+		log.lead(leading)
 	}
-	return &RaftNode{Raft: r, LeaderChanges: notify, transport: transport, logStore: logStore, log: log, boltStore: bolt, stable: stable}, nil
+	return &RaftNode{Raft: r, LeaderChanges: notify, transport: transport, logStore: logStore, log: log, checked: checked, boltStore: bolt, stable: stable}, nil
 }
 
 // Configuration is the Raft configuration of peers (id to address), every
@@ -388,6 +395,20 @@ func (n *RaftNode) Stop() error {
 func (n *RaftNode) LogFailed() <-chan struct{} { return n.log.Failed() }
 
 func (n *RaftNode) LogErr() error { return n.log.Err() }
+
+// LogDamaged is closed when this member, leading, read a damaged entry of
+// its Raft log to send it to a follower (entrychecksum.go); LogDamage
+// names it. The member must stop: its log cannot serve its followers.
+func (n *RaftNode) LogDamaged() <-chan struct{} { return n.checked.damaged }
+
+func (n *RaftNode) LogDamage() error {
+	select {
+	case <-n.checked.damaged:
+		return n.checked.err
+	default:
+		return nil
+	}
+}
 
 // Stopped reports whether Stop (or Close) was called. Ask it rather than
 // Raft.State: hashicorp/raft v1.7.3 can say Follower after its Shutdown,
