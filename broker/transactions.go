@@ -161,7 +161,35 @@ func (b *Broker) endedAlready(half message.Record, asked pb.TransactionOutcome) 
 		return nil, true, statusError(codes.FailedPrecondition, pb.ErrorReason_TRANSACTION_ENDED,
 			fmt.Sprintf("half %s ended already: %s", id, outcomeLabel(st.Outcome)), nil)
 	}
-	return &pb.EndTransactionResponse{Outcome: st.Outcome}, true, nil
+	resp = &pb.EndTransactionResponse{Outcome: st.Outcome}
+	if st.Outcome == pb.TransactionOutcome_TRANSACTION_COMMIT {
+		resp.Committed = b.committedResult(half)
+	}
+	return resp, true, nil
+}
+
+// committedResult finds the message a half's commit stored, for a commit
+// asked again (a producer's retry after it lost the answer): by the unique
+// key the commit kept, in the half's topic, stored after the half. nil
+// when it is not found: the half had no key, the commit asked for a delay
+// (its copy waits in the schedule topic), or retention removed it.
+func (b *Broker) committedResult(half message.Record) *pb.SendResult {
+	key, topic := half.Properties[message.PropertyUniqKey], half.Properties[message.PropertyRealTopic]
+	if key == "" {
+		return nil
+	}
+	// The master's clock stamps both; a minute's slack covers a clock
+	// stepped back between the commit and now.
+	recs, err := b.store.QueryByKey(key, 8, half.StoreTime, time.Now().Add(time.Minute).UnixMilli())
+	if err != nil {
+		return nil
+	}
+	for _, raw := range recs {
+		if r, err := message.Decode(raw); err == nil && r.Topic == topic && r.Properties[message.PropertyUniqKey] == key {
+			return &pb.SendResult{MsgId: message.FormatID(b.cfg.Group, r.Offset), QueueOffset: r.QueueOffset, CommitlogOffset: r.Offset}
+		}
+	}
+	return nil
 }
 
 // committedRecord is a half's message as a commit stores it: in its topic

@@ -79,6 +79,11 @@ func TestCommittedHalvesAreDeliveredAndRolledBackNever(t *testing.T) {
 	if err != nil || again.Outcome != pb.TransactionOutcome_TRANSACTION_COMMIT {
 		t.Fatalf("commit asked again: %v %v", again, err)
 	}
+	// A producer that lost the first answer learns where the message is.
+	if again.Committed == nil || again.Committed.MsgId != resp.Committed.MsgId ||
+		again.Committed.QueueOffset != resp.Committed.QueueOffset || again.Committed.CommitlogOffset != resp.Committed.CommitlogOffset {
+		t.Fatalf("commit asked again answered with %v, the first with %v", again.Committed, resp.Committed)
+	}
 	for _, c := range []struct {
 		name, group, topic, id string
 		outcome                pb.TransactionOutcome
