@@ -120,11 +120,16 @@ func TestDrillMasterCutOff(t *testing.T) {
 // Drill: a flapping partition (issue #16 item 5). Five times, whichever
 // replica is master is cut off for 2 s and reconnected for 2 s: each cut
 // costs the group an election, each heal brings an old master back as a
-// follower with a log it must reconcile, while the load goes on.
+// follower with a log it must reconcile, while the load goes on. The long
+// set (RAFTMQ_E2E_LONG=1) flaps for a minute: 15 times.
 func TestDrillMasterFlapping(t *testing.T) {
+	flaps := 5
+	if os.Getenv("RAFTMQ_E2E_LONG") != "" {
+		flaps = 15
+	}
 	c, l := newNetCluster(t, nil)
-	runDrill(t, "master cut off 2 s, back 2 s, x5", c, func() {
-		for range 5 {
+	runDrill(t, fmt.Sprintf("master cut off 2 s, back 2 s, x%d", flaps), c, func() {
+		for range flaps {
 			m := c.master()
 			l.cut(m)
 			time.Sleep(2 * time.Second) // cut off
