@@ -359,7 +359,7 @@ func BenchmarkSendLatency3Replica(b *testing.B) {
 //	send:  SendMessage call -> its answer (replication + apply + gRPC)
 //	pull:  SendMessage call -> the held pull's answer at the client
 //	apply_to_answer: the master's state machine appended the message
-//	       (its onAppended hook, which wakes held pulls) -> the pull's
+//	       (its appended hook, which wakes held pulls) -> the pull's
 //	       answer at the client: the notify path
 //	ack_to_answer: the send's answer -> the pull's answer (negative when
 //	       the pull is answered first; reported as signed ms)

@@ -94,20 +94,20 @@ func Start(cfg Config) (*Broker, error) {
 		self:         cfg.ReplicaID,
 		store:        store,
 		meta:         newMetadata(),
-		holds:        newHoldService(cfg.MaxHeldPulls, cfg.MaxHeldPullsPerClient),
 		locks:        newQueueLocks(),
 		resets:       newOffsetResets(),
 		checkStreams: newCheckStreams(),
 		delays:       delays,
 		ladder:       ladderFor(cfg),
 	}
+	b.holds = newHoldService(cfg, store, b.master.Load)
 	b.clientConns = newClientConns()
 	b.consumers = newConsumerTable(cfg.ConsumerExpiry, func(group string) {
 		b.holds.wakeGroup(group)
 		b.clientConns.notify(group)
 	})
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.onAppended, stopped: make(chan struct{})}
+	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.holds.appended, stopped: make(chan struct{})}
 	b.fsm.catchUp = b.catchUp
 	b.fsm.onFail = b.onStoreFailed
 	b.metrics = newMetrics(b)
@@ -161,7 +161,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.goLoop(b.watchStore)
 	b.goLoop(b.leaderLoop)
 	b.goLoop(b.batcher.run)
-	b.goLoop(b.holdCheckLoop)
+	b.goLoop(b.holds.run)
 	b.goLoop(b.offsets.run)
 	b.goLoop(b.scheduleLoop)
 	b.goLoop(b.transactionCheckLoop)
@@ -484,41 +484,6 @@ func (b *Broker) notLeaderUnknown() error {
 	return statusError(codes.Unavailable, pb.ErrorReason_NOT_LEADER,
 		"leadership lost during replication: the send may or may not be stored",
 		map[string]string{"leader": addr, "leader_id": strconv.Itoa(int(id)), "outcome": "unknown"})
-}
-
-// onAppended runs in the state machine after a send batch is stored; only
-// the master wakes held pulls (slaves do not hold any).
-func (b *Broker) onAppended(res []storage.AppendResult) {
-	if !b.master.Load() {
-		return
-	}
-	type arrival struct {
-		max  int64
-		tags []int64
-	}
-	arrivals := map[queueKey]*arrival{}
-	for _, r := range res {
-		k := queueKey{r.Topic, r.QueueID}
-		a := arrivals[k]
-		if a == nil {
-			a = &arrival{}
-			arrivals[k] = a
-		}
-		a.max = r.QueueOffset + 1
-		a.tags = append(a.tags, r.TagHash)
-	}
-	for k, a := range arrivals {
-		b.holds.arrived(k, a.max, a.tags)
-	}
-}
-
-func (b *Broker) holdCheckLoop(ctx context.Context) {
-	every(ctx, b.cfg.HoldCheckInterval, func(now time.Time) {
-		b.holds.check(now, func(k queueKey) int64 {
-			_, max := b.store.QueueOffsets(k.topic, k.queue)
-			return max
-		})
-	})
 }
 
 // every calls f at each tick of interval d until ctx ends: the replica's

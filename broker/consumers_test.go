@@ -54,10 +54,10 @@ func TestConsumerTableTellsEachMemberOfChangesOnce(t *testing.T) {
 // A change of a group's members answers that group's held pulls, and no
 // other group's.
 func TestHeldPullsOfAChangedGroupAreAnswered(t *testing.T) {
-	h := newHoldService(10, 10)
+	h := newHoldService(Config{MaxHeldPulls: 10, MaxHeldPullsPerClient: 10}, nil, nil)
 	mine := &heldPull{client: "c1", group: "g", key: queueKey{"t", 0}, deadline: time.Now().Add(time.Minute)}
 	other := &heldPull{client: "c2", group: "h", key: queueKey{"t", 0}, deadline: time.Now().Add(time.Minute)}
-	if !h.hold(mine) || !h.hold(other) {
+	if !h.register(mine) || !h.register(other) {
 		t.Fatal("not held")
 	}
 	h.wakeGroup("g")

@@ -2,8 +2,10 @@
 // store (fsm.go), the leader loop that makes the Raft leader the group's
 // master (broker.go), group commit of concurrent sends into Raft entries
 // (batcher.go), the send and pull services (sendservice.go,
-// pullservice.go), long polling (holdservice.go), replicated metadata —
-// topics, subscription groups, consumer offsets (metadata.go, offsets.go)
+// pullservice.go), long polling: held pulls, their caps, and their
+// wake-ups by arrival, periodic check, group or all at once
+// (holdservice.go), replicated metadata — topics, subscription groups,
+// consumer offsets (metadata.go, offsets.go)
 // — the in-memory consumer and lock tables, and the notice to a group's
 // members that its members changed, in heartbeat and pull answers and by
 // answering its held pulls at once (consumers.go), resets of a group's

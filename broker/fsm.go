@@ -34,8 +34,8 @@ type fsm struct {
 	store *storage.Store
 	meta  *metadata
 	log   *slog.Logger
-	// appended is told about every send batch stored (the broker wakes held
-	// pulls from it when it is the master).
+	// appended is told about every send batch stored (the hold service
+	// wakes held pulls from it when this replica is the master).
 	appended func(res []storage.AppendResult)
 	// catchUp copies the commitlog from a peer up to what a snapshot says
 	// (see catchup.go).

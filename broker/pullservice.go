@@ -81,7 +81,7 @@ func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.Pul
 	}
 	suspend := min(time.Duration(req.SuspendTimeoutMs)*time.Millisecond, b.cfg.MaxSuspend)
 	if res.Status == storage.NoNewMessage && suspend > 0 && master && !b.consumers.changedFor(req.ClientId, req.ConsumerGroup) {
-		if res, err = s.hold(ctx, get, req.ConsumerGroup, suspend); err != nil {
+		if res, err = s.longPoll(ctx, get, req.ConsumerGroup, suspend); err != nil {
 			return nil, err
 		}
 	}
@@ -95,26 +95,17 @@ func (s *service) pull(ctx context.Context, req *pb.PullMessageRequest) (*pb.Pul
 	return resp, nil
 }
 
-// hold waits for the queue to grow past the pull's offset, then reads it
-// again. The pull is registered before the queue's end is checked once
-// more, so an arrival in between is never missed.
-func (s *service) hold(ctx context.Context, get storage.GetRequest, group string, suspend time.Duration) (storage.GetResult, error) {
+// longPoll holds the pull in the hold service (holdservice.go) until its
+// queue may have what it wants, then reads the queue again.
+func (s *service) longPoll(ctx context.Context, get storage.GetRequest, group string, suspend time.Duration) (storage.GetResult, error) {
 	b := s.b
-	p := &heldPull{client: clientKey(ctx), group: group, key: queueKey{get.Topic, get.QueueID}, offset: get.Offset, tagHashes: get.TagHashes, deadline: time.Now().Add(suspend)}
-	if !b.holds.hold(p) {
-		// Over the cap: answer now; the client pulls again.
+	p := &heldPull{client: clientKey(ctx), group: group, key: queueKey{get.Topic, get.QueueID}, offset: get.Offset, tagHashes: get.TagHashes}
+	switch b.holds.wait(ctx, p, suspend) {
+	case wokeCancelled:
+		return storage.GetResult{}, status.FromContextError(ctx.Err()).Err()
+	case wokeOverCap:
+		// Answered now; the client pulls again.
 		return b.store.GetMessages(get)
-	}
-	defer b.holds.release(p)
-	if _, max := b.store.QueueOffsets(get.Topic, get.QueueID); max <= get.Offset {
-		timer := time.NewTimer(suspend)
-		defer timer.Stop()
-		select {
-		case <-p.wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			return storage.GetResult{}, status.FromContextError(ctx.Err()).Err()
-		}
 	}
 	if err := b.failedError(); err != nil { // woken because the store failed
 		return storage.GetResult{}, err

@@ -30,7 +30,7 @@ import (
 // state machine's, in Apply): it must not block.
 func (b *Broker) onStoreFailed() {
 	b.master.Store(false)
-	b.holds.wakeAll() // they answer STORE_ERROR (see hold)
+	b.holds.wakeAll() // they answer STORE_ERROR (see longPoll)
 }
 
 // watchStore stops the replica's Raft member once its store has failed,
