@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // offsetStore keeps a consumer group's offsets: on the brokers (clustering)
@@ -18,6 +20,20 @@ import (
 type offsetStore interface {
 	fetch(ctx context.Context, mq MessageQueue) (int64, error) // -1: none
 	commit(ctx context.Context, mq MessageQueue, off int64) error
+}
+
+// openOffsetStore opens where a push consumer of group keeps its offsets:
+// with Broadcasting the local file (OffsetFile, or one named after the
+// group in the working directory), else the brokers, through pc.
+func openOffsetStore(cfg PushConfig, group string, pc *PullConsumer) (offsetStore, error) {
+	if !cfg.Broadcasting {
+		return remoteOffsets{pc}, nil
+	}
+	path := cfg.OffsetFile
+	if path == "" {
+		path = "raftmq-offsets-" + group + ".json"
+	}
+	return openLocalOffsets(path)
 }
 
 type remoteOffsets struct{ pc *PullConsumer }
@@ -84,4 +100,72 @@ func (l *localOffsets) commit(_ context.Context, mq MessageQueue, off int64) err
 		return fmt.Errorf("client: write offsets file: %w", err)
 	}
 	return os.Rename(tmp, l.path)
+}
+
+// committer commits a push consumer's offsets to its store: each queue's,
+// every CommitInterval, when the queue is taken away and at Shutdown. It
+// remembers what it committed for the queues the consumer holds, so that
+// an offset that did not move is not committed again.
+type committer struct {
+	store offsetStore
+	log   *slog.Logger
+
+	mu   sync.Mutex
+	last map[MessageQueue]int64 // per held queue: the offset committed last, or started from
+}
+
+func newCommitter(store offsetStore, log *slog.Logger) *committer {
+	return &committer{store: store, log: log, last: map[MessageQueue]int64{}}
+}
+
+// fetch is the group's committed offset for mq, -1 when none.
+func (o *committer) fetch(ctx context.Context, mq MessageQueue) (int64, error) {
+	return o.store.fetch(ctx, mq)
+}
+
+// track starts remembering mq, held from off.
+func (o *committer) track(mq MessageQueue, off int64) {
+	o.mu.Lock()
+	o.last[mq] = off
+	o.mu.Unlock()
+}
+
+// forget stops remembering mq: it is no longer held.
+func (o *committer) forget(mq MessageQueue) {
+	o.mu.Lock()
+	delete(o.last, mq)
+	o.mu.Unlock()
+}
+
+// commitAll commits every queue's offset that moved.
+func (o *committer) commitAll(queues map[MessageQueue]*processQueue) {
+	offs := make(map[MessageQueue]int64, len(queues))
+	for mq, pq := range queues {
+		offs[mq] = pq.commitOffset()
+	}
+	for mq, off := range offs {
+		o.commit(mq, off)
+	}
+}
+
+// commit commits off for mq, unless mq is held and was committed at off
+// or past it already.
+func (o *committer) commit(mq MessageQueue, off int64) {
+	o.mu.Lock()
+	last, ok := o.last[mq]
+	o.mu.Unlock()
+	if ok && off <= last {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := o.store.commit(ctx, mq, off); err != nil {
+		o.log.Debug("offset commit failed", "queue", mq, "err", err)
+		return
+	}
+	o.mu.Lock()
+	if _, still := o.last[mq]; still {
+		o.last[mq] = off
+	}
+	o.mu.Unlock()
 }

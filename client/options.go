@@ -1,8 +1,8 @@
 // Package client is raftmq's Go SDK: route discovery through the name
-// servers, a producer (sync, async, one-way and batch sends, queue
-// selectors, retries), a transaction producer (RocketMQ's transactional
-// messages, with check-backs), a pull consumer (blocking and callback pulls,
-// offset helpers) and a push consumer (rebalance, process queues, retry
+// servers, a Producer (sync, async, one-way and batch sends, queue
+// selectors, retries), a TransactionProducer (RocketMQ's transactional
+// messages, with check-backs), a PullConsumer (blocking and callback pulls,
+// offset helpers) and a PushConsumer (rebalance, process queues, retry
 // and dead letters). It imports only the contract, cluster/pb (the gRPC
 // service and its error reasons) and message (the record format and the
 // contract's names), and gRPC: no Raft, gossip or storage, and it builds
@@ -18,18 +18,29 @@
 //     name server, rebalancing as soon as a topic's queues change;
 //   - faults.go: brokers isolated for a while after a failed send;
 //   - message.go: Message, MessageExt and MessageQueue, decoding records;
-//   - producer.go: sends, queue selection, retries (a try with an unknown
-//     outcome retried on its queue, for the broker's deduplication);
-//   - transaction.go: the transaction producer: half messages, their
+//   - producer.go: the Producer: sends, queue selection, retries (a try
+//     with an unknown outcome retried on its queue, for the broker's
+//     deduplication);
+//   - transaction.go: the TransactionProducer: half messages, their
 //     commit or rollback, and the check-back streams it keeps open to the
 //     masters, answered by its listener;
-//   - pullconsumer.go: pulls and offsets by hand;
-//   - pushconsumer.go: the push consumer's pull loops, consumption,
-//     send-back, offset commits;
-//   - rebalance.go: the queue allocation strategies;
+//   - pullconsumer.go: the PullConsumer: pulls and offsets by hand;
+//   - pushconsumer.go: the PushConsumer: its configuration, Start and
+//     Shutdown, heartbeats to every replica, and the group's members as
+//     the union of the replicas' lists;
+//   - rebalance.go: the allocation strategies, and the push consumer's
+//     rebalance (RocketMQ's RebalanceImpl): its share of each
+//     subscription's queues, the queues started and stopped to match, and
+//     the queue locks of orderly consumption;
+//   - pullservice.go: the pull loop of each queue a push consumer holds
+//     (RocketMQ's PullMessageService), long polling under flow control;
 //   - processqueue.go: the messages a queue holds in flight, and the
-//     offset it is safe to commit;
-//   - offsetstore.go: offsets on the brokers, or in a local file.
+//     offset it is safe to commit (RocketMQ's ProcessQueue);
+//   - consumeservice.go: the workers that call the listener, concurrent
+//     or orderly, and the send-back of what it could not consume, for a
+//     retry (RocketMQ's ConsumeMessageService);
+//   - offsetstore.go: offsets on the brokers, or in a local file, and the
+//     push consumer's commits of them (RocketMQ's OffsetStore).
 package client
 
 import (

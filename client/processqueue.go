@@ -58,6 +58,13 @@ func (pq *processQueue) remove(msgs []*MessageExt) int64 {
 	return pq.commitOffsetLocked()
 }
 
+// nextOffset is where the next pull of the queue starts.
+func (pq *processQueue) nextOffset() int64 {
+	pq.mu.Lock()
+	defer pq.mu.Unlock()
+	return pq.next
+}
+
 // commitOffset is the smallest offset in flight, or next when none is.
 func (pq *processQueue) commitOffset() int64 {
 	pq.mu.Lock()

@@ -387,6 +387,10 @@ func (l *lifecycle) start() error {
 	return nil
 }
 
+// started reports whether Start was called: what must come before it
+// (a push consumer's subscriptions) is refused after.
+func (l *lifecycle) started() bool { return l.state.Load() != stateNew }
+
 func (l *lifecycle) shutdown() error {
 	if !l.state.CompareAndSwap(stateRunning, stateShutdown) {
 		return errors.New("client: Shutdown without Start, or twice")

@@ -59,10 +59,16 @@ func NewPullConsumer(opts ...Option) (*PullConsumer, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newPullConsumer(o, newRouter(o), "")
+}
+
+// newPullConsumer makes a pull consumer on router r; a push consumer
+// shares r (it heartbeats and follows routes on it) and names clientID.
+func newPullConsumer(o options, r *router, clientID string) (*PullConsumer, error) {
 	if o.group == "" {
 		return nil, errors.New("client: a consumer needs a group (WithGroup)")
 	}
-	return &PullConsumer{opts: o, r: newRouter(o), readsAt: map[MessageQueue]string{}}, nil
+	return &PullConsumer{opts: o, r: r, clientID: clientID, readsAt: map[MessageQueue]string{}}, nil
 }
 
 // Start readies the consumer. It may be called once.

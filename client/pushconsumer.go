@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -139,63 +138,45 @@ func (c PushConfig) withDefaults() PushConfig {
 // still in flight, committed every CommitInterval, with pulls, when a
 // queue is taken away, and at Shutdown.
 type PushConsumer struct {
-	opts  options
-	cfg   PushConfig
+	opts options
+	cfg  PushConfig
+	// r is the pull consumer's router, shared: heartbeats, member lists
+	// and route watches go through its connections and routes.
+	r     *router
 	pc    *PullConsumer
 	state lifecycle
 
-	subs     map[string]string // topic -> tag expression
-	listener MessageListener
+	rb      *rebalancer
+	consume *consumeService
+	offsets *committer
 
-	mu        sync.Mutex
-	queues    map[MessageQueue]*queueState
-	committed map[MessageQueue]int64
-	offsets   offsetStore
-
-	work      chan consumeTask
-	rebalance chan struct{}
-	// retryAwaited: this member sent a message back, so the group's
-	// retry topic exists or soon will; until its route is known the
-	// rebalance counts the subscription unsettled and retries soon.
-	retryAwaited atomic.Bool
-	ctx          context.Context
-	cancel       context.CancelFunc
-	wg           sync.WaitGroup // loops
-	workers      sync.WaitGroup // listener goroutines and delayed retries
-}
-
-type queueState struct {
-	pq     *processQueue
-	tasks  chan consumeTask // the shared pool's, or (orderly) the queue's own
+	ctx    context.Context
 	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-type consumeTask struct {
-	mq   MessageQueue
-	pq   *processQueue
-	msgs []*MessageExt
+	wg     sync.WaitGroup // loops
 }
 
 // NewPushConsumer makes a push consumer of the group set by WithGroup.
 func NewPushConsumer(cfg PushConfig, opts ...Option) (*PushConsumer, error) {
-	pc, err := NewPullConsumer(opts...)
+	o, err := buildOptions(opts)
 	if err != nil {
 		return nil, err
 	}
-	c := &PushConsumer{opts: pc.opts, cfg: cfg.withDefaults(), pc: pc, subs: map[string]string{},
-		queues: map[MessageQueue]*queueState{}, committed: map[MessageQueue]int64{}}
-	pc.clientID = c.cfg.ClientID
-	c.offsets = remoteOffsets{pc}
-	if c.cfg.Broadcasting {
-		path := c.cfg.OffsetFile
-		if path == "" {
-			path = "raftmq-offsets-" + pc.opts.group + ".json"
-		}
-		if c.offsets, err = openLocalOffsets(path); err != nil {
-			return nil, err
-		}
+	cfg = cfg.withDefaults()
+	r := newRouter(o)
+	pc, err := newPullConsumer(o, r, cfg.ClientID)
+	if err != nil {
+		return nil, err
 	}
+	store, err := openOffsetStore(cfg, o.group, pc)
+	if err != nil {
+		return nil, err
+	}
+	c := &PushConsumer{opts: o, cfg: cfg, r: r, pc: pc, offsets: newCommitter(store, o.logger)}
+	// The services tell the rebalance what they learn: pulls that the
+	// group changed, send-backs that the retry topic is coming.
+	pull := newPullService(cfg, pc, o.logger, func() { c.rb.trigger() })
+	c.consume = newConsumeService(cfg, o.group, pc, o.logger, func() { c.rb.awaitRetryTopic() })
+	c.rb = newRebalancer(cfg, o.group, pc, o.logger, c.offsets, pull, c.consume, c.members, c.heartbeat)
 	return c, nil
 }
 
@@ -203,7 +184,7 @@ func NewPushConsumer(cfg PushConfig, opts ...Option) (*PushConsumer, error) {
 // or "TagA || TagB"). Call it before Start; one listener serves every
 // subscription.
 func (c *PushConsumer) Subscribe(topic, expr string, listener MessageListener) error {
-	if c.state.state.Load() != stateNew {
+	if c.state.started() {
 		return errors.New("client: Subscribe after Start")
 	}
 	if _, err := parseTags(expr); err != nil {
@@ -212,8 +193,8 @@ func (c *PushConsumer) Subscribe(topic, expr string, listener MessageListener) e
 	if topic == "" || listener == nil {
 		return errors.New("client: Subscribe needs a topic and a listener")
 	}
-	c.subs[topic] = expr
-	c.listener = listener
+	c.rb.subscribe(topic, expr)
+	c.consume.listen(listener)
 	return nil
 }
 
@@ -222,7 +203,7 @@ func (c *PushConsumer) ClientID() string { return c.cfg.ClientID }
 
 // Start joins the group and starts consuming. It may be called once.
 func (c *PushConsumer) Start() error {
-	if len(c.subs) == 0 {
+	if len(c.rb.topics()) == 0 {
 		return errors.New("client: Start without a subscription")
 	}
 	if err := c.state.start(); err != nil {
@@ -234,75 +215,28 @@ func (c *PushConsumer) Start() error {
 	if !c.cfg.Broadcasting && !c.cfg.Orderly {
 		// Messages the group sends back come again through its retry
 		// topic (created by the broker on the first send-back).
-		c.subs[message.RetryTopic(c.opts.group)] = "*"
+		c.rb.subscribe(message.RetryTopic(c.opts.group), "*")
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.work = make(chan consumeTask, c.cfg.Workers)
-	c.rebalance = make(chan struct{}, 1)
-	for i := 0; i < c.cfg.Workers; i++ {
-		c.workers.Add(1)
-		go func() {
-			defer c.workers.Done()
-			c.worker()
-		}()
-	}
+	c.consume.start(c.ctx)
 	// Register with the brokers before the first rebalance, which needs
 	// this member in the group's member list.
 	c.heartbeat()
 	c.loop(c.cfg.HeartbeatInterval, c.heartbeat)
 	c.loop(c.cfg.CommitInterval, c.commitAll)
 	if c.cfg.Orderly {
-		c.loop(c.cfg.LockInterval, c.renewLocks)
+		c.loop(c.cfg.LockInterval, func() { c.rb.renewLocks(c.ctx) })
 	}
 	c.wg.Add(2)
 	go func() {
 		defer c.wg.Done()
-		c.rebalanceLoop()
+		c.rb.run(c.ctx)
 	}()
 	go func() {
 		defer c.wg.Done()
 		c.watchRoutes()
 	}()
 	return nil
-}
-
-// Unsettled rebalances are retried after unsettledRetry, doubling up to
-// unsettledRetryMax: a consumer started before its topic's route is known,
-// or before the brokers list it, takes its queues within about half a
-// second of that changing, rather than at the next heartbeat (30 s) and
-// rebalance (20 s) (issue #14: a new topic's consumer sat at 0 queues for
-// ~40 s). A consumer of a topic that never appears asks the name server
-// twice a second.
-const (
-	unsettledRetry    = 50 * time.Millisecond
-	unsettledRetryMax = 500 * time.Millisecond
-)
-
-// rebalanceLoop rebalances every RebalanceInterval, when asked to
-// (trigger), and soon again, after a heartbeat, while a rebalance is
-// unsettled.
-func (c *PushConsumer) rebalanceLoop() {
-	retry := unsettledRetry
-	for {
-		wait := c.cfg.RebalanceInterval
-		if c.doRebalance() {
-			retry = unsettledRetry
-		} else {
-			// The route may now name replicas this member has not
-			// registered with: tell them before asking again.
-			c.heartbeat()
-			wait, retry = min(retry, wait), min(2*retry, unsettledRetryMax)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-c.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		case <-c.rebalance:
-			t.Stop()
-		}
-	}
 }
 
 // loop runs f now and every d until Shutdown.
@@ -332,26 +266,19 @@ func (c *PushConsumer) Shutdown() error {
 	}
 	c.cancel()
 	c.wg.Wait()
-	c.mu.Lock()
-	for _, qs := range c.queues {
-		qs.cancel()
-		<-qs.done
-	}
-	c.mu.Unlock()
-	c.workers.Wait()
+	c.rb.stopQueues()
+	c.consume.wait()
 	c.commitAll()
 	// Leave the group so the others take its queues now.
 	c.sendHeartbeat(context.Background(), true)
 	return c.pc.Shutdown()
 }
 
-// trigger asks for a rebalance now.
-func (c *PushConsumer) trigger() {
-	select {
-	case c.rebalance <- struct{}{}:
-	default:
-	}
-}
+// commitAll commits every held queue's offset that moved.
+func (c *PushConsumer) commitAll() { c.offsets.commitAll(c.rb.processQueues()) }
+
+// Assigned lists the queues this member consumes now.
+func (c *PushConsumer) Assigned() []MessageQueue { return c.rb.assigned() }
 
 // replicas returns the addresses of every replica of the groups hosting
 // the subscriptions. Heartbeats go to all of them, not only the masters:
@@ -359,15 +286,13 @@ func (c *PushConsumer) trigger() {
 // and no member takes every queue for want of the others' heartbeats.
 func (c *PushConsumer) replicas(ctx context.Context) []string {
 	set := map[string]bool{}
-	for topic := range c.subs {
-		route, err := c.pc.r.route(ctx, topic)
+	for _, topic := range c.rb.topics() {
+		addrs, err := c.r.replicaAddrs(ctx, topic)
 		if err != nil {
 			continue
 		}
-		for _, g := range route.Groups {
-			for _, r := range g.Replicas {
-				set[r.GrpcAddress] = true
-			}
+		for _, addr := range addrs {
+			set[addr] = true
 		}
 	}
 	out := make([]string, 0, len(set))
@@ -384,16 +309,12 @@ func (c *PushConsumer) heartbeat() { c.sendHeartbeat(c.ctx, false) }
 // sendHeartbeat sends a heartbeat, or with unregister a goodbye, to every
 // replica of the subscriptions' groups.
 func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
-	info := &pb.ConsumerGroupInfo{Group: c.opts.group, Mode: pb.ConsumeMode_CLUSTERING}
+	info := &pb.ConsumerGroupInfo{Group: c.opts.group, Mode: pb.ConsumeMode_CLUSTERING, Subscriptions: c.rb.subscriptions()}
 	if c.cfg.Broadcasting {
 		info.Mode = pb.ConsumeMode_BROADCASTING
 	}
-	for topic, expr := range c.subs {
-		info.Subscriptions = append(info.Subscriptions, &pb.Subscription{Topic: topic, Expression: expr})
-	}
-	sort.Slice(info.Subscriptions, func(i, j int) bool { return info.Subscriptions[i].Topic < info.Subscriptions[j].Topic })
 	if !unregister {
-		info.Held = c.held()
+		info.Held = c.rb.held()
 	}
 	c.toEveryReplica(ctx, c.replicas(ctx), func(hctx context.Context, addr string, b pb.BrokerClient) {
 		resp, err := b.Heartbeat(hctx, &pb.HeartbeatRequest{ClientId: c.cfg.ClientID, Groups: []*pb.ConsumerGroupInfo{info}, Unregister: unregister})
@@ -402,7 +323,7 @@ func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
 			return
 		}
 		if len(resp.ChangedGroups) > 0 {
-			c.trigger()
+			c.rb.trigger()
 		}
 	})
 }
@@ -413,7 +334,7 @@ func (c *PushConsumer) sendHeartbeat(ctx context.Context, unregister bool) {
 func (c *PushConsumer) toEveryReplica(ctx context.Context, addrs []string, call func(context.Context, string, pb.BrokerClient)) {
 	var wg sync.WaitGroup
 	for _, addr := range addrs {
-		b, err := c.pc.r.broker(addr)
+		b, err := c.r.broker(addr)
 		if err != nil {
 			continue
 		}
@@ -434,15 +355,9 @@ func (c *PushConsumer) toEveryReplica(ctx context.Context, addrs []string, call 
 // knows few until they heartbeat again, so one broker's list alone could
 // hand a member every queue.
 func (c *PushConsumer) members(ctx context.Context, topic string) ([]string, error) {
-	route, err := c.pc.r.route(ctx, topic)
+	addrs, err := c.r.replicaAddrs(ctx, topic)
 	if err != nil {
 		return nil, err
-	}
-	var addrs []string
-	for _, g := range route.Groups {
-		for _, r := range g.Replicas {
-			addrs = append(addrs, r.GrpcAddress)
-		}
 	}
 	var (
 		mu       sync.Mutex
@@ -470,383 +385,4 @@ func (c *PushConsumer) members(ctx context.Context, topic string) ([]string, err
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-// doRebalance computes this member's share of every subscription and
-// starts and stops queues to match, and reports whether it is settled. It
-// is not while a subscription has no route (but the group's retry topic
-// before this member sent anything back: it may never exist), or while
-// the brokers do not list this member (its first heartbeat is on the
-// way); such a member keeps what it has.
-func (c *PushConsumer) doRebalance() (settled bool) {
-	settled = true
-	retryTopic := message.RetryTopic(c.opts.group)
-	want := map[MessageQueue]string{} // queue -> expression
-	for topic, expr := range c.subs {
-		queues, err := c.pc.Queues(c.ctx, topic)
-		if errors.Is(err, ErrTopicNotReadable) {
-			queues, err = nil, nil // made unreadable: this member reads none of it
-		}
-		if reason, _ := pb.ReasonOf(err); reason == pb.ErrorReason_TOPIC_NOT_FOUND {
-			// Not created yet (a retry topic before the first retry), or a
-			// name server that just restarted and has not learned it yet:
-			// keep whatever queues of it this member has.
-			if topic != retryTopic || c.retryAwaited.Load() {
-				settled = false
-			}
-			c.mu.Lock()
-			for mq := range c.queues {
-				if mq.Topic == topic {
-					want[mq] = expr
-				}
-			}
-			c.mu.Unlock()
-			continue
-		}
-		if err != nil {
-			c.opts.logger.Debug("rebalance: no route", "topic", topic, "err", err)
-			return false
-		}
-		if topic == retryTopic {
-			c.retryAwaited.Store(false)
-		}
-		mine := queues
-		if !c.cfg.Broadcasting {
-			members, err := c.members(c.ctx, topic)
-			if err != nil || sort.SearchStrings(members, c.cfg.ClientID) == len(members) ||
-				members[sort.SearchStrings(members, c.cfg.ClientID)] != c.cfg.ClientID {
-				return false
-			}
-			mine = c.cfg.Strategy(c.cfg.ClientID, members, queues)
-		}
-		for _, mq := range mine {
-			want[mq] = expr
-		}
-	}
-	c.mu.Lock()
-	var gone []MessageQueue
-	for mq := range c.queues {
-		if _, keep := want[mq]; !keep {
-			gone = append(gone, mq)
-		}
-	}
-	c.mu.Unlock()
-	for _, mq := range gone {
-		c.stopQueue(mq)
-	}
-	started := false
-	for mq, expr := range want {
-		c.mu.Lock()
-		_, have := c.queues[mq]
-		c.mu.Unlock()
-		if !have {
-			ok := c.startQueue(mq, expr)
-			settled, started = settled && ok, started || ok
-		}
-	}
-	if len(gone) > 0 || started {
-		c.heartbeat() // the brokers' view of what this member holds (raftmq group describe)
-	}
-	return settled
-}
-
-// held lists the queues this member consumes, sorted.
-func (c *PushConsumer) held() []*pb.HeldQueue {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]*pb.HeldQueue, 0, len(c.queues))
-	for mq := range c.queues {
-		out = append(out, &pb.HeldQueue{Topic: mq.Topic, BrokerGroup: mq.Group, QueueId: mq.QueueID})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		return a.Topic < b.Topic || a.Topic == b.Topic && (a.BrokerGroup < b.BrokerGroup || a.BrokerGroup == b.BrokerGroup && a.QueueId < b.QueueId)
-	})
-	return out
-}
-
-// startQueue starts pulling mq from the group's committed offset, or from
-// where ConsumeFrom says when there is none. It reports false when it
-// could not learn where to start, for the rebalance to try again soon.
-func (c *PushConsumer) startQueue(mq MessageQueue, expr string) bool {
-	if c.cfg.Orderly && !c.lock(mq) {
-		return true // another member still holds it; the next rebalance tries again
-	}
-	off, err := c.offsets.fetch(c.ctx, mq)
-	if err == nil && off < 0 {
-		var min, max int64
-		switch c.cfg.ConsumeFrom {
-		case ConsumeFromFirst:
-			min, _, err = c.pc.Offsets(c.ctx, mq)
-			off = min
-		case ConsumeFromTime:
-			off, err = c.pc.OffsetForTime(c.ctx, mq, c.cfg.ConsumeFromTime)
-		default:
-			_, max, err = c.pc.Offsets(c.ctx, mq)
-			off = max
-		}
-	}
-	if err != nil {
-		c.opts.logger.Debug("rebalance: no start offset", "queue", mq, "err", err)
-		return false
-	}
-	ctx, cancel := context.WithCancel(c.ctx)
-	qs := &queueState{pq: newProcessQueue(off), tasks: c.work, cancel: cancel, done: make(chan struct{})}
-	var running sync.WaitGroup
-	if c.cfg.Orderly {
-		qs.tasks = make(chan consumeTask, 1)
-		running.Add(1)
-		go func() {
-			defer running.Done()
-			c.orderlyWorker(ctx, qs)
-		}()
-	}
-	c.mu.Lock()
-	c.queues[mq] = qs
-	c.committed[mq] = off
-	c.mu.Unlock()
-	running.Add(1)
-	go func() {
-		defer running.Done()
-		c.pullLoop(ctx, mq, expr, qs)
-	}()
-	go func() {
-		running.Wait()
-		close(qs.done)
-	}()
-	return true
-}
-
-// orderlyWorker consumes one queue in order; a batch the listener asks to
-// retry is tried again, after RetryDelay, before anything after it.
-func (c *PushConsumer) orderlyWorker(ctx context.Context, qs *queueState) {
-	for {
-		var task consumeTask
-		select {
-		case task = <-qs.tasks:
-		case <-ctx.Done():
-			return
-		}
-		for c.consume(task.msgs) != ConsumeSuccess {
-			for _, m := range task.msgs {
-				m.ReconsumeTimes++
-			}
-			sleepCtx(ctx, c.cfg.RetryDelay)
-			if ctx.Err() != nil {
-				return
-			}
-		}
-		qs.pq.remove(task.msgs)
-	}
-}
-
-// lock takes mq's lock on its master for this member.
-func (c *PushConsumer) lock(mq MessageQueue) bool {
-	ok := false
-	err := c.pc.onMaster(c.ctx, mq, func(b pb.BrokerClient) error {
-		r, err := b.LockQueues(c.ctx, &pb.LockQueuesRequest{ConsumerGroup: c.opts.group, ClientId: c.cfg.ClientID, Topic: mq.Topic, QueueIds: []int32{mq.QueueID}})
-		ok = err == nil && len(r.LockedQueueIds) == 1
-		return err
-	})
-	return err == nil && ok
-}
-
-func (c *PushConsumer) unlock(mq MessageQueue) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	c.pc.onMaster(ctx, mq, func(b pb.BrokerClient) error {
-		_, err := b.UnlockQueues(ctx, &pb.UnlockQueuesRequest{ConsumerGroup: c.opts.group, ClientId: c.cfg.ClientID, Topic: mq.Topic, QueueIds: []int32{mq.QueueID}})
-		return err
-	})
-}
-
-// renewLocks renews the leases of the queues held; a queue whose lock is
-// lost (another member took it) stops here.
-func (c *PushConsumer) renewLocks() {
-	for _, mq := range c.Assigned() {
-		if !c.lock(mq) && c.ctx.Err() == nil {
-			c.stopQueue(mq)
-		}
-	}
-}
-
-// stopQueue stops pulling mq, commits its offset and forgets it.
-func (c *PushConsumer) stopQueue(mq MessageQueue) {
-	c.mu.Lock()
-	qs := c.queues[mq]
-	c.mu.Unlock()
-	if qs == nil {
-		return
-	}
-	qs.cancel()
-	<-qs.done
-	qs.pq.drop()
-	c.commit(mq, qs.pq.commitOffset())
-	c.mu.Lock()
-	delete(c.queues, mq)
-	delete(c.committed, mq)
-	c.mu.Unlock()
-	if c.cfg.Orderly {
-		c.unlock(mq)
-	}
-}
-
-// pullLoop pulls one queue into its process queue and hands batches to the
-// workers, pausing under flow control and after errors.
-func (c *PushConsumer) pullLoop(ctx context.Context, mq MessageQueue, expr string, qs *queueState) {
-	pq := qs.pq
-	for ctx.Err() == nil {
-		count, bytes, span := pq.load()
-		if count > c.cfg.MaxCachedMessages || bytes > c.cfg.MaxCachedBytes || span > c.cfg.MaxSpan {
-			sleepCtx(ctx, c.cfg.PullBackoff)
-			continue
-		}
-		pq.mu.Lock()
-		from := pq.next
-		pq.mu.Unlock()
-		r, err := c.pc.pull(ctx, mq, expr, from, c.cfg.PullBatch, c.cfg.PullSuspend, max(pq.commitOffset(), 0))
-		if err != nil {
-			if ctx.Err() == nil {
-				c.opts.logger.Debug("pull failed", "queue", mq, "err", err)
-				sleepCtx(ctx, c.cfg.ErrorBackoff)
-			}
-			continue
-		}
-		if r.GroupChanged {
-			c.trigger() // a member joined or left: hand queues over now
-		}
-		if r.Status == PullOffsetIllegal {
-			pq.moveTo(r.NextOffset) // reset, or past what retention removed
-			continue
-		}
-		pq.put(r.Messages, r.NextOffset)
-		for i := 0; i < len(r.Messages); i += c.cfg.BatchSize {
-			task := consumeTask{mq: mq, pq: pq, msgs: r.Messages[i:min(i+c.cfg.BatchSize, len(r.Messages))]}
-			select {
-			case qs.tasks <- task:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-}
-
-// worker calls the listener until Shutdown (tasks still queued then are
-// not consumed: their offsets stay uncommitted and they come again); what
-// the listener asks to retry is delivered again after RetryDelay.
-func (c *PushConsumer) worker() {
-	for {
-		var task consumeTask
-		select {
-		case task = <-c.work:
-		case <-c.ctx.Done():
-			return
-		}
-		if task.pq.isDropped() {
-			continue
-		}
-		if c.consume(task.msgs) == ConsumeSuccess || c.sendBack(task.msgs) {
-			task.pq.remove(task.msgs)
-			continue
-		}
-		// The broker did not take them back: retry here.
-		for _, m := range task.msgs {
-			m.ReconsumeTimes++
-		}
-		c.workers.Add(1)
-		go func() {
-			defer c.workers.Done()
-			sleepCtx(c.ctx, c.cfg.RetryDelay)
-			select {
-			case c.work <- task:
-			case <-c.ctx.Done():
-			}
-		}()
-	}
-}
-
-// sendBack hands messages the listener could not consume back to their
-// broker, which redelivers them through the group's retry topic after a
-// delay (or parks them in its dead-letter topic). It reports whether the
-// broker took them all.
-func (c *PushConsumer) sendBack(msgs []*MessageExt) bool {
-	for _, m := range msgs {
-		err := c.pc.onMaster(c.ctx, m.Queue, func(b pb.BrokerClient) error {
-			_, err := b.ConsumerSendBack(c.ctx, &pb.ConsumerSendBackRequest{ConsumerGroup: c.opts.group, MsgId: m.MsgID,
-				MaxReconsumeTimes: c.cfg.MaxReconsumeTimes})
-			return err
-		})
-		if err != nil {
-			c.opts.logger.Debug("send back failed; retrying locally", "msg", m.MsgID, "err", err)
-			return false
-		}
-	}
-	if !c.cfg.Broadcasting && !c.cfg.Orderly {
-		// The redelivery comes through the retry topic: subscribe to it as
-		// soon as its route is known (issue #14: the first retry came only
-		// at the next rebalance, 20 s later).
-		c.retryAwaited.Store(true)
-		c.trigger()
-	}
-	return true
-}
-
-func (c *PushConsumer) consume(msgs []*MessageExt) (res ConsumeResult) {
-	defer func() {
-		if p := recover(); p != nil {
-			c.opts.logger.Warn("listener panicked; the messages will be retried", "panic", p)
-			res = ConsumeRetryLater
-		}
-	}()
-	return c.listener(c.ctx, msgs)
-}
-
-// commitAll commits every queue's offset that moved.
-func (c *PushConsumer) commitAll() {
-	c.mu.Lock()
-	offs := map[MessageQueue]int64{}
-	for mq, qs := range c.queues {
-		offs[mq] = qs.pq.commitOffset()
-	}
-	c.mu.Unlock()
-	for mq, off := range offs {
-		c.commit(mq, off)
-	}
-}
-
-func (c *PushConsumer) commit(mq MessageQueue, off int64) {
-	c.mu.Lock()
-	last, ok := c.committed[mq]
-	c.mu.Unlock()
-	if ok && off <= last {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := c.offsets.commit(ctx, mq, off); err != nil {
-		c.opts.logger.Debug("offset commit failed", "queue", mq, "err", err)
-		return
-	}
-	c.mu.Lock()
-	if _, still := c.queues[mq]; still {
-		c.committed[mq] = off
-	}
-	c.mu.Unlock()
-}
-
-// Assigned lists the queues this member consumes now.
-func (c *PushConsumer) Assigned() []MessageQueue {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]MessageQueue, 0, len(c.queues))
-	for mq := range c.queues {
-		out = append(out, mq)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Group != out[j].Group {
-			return out[i].Group < out[j].Group
-		}
-		return out[i].QueueID < out[j].QueueID
-	})
-	return out
 }

@@ -168,12 +168,10 @@ func TestPushFlowControlBoundsProcessQueues(t *testing.T) {
 	peak := 0
 	// Sample the process queues until all is consumed.
 	clustertest.WaitFor(t, 30*time.Second, "all 500 consumed", func() bool {
-		pc.mu.Lock()
-		for _, qs := range pc.queues {
-			n, _, _ := qs.pq.load()
+		for _, pq := range pc.rb.processQueues() {
+			n, _, _ := pq.load()
 			peak = max(peak, n)
 		}
-		pc.mu.Unlock()
 		return got.distinct() >= 500
 	})
 	if bound := cfg.MaxCachedMessages + int(cfg.PullBatch); peak > bound {

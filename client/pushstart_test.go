@@ -38,9 +38,7 @@ func TestPushConsumerTakesQueuesOnceTheRouteAppears(t *testing.T) {
 		t.Fatal(err)
 	}
 	clustertest.WaitFor(t, 5*time.Second, "the early consumer's queues and its message", func() bool {
-		pc.mu.Lock()
-		n := len(pc.queues)
-		pc.mu.Unlock()
+		n := len(pc.Assigned())
 		return n == 2 && got.Load() == 1
 	})
 }

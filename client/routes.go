@@ -261,6 +261,22 @@ func (r *router) groupRoute(ctx context.Context, topic, group string) (*pb.Group
 	return nil, fmt.Errorf("client: topic %s is not on group %s", topic, group)
 }
 
+// replicaAddrs lists the addresses of every replica of the broker groups
+// hosting topic.
+func (r *router) replicaAddrs(ctx context.Context, topic string) ([]string, error) {
+	route, err := r.route(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []string
+	for _, g := range route.Groups {
+		for _, rep := range g.Replicas {
+			addrs = append(addrs, rep.GrpcAddress)
+		}
+	}
+	return addrs, nil
+}
+
 // masterAddr is a group's master address in a route ("" when none known).
 func masterAddr(replicas []*pb.ReplicaInfo) string {
 	for _, rep := range replicas {

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -34,18 +33,14 @@ const (
 // included), and one whose queues differ from the cached route's triggers
 // a rebalance.
 func (c *PushConsumer) watchRoutes() {
-	topics := make([]string, 0, len(c.subs))
-	for topic := range c.subs {
-		topics = append(topics, topic)
-	}
-	slices.Sort(topics)
+	topics := c.rb.topics()
 	retry := watchRetry
 	for n := 0; c.ctx.Err() == nil; n++ {
 		received := false
-		err := c.pc.r.watch(c.ctx, topics, n, func(route *pb.RouteResponse) {
+		err := c.r.watch(c.ctx, topics, n, func(route *pb.RouteResponse) {
 			received = true
-			if c.pc.r.adopt(route) {
-				c.trigger()
+			if c.r.adopt(route) {
+				c.rb.trigger()
 			}
 		})
 		if c.ctx.Err() != nil {
