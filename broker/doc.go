@@ -36,8 +36,9 @@
 // of its gRPC server and of its own calls (tls.go), and what each RPC
 // needs under access control (acl.go), the admin RPCs over topics,
 // subscription groups and offsets (adminservice.go), the replica's
-// announcement on the cluster's gossip, by which name servers route to it
-// (gossip.go), its Prometheus metrics, consumer lag among them
+// announcement on the cluster's gossip, by which name servers route to it,
+// and its leaving the pool once removed from its group (gossip.go), its
+// Prometheus metrics, consumer lag among them
 // (metrics.go), its configuration with the documented defaults
 // (config.go), and the gRPC statuses its errors map to (errors.go).
 //

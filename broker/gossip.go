@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/raftmq/raftmq/cluster"
 )
 
@@ -63,10 +65,19 @@ func (b *Broker) startGossip() error {
 	return nil
 }
 
-// gossipLoop announces changes of what the replica tells the pool.
+// gossipLoop announces changes of what the replica tells the pool, until
+// the replica is removed from its group.
 func (b *Broker) gossipLoop(ctx context.Context) {
 	last := b.gossipMeta()
+	member, left := false, false
 	every(ctx, b.cfg.Gossip.RefreshInterval, func(time.Time) {
+		if left {
+			return
+		}
+		if left = b.removedFromGroup(&member); left {
+			b.leaveGossip()
+			return
+		}
 		m := b.gossipMeta()
 		if m == last {
 			return
@@ -80,4 +91,37 @@ func (b *Broker) gossipLoop(ctx context.Context) {
 		}
 		last = m
 	})
+}
+
+// removedFromGroup says whether this replica was taken out of its group's
+// Raft configuration (group remove-replica) while it runs: this process
+// saw itself in the configuration (*member, kept by the caller), and the
+// latest one leaves it out. (A replica joining with --join-group reads its
+// group's older configurations, without it, as it catches up: that is not
+// a removal.)
+func (b *Broker) removedFromGroup(member *bool) bool {
+	servers, err := b.servers()
+	if err != nil || len(servers) == 0 {
+		return false
+	}
+	self := raft.ServerID(b.cfg.Raft.ID)
+	for _, s := range servers {
+		if s.ID == self {
+			*member = true
+			return false
+		}
+	}
+	return *member
+}
+
+// leaveGossip takes a removed replica out of the gossip pool, so that name
+// servers drop it from routes and cluster listings; it keeps running, with
+// its data, until its operator stops it. Before, it went on announcing
+// itself as a slave of the group it had left.
+func (b *Broker) leaveGossip() {
+	b.log.Warn("this replica was removed from its group: it leaves the gossip pool, and no longer serves the group; stop it",
+		"group", b.cfg.Group, "replica", b.self)
+	if err := b.ms.Close(); err != nil {
+		b.log.Warn("leaving gossip", "err", err)
+	}
 }

@@ -76,6 +76,7 @@ type Membership struct {
 
 	stop     chan struct{} // closed by Close: ends rejoin
 	stopOnce sync.Once
+	closeErr error          // Close's, set once under stopOnce
 	joined   sync.WaitGroup // rejoin
 }
 
@@ -218,16 +219,19 @@ func (m *Membership) Members() []MemberEvent {
 // LocalName is this member's name.
 func (m *Membership) LocalName() string { return m.ml.LocalNode().Name }
 
-// Close leaves the pool (telling the others) and stops.
+// Close leaves the pool (telling the others) and stops. Calls after the
+// first return its error: memberlist panics on a Leave after its Shutdown.
 func (m *Membership) Close() error {
-	m.stopOnce.Do(func() { close(m.stop) })
-	m.joined.Wait()
-	err := m.ml.Leave(time.Second)
-	if serr := m.ml.Shutdown(); err == nil {
-		err = serr
-	}
-	m.queue.close()
-	return err
+	m.stopOnce.Do(func() {
+		close(m.stop)
+		m.joined.Wait()
+		m.closeErr = m.ml.Leave(time.Second)
+		if serr := m.ml.Shutdown(); m.closeErr == nil {
+			m.closeErr = serr
+		}
+		m.queue.close()
+	})
+	return m.closeErr
 }
 
 // delegate is what memberlist calls: metadata only (no user messages or

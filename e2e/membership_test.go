@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,4 +96,31 @@ func (c *procCluster) listsReplica(out string, id int) bool {
 		}
 	}
 	return false
+}
+
+// A replica removed from its group while it runs leaves the gossip pool:
+// the name server's cluster listing drops it at once, though its process
+// goes on until its operator stops it, and the group of two takes writes.
+// Before, it went on announcing itself as a slave of the group it had
+// left (issue #16 item 3: routes and cluster list follow the membership).
+func TestRemovedRunningReplicaLeavesTheListing(t *testing.T) {
+	c := newProcCluster(t)
+	removed := (c.master() + 1) % 3
+	clustertest.WaitFor(t, 15*time.Second, "all three replicas listed", func() bool {
+		out, err := exec.Command(binPath, "cluster", "list", "--namesrv", c.nsGRPC).CombinedOutput()
+		return err == nil && c.listsReplica(string(out), 1) && c.listsReplica(string(out), 2) && c.listsReplica(string(out), 3)
+	})
+	c.raftmq("group", "remove-replica", "--group", "broker-a", "--id", fmt.Sprint(c.id(removed)))
+	clustertest.WaitFor(t, 10*time.Second, "the removed replica to leave the listing", func() bool {
+		out, err := exec.Command(binPath, "cluster", "list", "--namesrv", c.nsGRPC).CombinedOutput()
+		return err == nil && !c.listsReplica(string(out), c.id(removed))
+	})
+	if err := c.procs[removed].Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the removed replica's process: %v", err)
+	}
+	c.createTopic(t, "after-removal", 1)
+	out := c.raftmq("produce", "--topic", "after-removal", "--body", "after")
+	if !strings.HasPrefix(out, "OK ") {
+		t.Fatalf("a send to the group of two: %s", out)
+	}
 }
