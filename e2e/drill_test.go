@@ -116,6 +116,7 @@ func driveDrill(t *testing.T, c drillCluster, fault func(h *History)) *History {
 		}
 		consumers = append(consumers, pc)
 	}
+	settled(t, consumers, opts(client.WithGroup("drill-settle")))
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -164,6 +165,50 @@ func driveDrill(t *testing.T, c drillCluster, fault func(h *History)) *History {
 	time.Sleep(time.Second) // load after it
 	halt()
 	return h
+}
+
+// settled waits until the drill's consumers split the topic's queues
+// between them, each queue held by exactly one, before the load begins. A
+// member that joins while another consumes takes queues from it and
+// delivers again what was in flight on them: the baseline drill, with no
+// fault, once counted such a duplicate when c2 joined after c1 had taken
+// every queue and begun. The drills measure faults, so the group starts
+// settled.
+func settled(t *testing.T, consumers []*client.PushConsumer, opts []client.Option) {
+	t.Helper()
+	pc, err := client.NewPullConsumer(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.Start()
+	defer pc.Shutdown()
+	clustertest.WaitFor(t, 30*time.Second, "the drill's consumers to split the queues", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		queues, err := pc.Queues(ctx, "drill")
+		if err != nil || len(queues) == 0 {
+			return false
+		}
+		held := map[client.MessageQueue]int{}
+		for _, c := range consumers {
+			mine := 0
+			for _, mq := range c.Assigned() {
+				if mq.Topic == "drill" { // not its retry topic's
+					held[mq]++
+					mine++
+				}
+			}
+			if mine == 0 {
+				return false
+			}
+		}
+		for _, mq := range queues {
+			if held[mq] != 1 {
+				return false
+			}
+		}
+		return len(held) == len(queues)
+	})
 }
 
 // inFlight is the drill consumers' in-flight window now: per queue, the
