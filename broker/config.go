@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/internal/defaults"
 	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
 )
@@ -184,18 +185,12 @@ func (c Config) withDefaults() (Config, error) {
 	if !validName(c.Group) {
 		return c, fmt.Errorf("broker: group name %q must match [A-Za-z0-9_-]{1,127}", c.Group)
 	}
-	if c.AdvertiseGRPC == "" {
-		c.AdvertiseGRPC = c.GRPCAddr
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	defaults.IfZero(&c.AdvertiseGRPC, c.GRPCAddr)
+	defaults.IfZero(&c.Logger, slog.Default())
 	c.Logger = c.Logger.With("group", c.Group, "replica", c.ReplicaID)
 	c.Raft.ID = strconv.Itoa(int(c.ReplicaID))
 	c.Raft.Dir = c.Dir + "/raft"
-	if c.Gossip.Cluster == "" {
-		c.Gossip.Cluster = "raftmq"
-	}
+	defaults.IfZero(&c.Gossip.Cluster, "raftmq")
 	c.Raft.TLS, c.Raft.Cluster, c.Raft.Group = c.TLS, c.Gossip.Cluster, c.Group
 	if c.HTTPTLS && c.TLS == nil {
 		return c, errors.New("broker: HTTPS on the ops endpoint needs TLS")
@@ -208,86 +203,62 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("broker: the TLS certificate names %v, not this replica (%v)", c.TLS.Self, want)
 		}
 	}
-	if c.Raft.Logger == nil {
-		c.Raft.Logger = c.Logger
-	}
+	defaults.IfZero(&c.Raft.Logger, c.Logger)
 	c.Store.Dir = c.Dir + "/store"
-	if c.Store.Logger == nil {
-		c.Store.Logger = c.Logger
-	}
-	dur := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	num := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	dur(&c.SendTimeout, 3*time.Second)
-	num(&c.MaxBatchMessages, 1024)
-	num(&c.EntryMaxMessages, 1024)
-	num(&c.EntryMaxBytes, 4<<20)
-	num(&c.MaxInflightEntries, 8)
-	num(&c.MaxPendingSends, 16384)
-	num(&c.PullMaxMessages, 32)
-	num(&c.PullMaxBytes, 4<<20)
-	num(&c.MaxHeldPulls, 10000)
-	num(&c.MaxHeldPullsPerClient, 2000)
-	num(&c.MaxConcurrentStreams, 4096)
-	num(&c.StreamWorkers, 64)
-	num(&c.MaxConnections, 10000)
-	num(&c.MaxOffsetsPerCommit, 4096)
-	num(&c.MaxMessageSize, 4<<20)
+	defaults.IfZero(&c.Store.Logger, c.Logger)
+	defaults.IfZero(&c.SendTimeout, 3*time.Second)
+	defaults.IfZero(&c.MaxBatchMessages, 1024)
+	defaults.IfZero(&c.EntryMaxMessages, 1024)
+	defaults.IfZero(&c.EntryMaxBytes, 4<<20)
+	defaults.IfZero(&c.MaxInflightEntries, 8)
+	defaults.IfZero(&c.MaxPendingSends, 16384)
+	defaults.IfZero(&c.PullMaxMessages, 32)
+	defaults.IfZero(&c.PullMaxBytes, 4<<20)
+	defaults.IfZero(&c.MaxHeldPulls, 10000)
+	defaults.IfZero(&c.MaxHeldPullsPerClient, 2000)
+	defaults.IfZero(&c.MaxConcurrentStreams, 4096)
+	defaults.IfZero(&c.StreamWorkers, 64)
+	defaults.IfZero(&c.MaxConnections, 10000)
+	defaults.IfZero(&c.MaxOffsetsPerCommit, 4096)
+	defaults.IfZero(&c.MaxMessageSize, 4<<20)
 	if c.HoldCheckInterval == 0 {
 		c.HoldCheckInterval = 5 * time.Second
 		if c.ShortPolling {
 			c.HoldCheckInterval = time.Second
 		}
 	}
-	dur(&c.MaxSuspend, 60*time.Second)
-	dur(&c.OffsetCommitInterval, 200*time.Millisecond)
-	dur(&c.ConsumerExpiry, 120*time.Second)
-	dur(&c.CatchUpTimeout, 30*time.Second)
-	dur(&c.ScheduleInterval, 100*time.Millisecond)
-	dur(&c.TimerHorizon, 7*24*time.Hour)
-	dur(&c.DedupWindow, 2*time.Minute)
+	defaults.IfZero(&c.MaxSuspend, 60*time.Second)
+	defaults.IfZero(&c.OffsetCommitInterval, 200*time.Millisecond)
+	defaults.IfZero(&c.ConsumerExpiry, 120*time.Second)
+	defaults.IfZero(&c.CatchUpTimeout, 30*time.Second)
+	defaults.IfZero(&c.ScheduleInterval, 100*time.Millisecond)
+	defaults.IfZero(&c.TimerHorizon, 7*24*time.Hour)
+	defaults.IfZero(&c.DedupWindow, 2*time.Minute)
 	c.Store.DedupWindow = max(c.DedupWindow, 0)
-	dur(&c.TimerPrecision, 100*time.Millisecond)
-	dur(&c.TransactionTimeout, 6*time.Second)
-	dur(&c.TransactionCheckInterval, 30*time.Second)
-	if c.TransactionCheckMax == 0 {
-		c.TransactionCheckMax = 15
-	}
-	if c.DelayLevels == "" {
-		c.DelayLevels = DefaultDelayLevels
-	}
-	if c.MaxReconsumeTimes == 0 {
-		c.MaxReconsumeTimes = 16
-	}
+	defaults.IfZero(&c.TimerPrecision, 100*time.Millisecond)
+	defaults.IfZero(&c.TransactionTimeout, 6*time.Second)
+	defaults.IfZero(&c.TransactionCheckInterval, 30*time.Second)
+	defaults.IfZero(&c.TransactionCheckMax, 15)
+	defaults.IfZero(&c.DelayLevels, DefaultDelayLevels)
+	defaults.IfZero(&c.MaxReconsumeTimes, 16)
 	if c.Gossip.RefreshInterval == 0 {
 		c.Gossip.RefreshInterval = 200 * time.Millisecond
 		if c.Gossip.Fast {
 			c.Gossip.RefreshInterval = 100 * time.Millisecond
 		}
 	}
-	if c.SlaveReadLag == 0 {
-		c.SlaveReadLag = 20000
-	}
-	if c.DefaultQueues == 0 {
-		c.DefaultQueues = 4
-	}
-	if c.MaxQueues == 0 {
-		c.MaxQueues = 256
-	}
+	defaults.IfZero(&c.SlaveReadLag, 20000)
+	defaults.IfZero(&c.DefaultQueues, 4)
+	defaults.IfZero(&c.MaxQueues, 256)
 	if c.Store.MaxQueuesPerTopic == 0 {
+		// An if, not IfZero, which would build the timer ladder the
+		// schedule topic's queues come from even when the field is set:
+		// only the validation below vouches for TimerPrecision, and one
+		// that is not positive never ends the ladder.
 		c.Store.MaxQueuesPerTopic = max(c.MaxQueues, scheduleQueues(c))
 	}
-	if c.Store.MaxMessageSize == 0 {
-		// Room for the record's header, topic, tags, keys and properties.
-		c.Store.MaxMessageSize = c.MaxMessageSize + 64<<10
-	}
+	// Room for the record's header, topic, tags, keys and properties.
+	defaults.IfZero(&c.Store.MaxMessageSize, c.MaxMessageSize+64<<10)
 	switch {
 	case c.MaxBatchMessages < 1, c.EntryMaxMessages < 1, c.EntryMaxBytes < 1, c.MaxInflightEntries < 1,
 		c.MaxPendingSends < 1, c.PullMaxMessages < 1, c.PullMaxBytes < 1, c.MaxHeldPulls < 0, c.MaxMessageSize < 1,

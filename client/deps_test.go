@@ -6,11 +6,12 @@ import (
 	"testing"
 )
 
-// The SDK imports only the contract (cluster/pb, message) and gRPC: a user
-// who links it links no Raft, gossip, bolt or metrics, and it builds for
-// every GOOS (.ci/run cross-builds it). golang.org/x/sys/unix is allowed
-// only as gRPC's own import (its channelz and syscall internals), which
-// every gRPC client has on Unix.
+// The SDK imports only the contract (cluster/pb, message), gRPC and
+// internal/defaults (which imports nothing): a user who links it links no
+// Raft, gossip, bolt or metrics, and it builds for every GOOS (.ci/run
+// cross-builds it). golang.org/x/sys/unix is allowed only as gRPC's own
+// import (its channelz and syscall internals), which every gRPC client has
+// on Unix.
 func TestSDKImportsOnlyTheContract(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \",\"}}", ".").CombinedOutput()
 	if err != nil {

@@ -5,9 +5,10 @@
 // offset helpers) and a PushConsumer (rebalance, process queues, retry
 // and dead letters). It imports only the contract, cluster/pb (the gRPC
 // service and its error reasons) and message (the record format and the
-// contract's names), and gRPC: no Raft, gossip or storage, and it builds
-// for any GOOS (deps_test.go and .ci/run hold it to that). It sends
-// messages encoded as records and decodes the records it receives.
+// contract's names), gRPC, and internal/defaults (the configs' defaults
+// helper, which imports nothing): no Raft, gossip or storage, and it
+// builds for any GOOS (deps_test.go and .ci/run hold it to that). It
+// sends messages encoded as records and decodes the records it receives.
 //
 // Files:
 //   - options.go: the options every client takes (name servers, timeouts,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/internal/defaults"
 	"github.com/raftmq/raftmq/message"
 )
 
@@ -86,40 +87,23 @@ type PushConfig struct {
 }
 
 func (c PushConfig) withDefaults() PushConfig {
-	dur := func(v *time.Duration, d time.Duration) {
-		if *v <= 0 {
-			*v = d
-		}
-	}
 	if c.Strategy == nil {
 		c.Strategy = AllocateAveragely
 	}
-	if c.Workers <= 0 {
-		c.Workers = 20
-	}
-	if c.BatchSize <= 0 {
-		c.BatchSize = 1
-	}
-	if c.PullBatch <= 0 {
-		c.PullBatch = 32
-	}
-	if c.MaxCachedMessages <= 0 {
-		c.MaxCachedMessages = 1000
-	}
-	if c.MaxCachedBytes <= 0 {
-		c.MaxCachedBytes = 100 << 20
-	}
-	if c.MaxSpan <= 0 {
-		c.MaxSpan = 2000
-	}
-	dur(&c.PullSuspend, 15*time.Second)
-	dur(&c.PullBackoff, 50*time.Millisecond)
-	dur(&c.ErrorBackoff, 3*time.Second)
-	dur(&c.RetryDelay, 5*time.Second)
-	dur(&c.RebalanceInterval, 20*time.Second)
-	dur(&c.HeartbeatInterval, 30*time.Second)
-	dur(&c.CommitInterval, 5*time.Second)
-	dur(&c.LockInterval, 20*time.Second)
+	defaults.IfNotPositive(&c.Workers, 20)
+	defaults.IfNotPositive(&c.BatchSize, 1)
+	defaults.IfNotPositive(&c.PullBatch, 32)
+	defaults.IfNotPositive(&c.PullSuspend, 15*time.Second)
+	defaults.IfNotPositive(&c.MaxCachedMessages, 1000)
+	defaults.IfNotPositive(&c.MaxCachedBytes, 100<<20)
+	defaults.IfNotPositive(&c.MaxSpan, 2000)
+	defaults.IfNotPositive(&c.PullBackoff, 50*time.Millisecond)
+	defaults.IfNotPositive(&c.ErrorBackoff, 3*time.Second)
+	defaults.IfNotPositive(&c.RetryDelay, 5*time.Second)
+	defaults.IfNotPositive(&c.RebalanceInterval, 20*time.Second)
+	defaults.IfNotPositive(&c.HeartbeatInterval, 30*time.Second)
+	defaults.IfNotPositive(&c.CommitInterval, 5*time.Second)
+	defaults.IfNotPositive(&c.LockInterval, 20*time.Second)
 	if c.ClientID == "" {
 		host, _ := os.Hostname()
 		c.ClientID = host + "@" + strconv.Itoa(os.Getpid()) + "@" + newUniqKey()

@@ -20,6 +20,8 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 	"go.etcd.io/bbolt"
+
+	"github.com/raftmq/raftmq/internal/defaults"
 )
 
 // RaftConfig configures one member of a Raft group. Zero fields take the
@@ -113,47 +115,22 @@ func (c RaftConfig) withDefaults() (RaftConfig, error) {
 	if c.ID == "" || c.Dir == "" || c.BindAddr == "" {
 		return c, errors.New("cluster: RaftConfig needs ID, Dir and BindAddr")
 	}
-	if c.AdvertiseAddr == "" {
-		c.AdvertiseAddr = c.BindAddr
-	}
-	dur := func(v *time.Duration, d time.Duration) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	dur(&c.HeartbeatTimeout, time.Second)
-	dur(&c.ElectionTimeout, time.Second)
-	dur(&c.LeaderLeaseTimeout, 500*time.Millisecond)
-	dur(&c.CommitTimeout, 50*time.Millisecond)
-	dur(&c.SnapshotInterval, 120*time.Second)
-	dur(&c.TransportTimeout, 10*time.Second)
-	if c.MaxAppendEntries == 0 {
-		c.MaxAppendEntries = 256
-	}
-	if c.LogSegmentSize == 0 {
-		c.LogSegmentSize = wal.DefaultSegmentSize
-	}
-	if c.MaxRPCsInFlight == 0 {
-		c.MaxRPCsInFlight = 1
-	}
-	if c.SnapshotThreshold == 0 {
-		c.SnapshotThreshold = 8192
-	}
-	if c.TrailingLogs == 0 {
-		c.TrailingLogs = 10240
-	}
-	if c.SnapshotsRetained == 0 {
-		c.SnapshotsRetained = 2
-	}
-	if c.TransportPool == 0 {
-		c.TransportPool = 3
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = "warn"
-	}
+	defaults.IfZero(&c.AdvertiseAddr, c.BindAddr)
+	defaults.IfZero(&c.HeartbeatTimeout, time.Second)
+	defaults.IfZero(&c.ElectionTimeout, time.Second)
+	defaults.IfZero(&c.LeaderLeaseTimeout, 500*time.Millisecond)
+	defaults.IfZero(&c.CommitTimeout, 50*time.Millisecond)
+	defaults.IfZero(&c.MaxAppendEntries, 256)
+	defaults.IfZero(&c.SnapshotInterval, 120*time.Second)
+	defaults.IfZero(&c.SnapshotThreshold, 8192)
+	defaults.IfZero(&c.TrailingLogs, 10240)
+	defaults.IfZero(&c.SnapshotsRetained, 2)
+	defaults.IfZero(&c.TransportTimeout, 10*time.Second)
+	defaults.IfZero(&c.TransportPool, 3)
+	defaults.IfZero(&c.LogSegmentSize, wal.DefaultSegmentSize)
+	defaults.IfZero(&c.MaxRPCsInFlight, 1)
+	defaults.IfZero(&c.Logger, slog.Default())
+	defaults.IfZero(&c.LogLevel, "warn")
 	return c, nil
 }
 

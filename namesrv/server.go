@@ -33,6 +33,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/internal/defaults"
 	"github.com/raftmq/raftmq/remoting"
 )
 
@@ -116,24 +117,12 @@ func Start(cfg Config) (*Server, error) {
 	if cfg.GRPCAddr == "" || cfg.GossipAddr == "" {
 		return nil, errors.New("namesrv: Config needs GRPCAddr and GossipAddr")
 	}
-	if cfg.Cluster == "" {
-		cfg.Cluster = "raftmq"
-	}
-	if cfg.RefreshInterval == 0 {
-		cfg.RefreshInterval = 2 * time.Second
-	}
-	if cfg.FetchTimeout == 0 {
-		cfg.FetchTimeout = 3 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.MaxConcurrentStreams <= 0 {
-		cfg.MaxConcurrentStreams = 1024
-	}
-	if cfg.MaxConnections <= 0 {
-		cfg.MaxConnections = 10000
-	}
+	defaults.IfZero(&cfg.Cluster, "raftmq")
+	defaults.IfZero(&cfg.RefreshInterval, 2*time.Second)
+	defaults.IfZero(&cfg.FetchTimeout, 3*time.Second)
+	defaults.IfZero(&cfg.Logger, slog.Default())
+	defaults.IfNotPositive(&cfg.MaxConcurrentStreams, 1024)
+	defaults.IfNotPositive(&cfg.MaxConnections, 10000)
 	if cfg.HTTPTLS && cfg.TLS == nil {
 		return nil, errors.New("namesrv: HTTPS on the ops endpoint needs TLS")
 	}
@@ -148,12 +137,8 @@ func Start(cfg Config) (*Server, error) {
 	if s.lis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("namesrv: listen on %s: %w", cfg.GRPCAddr, err)
 	}
-	if s.cfg.AdvertiseGRPC == "" {
-		s.cfg.AdvertiseGRPC = s.lis.Addr().String()
-	}
-	if s.cfg.Name == "" {
-		s.cfg.Name = "namesrv@" + s.cfg.AdvertiseGRPC
-	}
+	defaults.IfZero(&s.cfg.AdvertiseGRPC, s.lis.Addr().String())
+	defaults.IfZero(&s.cfg.Name, "namesrv@"+s.cfg.AdvertiseGRPC)
 	s.log = cfg.Logger.With("namesrv", s.cfg.Name)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.ms, err = cluster.StartMembership(cluster.MembershipConfig{

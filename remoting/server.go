@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/raftmq/raftmq/internal/defaults"
 )
 
 // Response codes (RocketMQ's ResponseCode) the server itself uses.
@@ -144,15 +146,9 @@ type Server struct {
 
 // NewServer makes a server; Serve gives it connections.
 func NewServer(cfg ServerConfig) *Server {
-	if cfg.MaxFrame <= 0 {
-		cfg.MaxFrame = DefaultMaxFrame
-	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 1024
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	defaults.IfNotPositive(&cfg.MaxFrame, DefaultMaxFrame)
+	defaults.IfNotPositive(&cfg.MaxInFlight, 1024)
+	defaults.IfZero(&cfg.Logger, slog.Default())
 	s := &Server{cfg: cfg, conns: map[net.Conn]struct{}{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/raftmq/raftmq/internal/defaults"
 	"github.com/raftmq/raftmq/message"
 )
 
@@ -128,51 +129,22 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Dir == "" {
 		return c, errors.New("storage: Config.Dir is required")
 	}
-	def := func(v *int64, d int64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.SegmentSize, 1<<30)
-	def(&c.QueueEntriesPerFile, 300_000)
-	def(&c.PreallocateAhead, min(32<<20, c.SegmentSize))
-	def(&c.PageCacheBehind, 256<<20)
-	if c.MaxMessageSize == 0 {
-		c.MaxMessageSize = 4 << 20
-	}
-	if c.MaxQueuesPerTopic == 0 {
-		c.MaxQueuesPerTopic = 1024
-	}
-	if c.IndexSlots == 0 {
-		c.IndexSlots = 65_536
-	}
-	if c.IndexEntries == 0 {
-		c.IndexEntries = 4_000_000
-	}
-	if c.MaxScanEntries == 0 {
-		c.MaxScanEntries = 4096
-	}
-	if c.FlushInterval == 0 {
-		c.FlushInterval = 200 * time.Millisecond
-	}
-	if c.CheckpointInterval == 0 {
-		c.CheckpointInterval = time.Second
-	}
-	if c.RetentionAge == 0 {
-		c.RetentionAge = DefaultRetentionAge
-	}
-	if c.RetentionDiskRatio == 0 {
-		c.RetentionDiskRatio = 0.75
-	}
-	if c.RetentionInterval == 0 {
-		c.RetentionInterval = 10 * time.Second
-	}
-	if c.RecycleSegments == 0 {
-		c.RecycleSegments = 2
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	defaults.IfZero(&c.SegmentSize, 1<<30)
+	defaults.IfZero(&c.PreallocateAhead, min(32<<20, c.SegmentSize))
+	defaults.IfZero(&c.PageCacheBehind, 256<<20)
+	defaults.IfZero(&c.MaxMessageSize, 4<<20)
+	defaults.IfZero(&c.MaxQueuesPerTopic, 1024)
+	defaults.IfZero(&c.QueueEntriesPerFile, 300_000)
+	defaults.IfZero(&c.IndexSlots, 65_536)
+	defaults.IfZero(&c.IndexEntries, 4_000_000)
+	defaults.IfZero(&c.MaxScanEntries, 4096)
+	defaults.IfZero(&c.FlushInterval, 200*time.Millisecond)
+	defaults.IfZero(&c.CheckpointInterval, time.Second)
+	defaults.IfZero(&c.RetentionAge, DefaultRetentionAge)
+	defaults.IfZero(&c.RetentionDiskRatio, 0.75)
+	defaults.IfZero(&c.RetentionInterval, 10*time.Second)
+	defaults.IfZero(&c.RecycleSegments, 2)
+	defaults.IfZero(&c.Logger, slog.Default())
 	if c.diskUsage == nil {
 		c.diskUsage = diskUsage
 	}
