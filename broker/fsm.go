@@ -186,18 +186,8 @@ func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {
 	}
 	msgs := make([]message.Message, len(b.Messages))
 	for i, sm := range b.Messages {
-		m := sm.Message
-		msgs[i] = message.Message{
-			Topic:      m.Topic,
-			QueueID:    sm.QueueId,
-			Flag:       m.Flag,
-			Tags:       m.Tags,
-			Keys:       m.Keys,
-			Properties: m.Properties,
-			Body:       m.Body,
-			BornTime:   m.BornTimestamp,
-			StoreTime:  b.StoreTimestamp,
-		}
+		msgs[i] = messageFromPB(sm.Message, sm.Message.Topic, sm.QueueId)
+		msgs[i].StoreTime = b.StoreTimestamp
 	}
 	return f.stored(f.store.Append(index, msgs))
 }

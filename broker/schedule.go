@@ -196,13 +196,12 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 	if maxTimes == 0 {
 		maxTimes = b.cfg.MaxReconsumeTimes
 	}
-	msg := &pb.Message{Tags: r.Tags, Keys: r.Keys, Properties: props, Body: r.Body, Flag: r.Flag, BornTimestamp: r.BornTime}
-	queue := int32(0)
+	m := message.Message{Flag: r.Flag, Tags: r.Tags, Keys: r.Keys, Properties: props, Body: r.Body, BornTime: r.BornTime}
 	if times > int(maxTimes) || req.DelayLevel < 0 {
-		msg.Topic = message.DLQTopic(req.ConsumerGroup)
+		m.Topic = message.DLQTopic(req.ConsumerGroup)
 		// Neither readable nor writable, as RocketMQ's: the broker writes
 		// dead letters itself, and only raftmq dlq resend reads them.
-		if err := s.b.ensureSystemTopic(ctx, msg.Topic, 0); err != nil {
+		if err := s.b.ensureSystemTopic(ctx, m.Topic, 0); err != nil {
 			return nil, err
 		}
 	} else {
@@ -214,11 +213,9 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 			level = min(int32(2+times), int32(len(b.delays)))
 		}
 		props[message.PropertyRealTopic], props[message.PropertyRealQueue], props[message.PropertyDelayLevel] = message.RetryTopic(req.ConsumerGroup), "0", strconv.Itoa(int(level))
-		msg.Topic, queue = message.ScheduleTopic, level-1
+		m.Topic, m.QueueID = message.ScheduleTopic, level-1
 	}
-	sm := message.Message{Topic: msg.Topic, QueueID: queue, Flag: msg.Flag, Tags: msg.Tags, Keys: msg.Keys,
-		Properties: props, Body: msg.Body, BornTime: msg.BornTimestamp}
-	record, err := b.store.EncodeRecord(nil, &sm)
+	record, err := b.store.EncodeRecord(nil, &m)
 	if err != nil {
 		return nil, storeError(err)
 	}

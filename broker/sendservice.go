@@ -199,8 +199,7 @@ func (s *service) encodeMessage(records []byte, req *pb.SendMessageRequest, m *p
 	case len(m.Body) > b.cfg.MaxMessageSize:
 		return records, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("body of %d bytes, limit %d", len(m.Body), b.cfg.MaxMessageSize))
 	}
-	sm := message.Message{Topic: req.Topic, QueueID: req.QueueId, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
-		Properties: m.Properties, Body: m.Body, BornTime: m.BornTimestamp}
+	sm := messageFromPB(m, req.Topic, req.QueueId)
 	if err := b.holdSend(&sm, time.Now()); err != nil {
 		return records, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, err.Error())
 	}
@@ -209,6 +208,14 @@ func (s *service) encodeMessage(records []byte, req *pb.SendMessageRequest, m *p
 		return records, storeError(err)
 	}
 	return records, nil
+}
+
+// messageFromPB is m, a message sent as protobuf, as the store takes it on
+// topic's queue (a message in a send may leave its topic empty: it is the
+// send's). The store time is the master's to set.
+func messageFromPB(m *pb.Message, topic string, queue int32) message.Message {
+	return message.Message{Topic: topic, QueueID: queue, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
+		Properties: m.Properties, Body: m.Body, BornTime: m.BornTimestamp}
 }
 
 // topicForSend returns the topic's config, creating it in dev mode.
