@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -37,8 +38,20 @@ import (
 // against 32.6k. (An earlier choice of two, on 2026-11-30, counted
 // messages per entry on a loaded machine, not throughput.) Full entries
 // still go out beyond it, so many batch senders keep several in flight.
+//
+// It needs of its replica only what it is given: a proposer for its
+// entries, the caps of an entry and of the entries in flight, how long Raft
+// may take to accept one (SendTimeout), and the two histograms it observes
+// each entry in.
 type batcher struct {
-	b        *Broker
+	proposer    proposer
+	caps        entryCaps
+	maxInflight int32         // MaxInflightEntries, full entries included
+	timeout     time.Duration // SendTimeout: Raft's time to take an entry
+	// applySeconds and applyMessages observe each entry: its time from
+	// Apply to applied here, and its messages (metrics.go).
+	applySeconds, applyMessages prometheus.Observer
+
 	reqs     chan *sendReq
 	inflight atomic.Int32
 	// queued counts the sends given to run and not yet proposed (in reqs
@@ -67,11 +80,21 @@ type sendOutcome struct {
 	err     error
 }
 
-func newBatcher(b *Broker) *batcher {
+// entryCaps are an entry's caps: EntryMaxMessages and EntryMaxBytes.
+type entryCaps struct {
+	messages, bytes int
+}
+
+func newBatcher(cfg Config, p proposer, m *metrics) *batcher {
 	return &batcher{
-		b:        b,
-		reqs:     make(chan *sendReq, b.cfg.MaxPendingSends),
-		released: make(chan struct{}, 1),
+		proposer:      p,
+		caps:          entryCaps{messages: cfg.EntryMaxMessages, bytes: cfg.EntryMaxBytes},
+		maxInflight:   int32(cfg.MaxInflightEntries),
+		timeout:       cfg.SendTimeout,
+		applySeconds:  m.applySeconds,
+		applyMessages: m.applyMessages,
+		reqs:          make(chan *sendReq, cfg.MaxPendingSends),
+		released:      make(chan struct{}, 1),
 	}
 }
 
@@ -130,15 +153,15 @@ func (bt *batcher) run(ctx context.Context) {
 		}
 		// Take what queued up, within the caps.
 	drain:
-		for !next.full(bt.b.cfg) {
+		for !next.full(bt.caps) {
 			select {
 			case r := <-bt.reqs:
-				next.take(r, bt.b.cfg)
+				next.take(r, bt.caps)
 			default:
 				break drain
 			}
 		}
-		if bt.claim(eagerEntries) || (next.full(bt.b.cfg) && bt.claim(int32(bt.b.cfg.MaxInflightEntries))) {
+		if bt.claim(eagerEntries) || (next.full(bt.caps) && bt.claim(bt.maxInflight)) {
 			bt.queued.Add(-int32(len(next.batch)))
 			bt.propose(next.batch, next.n, next.bytes)
 			next = next.rest()
@@ -147,13 +170,13 @@ func (bt *batcher) run(ctx context.Context) {
 		// Wait for an entry to finish, or for more sends while the next
 		// entry has room.
 		var more <-chan *sendReq
-		if !next.full(bt.b.cfg) {
+		if !next.full(bt.caps) {
 			more = bt.reqs
 		}
 		select {
 		case <-bt.released:
 		case r := <-more:
-			next.take(r, bt.b.cfg)
+			next.take(r, bt.caps)
 		case <-ctx.Done():
 			bt.failQueued(next.all())
 			return
@@ -179,8 +202,8 @@ func (e *entryBuild) add(r *sendReq) {
 
 // take adds r to this entry, or carries it to the next when it does not
 // fit.
-func (e *entryBuild) take(r *sendReq, cfg Config) {
-	if e.fits(r, cfg) {
+func (e *entryBuild) take(r *sendReq, caps entryCaps) {
+	if e.fits(r, caps) {
 		e.add(r)
 	} else {
 		e.carry = r
@@ -189,14 +212,14 @@ func (e *entryBuild) take(r *sendReq, cfg Config) {
 
 // fits says whether r joins this entry within the caps (an empty entry
 // takes any one send: sends are checked against the caps on arrival).
-func (e *entryBuild) fits(r *sendReq, cfg Config) bool {
-	return e.empty() || (e.n+r.n <= cfg.EntryMaxMessages && e.bytes+len(r.records) <= cfg.EntryMaxBytes)
+func (e *entryBuild) fits(r *sendReq, caps entryCaps) bool {
+	return e.empty() || (e.n+r.n <= caps.messages && e.bytes+len(r.records) <= caps.bytes)
 }
 
 // full: nothing more joins this entry, because a send already did not fit
 // or the caps are reached.
-func (e *entryBuild) full(cfg Config) bool {
-	return e.carry != nil || e.n >= cfg.EntryMaxMessages || e.bytes >= cfg.EntryMaxBytes
+func (e *entryBuild) full(caps entryCaps) bool {
+	return e.carry != nil || e.n >= caps.messages || e.bytes >= caps.bytes
 }
 
 // rest is the build that follows this one: the carried send, if any.
@@ -276,31 +299,31 @@ func (bt *batcher) apply(data []byte) (raft.ApplyFuture, time.Time, error) {
 		bt.release()
 		return nil, time.Time{}, statusError(codes.Internal, pb.ErrorReason_STORE_ERROR, err.Error(), nil)
 	}
-	if !bt.b.calls.begin() { // Raft is shutting down
-		bt.release()
-		return nil, time.Time{}, bt.b.replicationError(raft.ErrRaftShutdown)
-	}
 	applied := time.Now()
-	return bt.b.node.Apply(data, bt.b.cfg.SendTimeout), applied, nil
+	f, err := bt.proposer.start(data, bt.timeout)
+	if err != nil {
+		bt.release()
+		return nil, time.Time{}, err
+	}
+	return f, applied, nil
 }
 
 // outcome waits for an applied entry of n messages, releases its slot and
 // returns the state machine's result, or the error a sender gets.
 func (bt *batcher) outcome(f raft.ApplyFuture, n int, applied time.Time) (*applyResult, error) {
-	err := f.Error()
-	bt.b.calls.end()
+	err := bt.proposer.wait(f)
 	bt.release()
 	if err != nil {
-		return nil, bt.b.replicationError(err)
+		return nil, err
 	}
-	bt.b.metrics.applySeconds.Observe(time.Since(applied).Seconds())
-	bt.b.metrics.applyMessages.Observe(float64(n))
+	bt.applySeconds.Observe(time.Since(applied).Seconds())
+	bt.applyMessages.Observe(float64(n))
 	res, _ := f.Response().(*applyResult)
 	switch {
 	case res == nil:
-		return nil, bt.b.replicationError(errors.New("no result from the state machine"))
+		return nil, bt.proposer.replicationError(errors.New("no result from the state machine"))
 	case res.err != nil:
-		return nil, bt.b.replicationError(res.err)
+		return nil, bt.proposer.replicationError(res.err)
 	}
 	return res, nil
 }
@@ -331,25 +354,3 @@ func (bt *batcher) failQueued(held []*sendReq) {
 		}
 	}
 }
-
-// replicationError maps a failed Raft apply to a status a client can act
-// on: not the leader (redirect), or an outcome it cannot know.
-func (b *Broker) replicationError(err error) error {
-	if b.fsm.failed() != nil {
-		return b.inFlightFailedError()
-	}
-	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		return b.notLeader()
-	case errors.Is(err, raft.ErrLeadershipLost):
-		return b.notLeaderUnknown()
-	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, "replication is backed up: "+err.Error(), nil)
-	case errors.Is(err, raft.ErrRaftShutdown):
-		return errShuttingDown
-	default:
-		return storeError(err)
-	}
-}
-
-var errShuttingDown = statusError(codes.Unavailable, pb.ErrorReason_NOT_LEADER, "broker shutting down", nil)

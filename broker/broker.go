@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -44,6 +45,7 @@ type Broker struct {
 
 	batcher   *batcher
 	calls     raftCalls
+	proposer  proposer // Raft entries through node, counted in calls
 	holds     *holdService
 	offsets   *offsetCommitter
 	consumers *consumerTable
@@ -111,8 +113,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.fsm.catchUp = b.catchUp
 	b.fsm.onFail = b.onStoreFailed
 	b.metrics = newMetrics(b)
-	b.batcher = newBatcher(b)
-	b.offsets = newOffsetCommitter(b)
+	b.offsets = newOffsetCommitter(cfg.OffsetCommitInterval, b.meta, b.master.Load, b.apply, b.log)
 
 	if b.lis, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
 		store.Close()
@@ -126,6 +127,8 @@ func Start(cfg Config) (*Broker, error) {
 		store.Close()
 		return nil, err
 	}
+	b.proposer = proposer{node: b.node, calls: &b.calls, replicationError: b.replicationError}
+	b.batcher = newBatcher(cfg, b.proposer, b.metrics)
 	unary, stream := b.serverInterceptors()
 	b.grpc = grpc.NewServer(
 		b.serverCreds(),
@@ -378,6 +381,35 @@ func (c *raftCalls) close() {
 	c.wg.Wait()
 }
 
+// proposer hands entries to the replica's Raft member: each is counted in
+// calls from its Apply until its future answers (raftCalls says why), and
+// Raft's failures become the statuses a client gets. The batcher proposes
+// the send entries through it, and Broker.propose every other command.
+type proposer struct {
+	node             *cluster.RaftNode
+	calls            *raftCalls
+	replicationError func(error) error // Broker.replicationError
+}
+
+// start proposes data; Raft may take up to timeout to accept it. It fails
+// when Raft is shutting down; otherwise wait must follow.
+func (p proposer) start(data []byte, timeout time.Duration) (raft.ApplyFuture, error) {
+	if !p.calls.begin() {
+		return nil, p.replicationError(raft.ErrRaftShutdown)
+	}
+	return p.node.Apply(data, timeout), nil
+}
+
+// wait waits for f's answer, ends its call and maps Raft's error.
+func (p proposer) wait(f raft.ApplyFuture) error {
+	err := f.Error()
+	p.calls.end()
+	if err != nil {
+		return p.replicationError(err)
+	}
+	return nil
+}
+
 // barrier waits for every earlier entry to be applied.
 func (b *Broker) barrier() error {
 	if !b.calls.begin() {
@@ -396,7 +428,7 @@ func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
 // propose proposes a command, waits for it to be applied here and returns
 // what the state machine made of it.
 func (b *Broker) propose(ctx context.Context, cmd *pb.RaftCommand) (*applyResult, error) {
-	data, err := marshal(cmd)
+	data, err := proto.Marshal(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -404,19 +436,16 @@ func (b *Broker) propose(ctx context.Context, cmd *pb.RaftCommand) (*applyResult
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	if !b.calls.begin() {
-		return nil, b.replicationError(raft.ErrRaftShutdown)
+	f, err := b.proposer.start(data, timeout)
+	if err != nil {
+		return nil, err
 	}
-	f := b.node.Apply(data, timeout)
 	done := make(chan error, 1)
-	go func() {
-		defer b.calls.end()
-		done <- f.Error()
-	}()
+	go func() { done <- b.proposer.wait(f) }()
 	select {
 	case err := <-done:
 		if err != nil {
-			return nil, b.replicationError(err)
+			return nil, err
 		}
 		r, _ := f.Response().(*applyResult)
 		if r == nil {
@@ -485,6 +514,28 @@ func (b *Broker) notLeaderUnknown() error {
 		"leadership lost during replication: the send may or may not be stored",
 		map[string]string{"leader": addr, "leader_id": strconv.Itoa(int(id)), "outcome": "unknown"})
 }
+
+// replicationError maps a failed Raft apply to a status a client can act
+// on: not the leader (redirect), or an outcome it cannot know.
+func (b *Broker) replicationError(err error) error {
+	if b.fsm.failed() != nil {
+		return b.inFlightFailedError()
+	}
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return b.notLeader()
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return b.notLeaderUnknown()
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, "replication is backed up: "+err.Error(), nil)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return errShuttingDown
+	default:
+		return storeError(err)
+	}
+}
+
+var errShuttingDown = statusError(codes.Unavailable, pb.ErrorReason_NOT_LEADER, "broker shutting down", nil)
 
 // every calls f at each tick of interval d until ctx ends: the replica's
 // periodic work (hold checks, offset commits, gossip, the schedule).

@@ -108,7 +108,7 @@ func newMetrics(b *Broker) *metrics {
 		_, end := b.store.QueueOffsets(message.TransHalfTopic, 0)
 		return float64(b.meta.halves.open(end))
 	})
-	m.reg.MustRegister(lagCollector{b: b, labels: labels})
+	m.reg.MustRegister(lagCollector{meta: b.meta, queues: b.store, labels: labels})
 	m.reg.MustRegister(m.transactionChecks, m.transactionEnds)
 	m.reg.MustRegister(m.sendMessages, m.sendDuplicates, m.sendSeconds, m.pulls, m.pullSeconds, m.applySeconds, m.applyMessages,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
@@ -120,7 +120,8 @@ func newMetrics(b *Broker) *metrics {
 // consumerProgress. Its series are as many as the offsets committed to the
 // group, which topic and group deletion prune.
 type lagCollector struct {
-	b      *Broker
+	meta   *metadata // the committed offsets
+	queues queueEnds // where each queue ends
 	labels prometheus.Labels
 }
 
@@ -145,8 +146,8 @@ func (c lagCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c lagCollector) Collect(ch chan<- prometheus.Metric) {
 	lag, offset := c.lagDesc(), c.offsetDesc()
-	for k, off := range c.b.meta.committedOffsets() {
-		_, end := c.b.store.QueueOffsets(k.topic, k.queue)
+	for k, off := range c.meta.committedOffsets() {
+		_, end := c.queues.QueueOffsets(k.topic, k.queue)
 		q := strconv.Itoa(int(k.queue))
 		ch <- prometheus.MustNewConstMetric(lag, prometheus.GaugeValue, float64(max(end-off, 0)), k.group, k.topic, q)
 		ch <- prometheus.MustNewConstMetric(offset, prometheus.GaugeValue, float64(off), k.group, k.topic, q)

@@ -2,10 +2,9 @@ package broker
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster/pb"
 )
@@ -16,13 +15,22 @@ import (
 // replicated when the master fails is lost: the group re-reads a little
 // (at-least-once).
 type offsetCommitter struct {
-	b       *Broker
+	interval time.Duration // OffsetCommitInterval
+	isMaster func() bool   // only the master commits
+	// meta holds the replicated offsets: one a pull carries again
+	// unchanged is not committed again.
+	meta  *metadata
+	apply func(context.Context, *pb.RaftCommand) error // Broker.apply
+	log   *slog.Logger
+
 	mu      sync.Mutex
 	pending map[offsetKey]int64
 }
 
-func newOffsetCommitter(b *Broker) *offsetCommitter {
-	return &offsetCommitter{b: b, pending: map[offsetKey]int64{}}
+func newOffsetCommitter(interval time.Duration, meta *metadata, isMaster func() bool,
+	apply func(context.Context, *pb.RaftCommand) error, log *slog.Logger) *offsetCommitter {
+	return &offsetCommitter{interval: interval, isMaster: isMaster, meta: meta, apply: apply, log: log,
+		pending: map[offsetKey]int64{}}
 }
 
 func (c *offsetCommitter) add(group, topic string, queue int32, offset int64) {
@@ -53,7 +61,7 @@ func (c *offsetCommitter) forget(group, topic string) {
 }
 
 func (c *offsetCommitter) run(ctx context.Context) {
-	every(ctx, c.b.cfg.OffsetCommitInterval, func(time.Time) { c.flush(ctx) })
+	every(ctx, c.interval, func(time.Time) { c.flush(ctx) })
 }
 
 func (c *offsetCommitter) flush(ctx context.Context) {
@@ -61,12 +69,12 @@ func (c *offsetCommitter) flush(ctx context.Context) {
 	pending := c.pending
 	c.pending = map[offsetKey]int64{}
 	c.mu.Unlock()
-	if len(pending) == 0 || !c.b.master.Load() {
+	if len(pending) == 0 || !c.isMaster() {
 		return
 	}
 	byGroup := map[string]*pb.OffsetCommit{}
 	for k, off := range pending {
-		if c.b.meta.offset(k.group, k.topic, k.queue) == off {
+		if c.meta.offset(k.group, k.topic, k.queue) == off {
 			// Unchanged (an idle consumer's pulls carry the same offset
 			// again and again): no Raft entry, no fsync on every replica.
 			continue
@@ -79,10 +87,8 @@ func (c *offsetCommitter) flush(ctx context.Context) {
 		oc.Offsets = append(oc.Offsets, &pb.QueueOffset{Topic: k.topic, QueueId: k.queue, Offset: off})
 	}
 	for _, oc := range byGroup {
-		if err := c.b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_CommitOffsets{CommitOffsets: oc}}); err != nil {
-			c.b.log.Warn("offset commit not replicated", "group", oc.ConsumerGroup, "err", err)
+		if err := c.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_CommitOffsets{CommitOffsets: oc}}); err != nil {
+			c.log.Warn("offset commit not replicated", "group", oc.ConsumerGroup, "err", err)
 		}
 	}
 }
-
-func marshal(m proto.Message) ([]byte, error) { return proto.Marshal(m) }
