@@ -96,6 +96,31 @@
 // for age are kept as spares for the next new segments; a disk over the
 // ratio gets the spares back first.
 //
+// # Files
+//
+//   - store.go: the Store, opening a directory (its lock, its files) and
+//     Append/AppendRecords;
+//   - config.go: its configuration with the documented defaults;
+//   - commitlog.go: the segments, rolling from one to the next;
+//   - encoded.go, record.go: records as producers encode them, the fields
+//     the store fills in, and how it reads and checks them;
+//   - preallocate.go, recycle.go: the next segment's blocks written before
+//     use, by zero-filling ahead or by reusing a retired segment;
+//   - consumequeue.go: the consume queues;
+//   - index.go: the key index (keys and UNIQ_KEY);
+//   - dedup.go: retries stored once, by their UNIQ_KEY within DedupWindow;
+//   - mmap.go: the memory-mapped files that queues and index live in;
+//   - read.go: reads through a queue (GetMessages), by offset and by key,
+//     each checked;
+//   - copy.go: a commitlog range read raw and appended raw, for a replica
+//     catching up from a peer;
+//   - checkpoint.go: how far the derived files are durable;
+//   - recovery.go: the scan and cut after a crash, and rebuilding the
+//     derived files;
+//   - flush.go: the background flusher and retention loops;
+//   - retention.go: deleting segments by age and by disk use;
+//   - errors.go: the errors callers tell apart (ErrCorrupt and the like).
+//
 // # Figures
 //
 // See README.md in this folder for the benchmarks, the command that runs
