@@ -127,7 +127,7 @@ func Start(cfg Config) (*Broker, error) {
 		store.Close()
 		return nil, err
 	}
-	b.proposer = proposer{node: b.node, calls: &b.calls, replicationError: b.replicationError}
+	b.proposer = proposer{apply: b.node.Apply, calls: &b.calls, replicationError: b.replicationError}
 	b.batcher = newBatcher(cfg, b.proposer, b.metrics)
 	unary, stream := b.serverInterceptors()
 	b.grpc = grpc.NewServer(
@@ -386,7 +386,9 @@ func (c *raftCalls) close() {
 // Raft's failures become the statuses a client gets. The batcher proposes
 // the send entries through it, and Broker.propose every other command.
 type proposer struct {
-	node             *cluster.RaftNode
+	// apply is the Raft member's (cluster.RaftNode.Apply); a fake in the
+	// batcher's unit tests.
+	apply            func(data []byte, timeout time.Duration) raft.ApplyFuture
 	calls            *raftCalls
 	replicationError func(error) error // Broker.replicationError
 }
@@ -397,7 +399,7 @@ func (p proposer) start(data []byte, timeout time.Duration) (raft.ApplyFuture, e
 	if !p.calls.begin() {
 		return nil, p.replicationError(raft.ErrRaftShutdown)
 	}
-	return p.node.Apply(data, timeout), nil
+	return p.apply(data, timeout), nil
 }
 
 // wait waits for f's answer, ends its call and maps Raft's error.

@@ -1,0 +1,270 @@
+package broker
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/raftmq/raftmq/message"
+	"github.com/raftmq/raftmq/storage"
+)
+
+// The batcher without a Raft group: a fake Raft member takes its entries
+// and answers each when the test lets it, so the tests see exactly which
+// sends share an entry and how many entries are in flight.
+
+// fakeRaft records every entry applied and holds its answer until let.
+type fakeRaft struct {
+	mu      sync.Mutex
+	entries []fakeEntry
+	applied chan int // the number of each entry applied, in order
+}
+
+type fakeEntry struct {
+	bodies []string
+	future *fakeFuture
+}
+
+type fakeFuture struct {
+	let  chan error // the answer: nil, or Raft's error
+	once sync.Once
+	err  error
+	n    int
+}
+
+func (f *fakeFuture) Error() error {
+	f.once.Do(func() { f.err = <-f.let })
+	return f.err
+}
+func (f *fakeFuture) Index() uint64 { return 0 }
+
+// Response is the state machine's: a result per record, in order.
+func (f *fakeFuture) Response() any {
+	res := &applyResult{results: make([]storage.AppendResult, f.n)}
+	for i := range res.results {
+		res.results[i].QueueOffset = int64(i)
+	}
+	return res
+}
+
+func newFakeRaft() *fakeRaft { return &fakeRaft{applied: make(chan int, 64)} }
+
+func (r *fakeRaft) apply(data []byte, _ time.Duration) raft.ApplyFuture {
+	var bodies []string
+	for b := data[1:]; len(b) > 0; {
+		size, _, err := message.Frame(b, false)
+		if err != nil {
+			panic(err)
+		}
+		// The batcher stamps the store time and leaves the CRC for the
+		// store to write (message.SetStoreTime): mend it on a copy.
+		c := append([]byte(nil), b[:size]...)
+		binary.BigEndian.PutUint32(c[8:], crc32.Checksum(c[12:], crc32.MakeTable(crc32.Castagnoli)))
+		rec, err := message.Decode(c)
+		if err != nil {
+			panic(err)
+		}
+		bodies = append(bodies, string(rec.Body))
+		b = b[size:]
+	}
+	f := &fakeFuture{let: make(chan error, 1), n: len(bodies)}
+	r.mu.Lock()
+	r.entries = append(r.entries, fakeEntry{bodies: bodies, future: f})
+	n := len(r.entries)
+	r.mu.Unlock()
+	r.applied <- n
+	return f
+}
+
+// next waits for the next entry applied and returns it.
+func (r *fakeRaft) next(t *testing.T) fakeEntry {
+	t.Helper()
+	select {
+	case n := <-r.applied:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.entries[n-1]
+	case <-time.After(5 * time.Second):
+		t.Fatal("no entry applied within 5 s")
+		return fakeEntry{}
+	}
+}
+
+func (r *fakeRaft) none(t *testing.T, within time.Duration) {
+	t.Helper()
+	select {
+	case n := <-r.applied:
+		t.Fatalf("entry %d applied, want none yet", n)
+	case <-time.After(within):
+	}
+}
+
+func newTestBatcher(t *testing.T, r *fakeRaft, tweak func(*Config)) *batcher {
+	cfg := Config{EntryMaxMessages: 1024, EntryMaxBytes: 4 << 20, MaxInflightEntries: 8, MaxPendingSends: 64, SendTimeout: time.Second}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	m := &metrics{
+		applySeconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "s"}),
+		applyMessages: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "m"}),
+	}
+	p := proposer{apply: r.apply, calls: &raftCalls{}, replicationError: func(err error) error { return fmt.Errorf("replication: %w", err) }}
+	return newBatcher(cfg, p, m)
+}
+
+func fakeRecords(t *testing.T, bodies ...string) []byte {
+	t.Helper()
+	var out []byte
+	for _, b := range bodies {
+		var err error
+		if out, err = message.Append(out, &message.Message{Topic: "t", Body: []byte(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+type sent struct {
+	res []storage.AppendResult
+	err error
+}
+
+// send submits bodies in the background; its outcome arrives on the
+// channel returned.
+func send(t *testing.T, bt *batcher, bodies ...string) <-chan sent {
+	out := make(chan sent, 1)
+	recs := fakeRecords(t, bodies...)
+	go func() {
+		res, err := bt.submit(context.Background(), recs, len(bodies))
+		out <- sent{res, err}
+	}()
+	return out
+}
+
+func outcome(t *testing.T, c <-chan sent) sent {
+	t.Helper()
+	select {
+	case s := <-c:
+		return s
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer within 5 s")
+		return sent{}
+	}
+}
+
+func startRun(t *testing.T, bt *batcher) context.CancelFunc {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { bt.run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return cancel
+}
+
+// A lone send proposes its own entry on its own goroutine: with the
+// batcher's loop not even running, it is applied and answered.
+func TestBatcherLoneSendGoesAlone(t *testing.T) {
+	r := newFakeRaft()
+	bt := newTestBatcher(t, r, nil)
+	c := send(t, bt, "a1", "a2")
+	e := r.next(t)
+	if fmt.Sprint(e.bodies) != "[a1 a2]" {
+		t.Fatalf("the lone send's entry holds %v", e.bodies)
+	}
+	e.future.let <- nil
+	if s := outcome(t, c); s.err != nil || len(s.res) != 2 {
+		t.Fatalf("the lone send: %d results, %v", len(s.res), s.err)
+	}
+	if bt.inflight.Load() != 0 {
+		t.Fatalf("%d entries in flight after the answer", bt.inflight.Load())
+	}
+}
+
+// While an entry is in flight, the sends that arrive wait and share the
+// next entry; each gets its own records' results.
+func TestBatcherMergesSendsWhileAnEntryIsInFlight(t *testing.T) {
+	r := newFakeRaft()
+	bt := newTestBatcher(t, r, nil)
+	startRun(t, bt)
+	first := send(t, bt, "a")
+	e1 := r.next(t)
+	waiting := []<-chan sent{send(t, bt, "b1", "b2"), send(t, bt, "c"), send(t, bt, "d1", "d2", "d3")}
+	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 3 })
+	r.none(t, 20*time.Millisecond) // one entry in flight: they wait
+	e1.future.let <- nil
+	if s := outcome(t, first); s.err != nil || len(s.res) != 1 {
+		t.Fatalf("the first send: %d results, %v", len(s.res), s.err)
+	}
+	e2 := r.next(t)
+	if len(e2.bodies) != 6 {
+		t.Fatalf("the next entry holds %v, want the three waiting sends' 6 messages", e2.bodies)
+	}
+	e2.future.let <- nil
+	for i, want := range []int{2, 1, 3} {
+		if s := outcome(t, waiting[i]); s.err != nil || len(s.res) != want {
+			t.Fatalf("waiting send %d: %d results, %v; want %d", i, len(s.res), s.err, want)
+		}
+	}
+}
+
+// Full entries go out beside the one in flight, up to MaxInflightEntries;
+// no more are in flight at once.
+func TestBatcherFullEntriesUpToTheInflightCap(t *testing.T) {
+	r := newFakeRaft()
+	bt := newTestBatcher(t, r, func(c *Config) { c.EntryMaxMessages = 2; c.MaxInflightEntries = 3 })
+	startRun(t, bt)
+	first := send(t, bt, "a")
+	e1 := r.next(t)
+	var rest []<-chan sent
+	for i := range 8 {
+		rest = append(rest, send(t, bt, fmt.Sprint("m", i)))
+	}
+	e2, e3 := r.next(t), r.next(t)
+	if len(e2.bodies) != 2 || len(e3.bodies) != 2 {
+		t.Fatalf("full entries beside the first hold %v and %v, want 2 messages each", e2.bodies, e3.bodies)
+	}
+	r.none(t, 20*time.Millisecond) // three in flight: the cap
+	if n := bt.inflight.Load(); n != 3 {
+		t.Fatalf("%d entries in flight, want 3", n)
+	}
+	e1.future.let <- nil
+	outcome(t, first)
+	e4 := r.next(t)
+	for _, e := range []fakeEntry{e2, e3, e4} {
+		e.future.let <- nil
+	}
+	e5 := r.next(t)
+	e5.future.let <- nil
+	for _, c := range rest {
+		if s := outcome(t, c); s.err != nil || len(s.res) != 1 {
+			t.Fatalf("a queued send: %d results, %v", len(s.res), s.err)
+		}
+	}
+}
+
+// Raft's failure of an entry reaches each of its senders, mapped; sends
+// still queued when the batcher stops are told it is shutting down.
+func TestBatcherFailuresReachEverySender(t *testing.T) {
+	r := newFakeRaft()
+	bt := newTestBatcher(t, r, nil)
+	stop := startRun(t, bt)
+	first := send(t, bt, "a")
+	e1 := r.next(t)
+	queued := send(t, bt, "b")
+	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 1 })
+	stop()
+	if s := outcome(t, queued); !errors.Is(s.err, errShuttingDown) {
+		t.Fatalf("a send queued at the stop: %v, want errShuttingDown", s.err)
+	}
+	e1.future.let <- raft.ErrLeadershipLost
+	if s := outcome(t, first); !errors.Is(s.err, raft.ErrLeadershipLost) || s.err.Error() != "replication: "+raft.ErrLeadershipLost.Error() {
+		t.Fatalf("the failed entry's sender: %v, want Raft's error mapped", s.err)
+	}
+}
