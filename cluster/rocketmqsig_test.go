@@ -16,7 +16,7 @@ import (
 )
 
 // signLikeRocketMQ signs as RocketMQ's clients do, written from their
-// description (shared/notes/security-patterns.md §4.1), not from
+// description (RocketMQ's acl module, AclClientRPCHook and AclUtils), not from
 // RocketMQSignature: AccessKey joins the fields, the values are
 // concatenated in the order of their names, the body follows, HMAC-SHA1,
 // base64. The Go client leaves SecurityToken out, Java's puts it in.

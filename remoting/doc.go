@@ -33,6 +33,7 @@
 //   - transaction.go: the end of a transaction (37), the check-back push
 //     (39), and the offset message id a half's send is answered with.
 //
-// What RocketMQ's clients send and expect is in
-// ../shared/notes/rocketmq-client-protocols.md, read from their sources.
+// What RocketMQ's clients send and expect was read from their sources
+// (apache/rocketmq-client-go v2, the Java client's remoting codes); each
+// file cites the part it follows.
 package remoting

@@ -10,7 +10,8 @@ import (
 
 // Route queries (code 105, GET_ROUTEINFO_BY_TOPIC; ext "topic") are
 // answered with RocketMQ's route JSON. What its clients rely on (from the
-// Go client v2's route decoder, ../shared/notes/rocketmq-client-protocols.md §2):
+// Go client v2's route decoder, apache/rocketmq-client-go internal/route.go,
+// TopicRouteData.decode):
 //   - brokerAddrs keyed by broker id, the master at id 0 (clients write
 //     only to id 0), present even when empty: the Go client cuts it with
 //     string surgery and panics on a missing one;
