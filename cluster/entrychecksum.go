@@ -25,9 +25,11 @@ import (
 //     stops, as on a failed write (LogFailer), with one error naming the
 //     segment file: its own log is damaged, and applying on would make its
 //     state differ from the others';
-//   - a leader reading an entry to send to a follower (checkedLog) treats a
-//     damaged one as compacted away: Raft sends the follower a snapshot
-//     (and the broker its commitlog copy) instead of spreading the damage.
+//   - a leader reading an entry to send to a follower (checkedLog) never
+//     sends a damaged one (Raft is told it is compacted away, and would
+//     send a snapshot instead) and stops (RaftNode.LogDamaged), so that a
+//     member whose log is sound takes over rather than the damage
+//     spreading.
 // Entries without a checksum (Raft's own, and those written before it)
 // are not checked.
 
