@@ -9,6 +9,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
+	"github.com/raftmq/raftmq/storage"
 )
 
 // service implements pb.BrokerServer over a Broker.
@@ -81,13 +82,14 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 		} else {
 			b.metrics.sendMessages.Inc()
 		}
-		out.Results[i] = &pb.SendResult{
-			MsgId:           message.FormatID(b.cfg.Group, r.Offset),
-			QueueOffset:     r.QueueOffset,
-			CommitlogOffset: r.Offset,
-		}
+		out.Results[i] = b.sendResult(r)
 	}
 	return out, nil
+}
+
+// sendResult is where a message was stored, as a send is answered.
+func (b *Broker) sendResult(r storage.AppendResult) *pb.SendResult {
+	return &pb.SendResult{MsgId: message.FormatID(b.cfg.Group, r.Offset), QueueOffset: r.QueueOffset, CommitlogOffset: r.Offset}
 }
 
 // sendRecords returns the send's messages as records in the commitlog's

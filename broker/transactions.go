@@ -117,8 +117,7 @@ func (b *Broker) endTransaction(ctx context.Context, req *pb.EndTransactionReque
 	b.metrics.transactionEnds.WithLabelValues(outcomeLabel(req.Outcome)).Inc()
 	resp := &pb.EndTransactionResponse{Outcome: req.Outcome}
 	if len(r.results) > 0 {
-		res := r.results[0]
-		resp.Committed = &pb.SendResult{MsgId: message.FormatID(b.cfg.Group, res.Offset), QueueOffset: res.QueueOffset, CommitlogOffset: res.Offset}
+		resp.Committed = b.sendResult(r.results[0])
 	}
 	return resp, nil
 }
@@ -180,16 +179,11 @@ func (b *Broker) committedResult(half message.Record) *pb.SendResult {
 	}
 	// The master's clock stamps both; a minute's slack covers a clock
 	// stepped back between the commit and now.
-	recs, err := b.store.QueryByKey(key, 8, half.StoreTime, time.Now().Add(time.Minute).UnixMilli())
-	if err != nil {
+	stored, ok := b.store.StoredWithKey(topic, key, half.StoreTime, time.Now().Add(time.Minute).UnixMilli())
+	if !ok {
 		return nil
 	}
-	for _, raw := range recs {
-		if r, err := message.Decode(raw); err == nil && r.Topic == topic && r.Properties[message.PropertyUniqKey] == key {
-			return &pb.SendResult{MsgId: message.FormatID(b.cfg.Group, r.Offset), QueueOffset: r.QueueOffset, CommitlogOffset: r.Offset}
-		}
-	}
-	return nil
+	return b.sendResult(stored)
 }
 
 // committedRecord is a half's message as a commit stores it: in its topic

@@ -70,6 +70,17 @@ func (s *Store) duplicates(records []byte, views []message.View) []dupRef {
 	return out
 }
 
+// StoredWithKey finds the newest stored record of topic with unique key
+// key and a store time in [begin, end] (unix ms): what a producer's retry
+// is answered with, and where a transaction's commit asked again stored
+// its message.
+func (s *Store) StoredWithKey(topic, key string, begin, end int64) (AppendResult, bool) {
+	if s.closed.Load() {
+		return AppendResult{}, false
+	}
+	return s.storedWithKey([]byte(topic), []byte(key), begin, end)
+}
+
 // storedWithKey finds the newest stored record of topic with unique key
 // key and a store time in [begin, end].
 func (s *Store) storedWithKey(topic, key []byte, begin, end int64) (AppendResult, bool) {
