@@ -73,14 +73,7 @@ func TestDamageFoundByAReadStopsTheReplica(t *testing.T) {
 			g.waitFailed(t, f, file, d.errText)
 			g.checkOneErrorLine(t, f, file, d.errText)
 			g.checkRefuses(t, f, "dmg")
-			// The others serve every message, and take new ones.
-			if _, _, err := g.sendRedirecting(m, oneMessage("dmg", 0, "after"), 5*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			resp, err = g.client(g.master()).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: "dmg", QueueOffset: 0, MaxMessages: 32})
-			if err != nil || len(resp.Records) != 11 {
-				t.Fatalf("the master's pull: %d records, %v; want 11", len(resp.GetRecords()), err)
-			}
+			g.servesWithout(t, m, "dmg", 10)
 		})
 	}
 }
@@ -252,13 +245,21 @@ func TestADamagedRaftLogEntryStopsTheReplica(t *testing.T) {
 	g.waitFailed(t, f, seg, "fails its checksum")
 	g.checkOneErrorLine(t, f, seg, "fails its checksum")
 	g.checkRefuses(t, f, "rle")
-	if _, _, err := g.sendRedirecting(m, oneMessage("rle", 0, "after"), 5*time.Second); err != nil {
+	g.servesWithout(t, m, "rle", 20)
+}
+
+// servesWithout checks that the group, a replica of it stopped by damage,
+// still serves the sent messages of topic's queue 0 and takes a new one
+// (sent through replica m, redirected to the master).
+func (g *faultyGroup) servesWithout(t *testing.T, m int, topic string, sent int) {
+	t.Helper()
+	if _, _, err := g.sendRedirecting(m, oneMessage(topic, 0, "after"), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := g.client(g.master()).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: "rle", QueueOffset: 0, MaxMessages: 32})
-	if err != nil || len(resp.Records) != 21 {
-		t.Fatalf("the master's pull: %d records, %v; want 21", len(resp.GetRecords()), err)
+	resp, err := g.client(g.master()).PullMessage(ctx, &pb.PullMessageRequest{ConsumerGroup: "cg", Topic: topic, QueueOffset: 0, MaxMessages: 32})
+	if err != nil || len(resp.Records) != sent+1 {
+		t.Fatalf("the master's pull: %d records, %v; want %d", len(resp.GetRecords()), err, sent+1)
 	}
 }
