@@ -116,7 +116,13 @@ func driveDrill(t *testing.T, c drillCluster, fault func(h *History)) *History {
 		}
 		consumers = append(consumers, pc)
 	}
-	settled(t, consumers, opts(client.WithGroup("drill-settle")))
+	reader, err := client.NewPullConsumer(opts(client.WithGroup("drill"))...) // the group's queues and offsets, no member
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader.Start()
+	defer reader.Shutdown()
+	settled(t, consumers, reader)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -160,7 +166,7 @@ func driveDrill(t *testing.T, c drillCluster, fault func(h *History)) *History {
 		}()
 	}
 	time.Sleep(time.Second) // load before the fault: a chosen moment, not a wait for a condition
-	h.InFlightAtFault(inFlight(t, h, opts(client.WithGroup("drill"))))
+	h.InFlightAtFault(inFlight(t, h, reader))
 	fault(h)
 	time.Sleep(time.Second) // load after it
 	halt()
@@ -174,14 +180,8 @@ func driveDrill(t *testing.T, c drillCluster, fault func(h *History)) *History {
 // fault, once counted such a duplicate when c2 joined after c1 had taken
 // every queue and begun. The drills measure faults, so the group starts
 // settled.
-func settled(t *testing.T, consumers []*client.PushConsumer, opts []client.Option) {
+func settled(t *testing.T, consumers []*client.PushConsumer, pc *client.PullConsumer) {
 	t.Helper()
-	pc, err := client.NewPullConsumer(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.Start()
-	defer pc.Shutdown()
 	clustertest.WaitFor(t, 30*time.Second, "the drill's consumers to split the queues", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -215,13 +215,7 @@ func settled(t *testing.T, consumers []*client.PushConsumer, opts []client.Optio
 // messages delivered beyond the group's committed offset (what a new
 // owner of the queue, or a consumer resuming after a master change, may
 // deliver again), summed. A queue whose offset cannot be read counts 0.
-func inFlight(t *testing.T, h *History, opts []client.Option) int {
-	pc, err := client.NewPullConsumer(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.Start()
-	defer pc.Shutdown()
+func inFlight(t *testing.T, h *History, pc *client.PullConsumer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	queues, err := pc.Queues(ctx, "drill")
