@@ -208,21 +208,6 @@ func (p *Producer) writeQueues(ctx context.Context, topic string) ([]writeQueue,
 	return out, nil
 }
 
-// otherReplica is a replica of the group other than addr, a different one
-// from attempt to attempt, or addr when the group has no other.
-func otherReplica(replicas []*pb.ReplicaInfo, addr string, attempt int) string {
-	var others []string
-	for _, r := range replicas {
-		if r.GrpcAddress != "" && r.GrpcAddress != addr {
-			others = append(others, r.GrpcAddress)
-		}
-	}
-	if len(others) == 0 {
-		return addr
-	}
-	return others[attempt%len(others)]
-}
-
 // send tries a batch on a queue (chosen by pick, or round robin avoiding
 // the group that failed last) and retries retriable failures within the
 // send timeout: a NOT_LEADER answer redirects to the master it names.
@@ -276,20 +261,11 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 				}
 			}
 			mq, addr = wq.MessageQueue, wq.master
-			switch {
-			case addr == "" && len(wq.replicas) > 0:
+			if addr == "" && len(wq.replicas) > 0 {
 				// The name servers know no master yet (gossip lags the
 				// election): ask a replica, whose NOT_LEADER answer names
 				// the master as soon as it knows it.
 				addr = wq.replicas[attempt%len(wq.replicas)].GrpcAddress
-			case addr != "" && p.faults.isolated(addr, time.Now()):
-				// The route still names a master that left a try without
-				// an answer: ask another replica, which is the new master
-				// or names it as soon as it knows it, sooner than the name
-				// servers hear of it. (Retrying the silent master cost a
-				// whole attempt timeout per try until they did: write gaps
-				// of 3.4 s in the master-cut-off drill.)
-				addr = otherReplica(wq.replicas, addr, attempt)
 			}
 		}
 		redirect = ""
