@@ -72,6 +72,7 @@ const eagerEntries = 1
 type sendReq struct {
 	records []byte
 	n       int
+	seq     sendSeq          // an idempotent producer's numbers (producer 0: none)
 	done    chan sendOutcome // buffered: the waiter may have left
 }
 
@@ -102,11 +103,11 @@ func newBatcher(cfg Config, p proposer, m *metrics) *batcher {
 // outcome or ctx. A lone send, with no entry in flight and none queued,
 // proposes its own entry from the caller's goroutine and waits for it
 // there (proposeAlone); any other is queued for run.
-func (bt *batcher) submit(ctx context.Context, records []byte, n int) ([]storage.AppendResult, error) {
+func (bt *batcher) submit(ctx context.Context, records []byte, n int, seq sendSeq) ([]storage.AppendResult, error) {
 	if bt.queued.Load() == 0 && bt.claim(eagerEntries) {
-		return bt.proposeAlone(records, n)
+		return bt.proposeAlone(&sendReq{records: records, n: n, seq: seq})
 	}
-	r := &sendReq{records: records, n: n, done: make(chan sendOutcome, 1)}
+	r := &sendReq{records: records, n: n, seq: seq, done: make(chan sendOutcome, 1)}
 	bt.queued.Add(1)
 	select {
 	case bt.reqs <- r:
@@ -241,12 +242,8 @@ func (e *entryBuild) all() []*sendReq {
 // propose applies one entry and, in the background, hands each sender its
 // part of the result.
 func (bt *batcher) propose(batch []*sendReq, n, bytes int) {
-	data := make([]byte, 1, 1+bytes)
-	data[0] = sendRecordsEntry
-	for _, r := range batch {
-		data = append(data, r.records...)
-	}
-	f, applied, err := bt.apply(data)
+	data, at := entryData(batch, bytes)
+	f, applied, err := bt.apply(data, at)
 	if err != nil {
 		for _, r := range batch {
 			r.done <- sendOutcome{err: err}
@@ -258,15 +255,35 @@ func (bt *batcher) propose(batch []*sendReq, n, bytes int) {
 		defer bt.wg.Done()
 		res, err := bt.outcome(f, n, applied)
 		i := 0
-		for _, r := range batch {
-			if err != nil {
+		for j, r := range batch {
+			switch {
+			case err != nil:
 				r.done <- sendOutcome{err: err}
-				continue
+			case res.refused != nil && res.refused[j] != nil:
+				r.done <- sendOutcome{err: res.refused[j]}
+			default:
+				r.done <- sendOutcome{results: res.results[i : i+r.n]}
 			}
-			r.done <- sendOutcome{results: res.results[i : i+r.n]}
 			i += r.n
 		}
 	}()
+}
+
+// entryData is the Raft entry of batch's sends (bytes of records in all),
+// and where its records begin: a sendRecordsEntry, or a sequencedEntry
+// when an idempotent producer's send is among them.
+func entryData(batch []*sendReq, bytes int) ([]byte, int) {
+	var data []byte
+	if sequenced(batch) {
+		data = appendSequencedHeader(make([]byte, 0, 32*len(batch)+bytes), batch)
+	} else {
+		data = append(make([]byte, 0, 1+bytes), sendRecordsEntry)
+	}
+	at := len(data)
+	for _, r := range batch {
+		data = append(data, r.records...)
+	}
+	return data, at
 }
 
 // proposeAlone applies an entry of one send's records and waits for it on
@@ -276,17 +293,19 @@ func (bt *batcher) propose(batch []*sendReq, n, bytes int) {
 // per message under one sync sender (go tool trace, 2026-12-02). It waits
 // past ctx if Raft does: Raft fails the entry when the master loses its
 // lease or stops, and only the one send holding the slot can wait so.
-func (bt *batcher) proposeAlone(records []byte, n int) ([]storage.AppendResult, error) {
-	data := make([]byte, 1, 1+len(records))
-	data[0] = sendRecordsEntry
-	data = append(data, records...)
-	f, applied, err := bt.apply(data)
+func (bt *batcher) proposeAlone(r *sendReq) ([]storage.AppendResult, error) {
+	batch := []*sendReq{r}
+	data, at := entryData(batch, len(r.records))
+	f, applied, err := bt.apply(data, at)
 	if err != nil {
 		return nil, err
 	}
-	res, err := bt.outcome(f, n, applied)
-	if err != nil {
+	res, err := bt.outcome(f, r.n, applied)
+	switch {
+	case err != nil:
 		return nil, err
+	case res.refused != nil && res.refused[0] != nil:
+		return nil, res.refused[0]
 	}
 	return res.results, nil
 }
@@ -294,8 +313,8 @@ func (bt *batcher) proposeAlone(records []byte, n int) ([]storage.AppendResult, 
 // apply stamps the entry's store time and hands it to Raft. The caller
 // holds an in-flight slot: on an error it is released here, otherwise by
 // outcome.
-func (bt *batcher) apply(data []byte) (raft.ApplyFuture, time.Time, error) {
-	if err := message.SetStoreTime(data[1:], time.Now().UnixMilli()); err != nil {
+func (bt *batcher) apply(data []byte, recordsAt int) (raft.ApplyFuture, time.Time, error) {
+	if err := message.SetStoreTime(data[recordsAt:], time.Now().UnixMilli()); err != nil {
 		bt.release()
 		return nil, time.Time{}, statusError(codes.Internal, pb.ErrorReason_STORE_ERROR, err.Error(), nil)
 	}

@@ -143,7 +143,7 @@ func send(t *testing.T, bt *batcher, bodies ...string) <-chan sent {
 	out := make(chan sent, 1)
 	recs := fakeRecords(t, bodies...)
 	go func() {
-		res, err := bt.submit(context.Background(), recs, len(bodies))
+		res, err := bt.submit(context.Background(), recs, len(bodies), sendSeq{})
 		out <- sent{res, err}
 	}()
 	return out

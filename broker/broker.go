@@ -43,13 +43,16 @@ type Broker struct {
 	grpc *grpc.Server
 	lis  net.Listener
 
-	batcher   *batcher
-	calls     raftCalls
-	proposer  proposer // Raft entries through node, counted in calls
-	holds     *holdService
-	offsets   *offsetCommitter
-	consumers *consumerTable
-	resets    *offsetResets // the master's notices of reset offsets (resets.go)
+	batcher  *batcher
+	calls    raftCalls
+	proposer proposer // Raft entries through node, counted in calls
+	holds    *holdService
+	// producerIDs counts the producer ids issued per connection
+	// (producers.go).
+	producerIDs *producerIDs
+	offsets     *offsetCommitter
+	consumers   *consumerTable
+	resets      *offsetResets // the master's notices of reset offsets (resets.go)
 	// checkStreams: the transactional producers' check-back streams open
 	// to this replica as master (checkstreams.go).
 	checkStreams *checkStreams
@@ -107,6 +110,8 @@ func Start(cfg Config) (*Broker, error) {
 		delays:       delays,
 		ladder:       ladderFor(cfg),
 	}
+	b.meta.producers = newProducerTable(cfg.DedupWindow.Milliseconds(), cfg.MaxProducers)
+	b.producerIDs = newProducerIDs(cfg.MaxProducersPerConn)
 	b.holds = newHoldService(cfg, store, b.master.Load)
 	b.clientConns = newClientConns()
 	b.consumers = newConsumerTable(cfg.ConsumerExpiry, func(group string) {
@@ -149,7 +154,7 @@ func Start(cfg Config) (*Broker, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Consumers leave their groups when their connection ends
 		// (clientconns.go).
-		grpc.StatsHandler(connTracker{ended: func(c *grpcConn) { b.connClosed(c) }}),
+		grpc.StatsHandler(connTracker{ended: func(c *grpcConn) { b.connClosed(c); b.producerIDs.closed(c) }}),
 	)
 	pb.RegisterBrokerServer(b.grpc, &service{b: b})
 

@@ -159,6 +159,16 @@ type Config struct {
 	// answered with the stored copy's id and offsets. Default 2 min, as
 	// NATS JetStream's duplicate window; negative disables.
 	DedupWindow time.Duration
+	// MaxProducers caps the idempotent producers the group remembers at
+	// once (producers.go): an InitProducer for a new id past it is
+	// refused until some fall silent for DedupWindow. Default 100000.
+	// Like DedupWindow, it must be the same on every replica of a group:
+	// the state machine decides by both.
+	MaxProducers int
+	// MaxProducersPerConn caps the producer ids one client connection may
+	// be issued (InitProducer), so that one client cannot take them all.
+	// Default 256.
+	MaxProducersPerConn int
 	// TransactionTimeout: a half message not committed or rolled back this
 	// long after it was stored is checked back: the master asks a producer
 	// of its group, on a check-back stream, for the outcome. Default 6 s,
@@ -234,6 +244,8 @@ func (c Config) withDefaults() (Config, error) {
 	defaults.IfZero(&c.ScheduleInterval, 100*time.Millisecond)
 	defaults.IfZero(&c.TimerHorizon, 7*24*time.Hour)
 	defaults.IfZero(&c.DedupWindow, 2*time.Minute)
+	defaults.IfZero(&c.MaxProducers, 100000)
+	defaults.IfZero(&c.MaxProducersPerConn, 256)
 	c.Store.DedupWindow = max(c.DedupWindow, 0)
 	defaults.IfZero(&c.TimerPrecision, 100*time.Millisecond)
 	defaults.IfZero(&c.TransactionTimeout, 6*time.Second)
@@ -262,7 +274,7 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.MaxBatchMessages < 1, c.EntryMaxMessages < 1, c.EntryMaxBytes < 1, c.MaxInflightEntries < 1,
 		c.MaxPendingSends < 1, c.PullMaxMessages < 1, c.PullMaxBytes < 1, c.MaxHeldPulls < 0, c.MaxMessageSize < 1,
-		c.MaxHeldPullsPerClient < 1, c.MaxConcurrentStreams < 1, c.MaxConnections < 1, c.MaxOffsetsPerCommit < 1,
+		c.MaxHeldPullsPerClient < 1, c.MaxConcurrentStreams < 1, c.MaxConnections < 1, c.MaxOffsetsPerCommit < 1, c.MaxProducers < 1, c.MaxProducersPerConn < 1,
 		c.TransactionCheckMax < 1, c.TransactionTimeout < 0, c.TransactionCheckInterval < 0:
 		return c, errors.New("broker: limits must be positive")
 	case c.EntryMaxBytes < c.MaxMessageSize:

@@ -56,38 +56,44 @@ func TestARepeatedSendIsStoredOnce(t *testing.T) {
 }
 
 // A send repeated on the new master after the old one was killed (SIGKILL)
-// is answered with the copies the old master stored.
+// is answered with the copies the old master stored: known by its unique
+// keys, or by its producer id and sequence (producers.go).
 func TestASendRetriedAcrossAMasterKillIsStoredOnce(t *testing.T) {
-	g := makeGroup(t, 3, true, nil)
-	g.createTopic("once", 1)
-	m := g.master()
-	var reqs []*pb.SendMessageRequest
-	var acks []*pb.SendMessageResponse
-	for i := range 20 {
-		req := &pb.SendMessageRequest{Topic: "once", Records: records(t, "once", 0, fmt.Sprint("x", i), fmt.Sprint("y", i))}
-		resp, _, err := g.sendRedirecting(m, req, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reqs, acks = append(reqs, req), append(acks, resp)
-	}
-	g.procs[m].Process.Signal(syscall.SIGKILL)
-	g.procs[m].Wait()
-	g.procs[m] = nil
-	for i, req := range reqs {
-		resp, _, err := g.sendRedirecting((m+1)%3, req, 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for j, r := range resp.Results {
-			if r.MsgId != acks[i].Results[j].MsgId {
-				t.Fatalf("send %d retried: message %d answered %s, stored as %s", i, j, r.MsgId, acks[i].Results[j].MsgId)
+	for _, numbered := range []bool{false, true} {
+		t.Run(map[bool]string{false: "keys", true: "producer ids"}[numbered], func(t *testing.T) {
+			g := makeGroup(t, 3, true, nil)
+			g.createTopic("once", 1)
+			m := g.master()
+			var producer int64
+			if numbered {
+				producer = g.initProducer(m, "once", 0).ProducerId
 			}
-		}
+			var reqs []*pb.SendMessageRequest
+			var acks []*pb.SendMessageResponse
+			for i := range 20 {
+				req := &pb.SendMessageRequest{Topic: "once", Records: records(t, "once", 0, fmt.Sprint("x", i), fmt.Sprint("y", i)),
+					ProducerId: producer, Sequence: int64(2 * i)}
+				resp, _, err := g.sendRedirecting(m, req, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				reqs, acks = append(reqs, req), append(acks, resp)
+			}
+			g.procs[m].Process.Signal(syscall.SIGKILL)
+			g.procs[m].Wait()
+			g.procs[m] = nil
+			for i, req := range reqs {
+				resp, _, err := g.sendRedirecting((m+1)%3, req, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sameResults(t, fmt.Sprint("send ", i, " retried"), resp, acks[i])
+			}
+			g.start(m)
+			if got := len(g.pullRecords(g.master(), "once", 0)); got != 40 {
+				t.Fatalf("%d messages stored, want 40", got)
+			}
+			g.checkIdentical(nil)
+		})
 	}
-	g.start(m)
-	if got := g.pullRecords(g.master(), "once", 0); len(got) != 40 {
-		t.Fatalf("%d messages stored, want 40", len(got))
-	}
-	g.checkIdentical(nil)
 }

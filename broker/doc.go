@@ -65,17 +65,26 @@
 //     time, and every replica's state machine appends those bytes
 //     (sendRecordsEntry in fsm.go). Sends of protobuf messages (older
 //     producers, raftmq's own tools) are encoded by the send service, once.
-//   - A producer's retry is stored once: the send service marks what
-//     producers send (message.SysFlagDedup), and every replica's store
-//     answers a marked record whose UNIQ_KEY it holds on the same topic
-//     from the last DedupWindow (2 min) with the stored copy instead of
-//     appending it
-//     (storage/dedup.go), so the retry's ack names the first copy. Keys,
-//     not Kafka's producer ids and sequences: RocketMQ's clients already
-//     give every message a unique key and keep it on a retry, so their
-//     retries are deduplicated too, and no producer state is replicated.
-//     What the broker writes itself (send-backs, moved timers) keeps its
-//     first copy's key and is not marked.
+//   - A producer's retry is stored once, two ways. raftmq's SDK is an
+//     idempotent producer, as Kafka's (KIP-98): the group issues it an id
+//     and an epoch (InitProducer, a Raft entry), it numbers its messages
+//     per queue, and every replica's state machine keeps, per producer and
+//     queue, the highest sequence stored and a bitmap of the 256 below it
+//     (producers.go); a send whose numbers are all stored is a retry, and
+//     is answered with the first copy (found by its unique keys), one
+//     partly stored is refused. Unlike Kafka's, sequences need not come in
+//     order (a producer shared by goroutines sends them in any order), so
+//     the table refuses nothing for a gap. RocketMQ's clients send no ids
+//     but a unique key (UNIQ_KEY) on every message, kept on a retry: the
+//     send service marks their sends (message.SysFlagDedup), and every
+//     replica's store answers a marked record whose key it holds on the
+//     same topic from the last DedupWindow (2 min) with the stored copy
+//     (storage/dedup.go). Below a queue's sequence window the keys decide
+//     for numbered sends too. What the broker writes itself (send-backs,
+//     moved timers) keeps its first copy's key and is not marked. A
+//     producer silent for DedupWindow is forgotten, by the store times in
+//     the log rather than a replica's clock, so that every replica
+//     forgets alike; the table is in the snapshot.
 //   - Group commit keeps one entry in flight, and more only when they
 //     are full (batcher.go says why).
 //   - A replica whose store fails (a write or fdatasync error, a full disk)

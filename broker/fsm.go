@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -113,6 +114,16 @@ type applyResult struct {
 	results []storage.AppendResult
 	err     error
 	ended   []bool // a transaction update: which of its ends applied
+	// refused: a sequenced entry's sends the producer table refused (by
+	// their place in the entry), nil when none was.
+	refused []error
+	// producer: what an InitProducer issued, or why it did not (err is
+	// for store failures only).
+	producer struct {
+		id      int64
+		epoch   int32
+		refused error
+	}
 }
 
 func (f *fsm) Apply(l *raft.Log) any {
@@ -130,6 +141,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 			return &applyResult{}
 		}
 		return f.applyRecords(l.Index, l.Data[1:])
+	}
+	if len(l.Data) > 0 && l.Data[0] == sequencedEntry {
+		return f.applySequenced(l.Index, l.Data[1:])
 	}
 	var cmd pb.RaftCommand
 	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
@@ -174,6 +188,10 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.meta.announce(c.Announce)
 	case *pb.RaftCommand_Transactions:
 		return f.applyTransactions(l.Index, c.Transactions, fresh)
+	case *pb.RaftCommand_InitProducer:
+		r := &applyResult{}
+		r.producer.id, r.producer.epoch, r.producer.refused = f.meta.producers.init(c.InitProducer.ProducerId, c.InitProducer.StoreTimestamp)
+		return r
 	default:
 		f.log.Error("unknown raft command", "index", l.Index)
 	}
@@ -216,6 +234,119 @@ func (f *fsm) applyRecords(index uint64, records []byte) *applyResult {
 	return f.stored(f.store.AppendRecords(index, records))
 }
 
+// applySequenced applies a sequenced entry (sendentry.go): the producer
+// table decides each idempotent producer's send (producers.go), on every
+// replica and at every replay alike, and the sends it does not find
+// stored are appended. The table's decisions depend on nothing but the
+// table and the entry; what only a fresh entry does, answering a retry
+// with its stored copies and letting the unique keys decide below the
+// sequence window, changes no state but the store, so a replay that skips
+// the store rebuilds the same table.
+func (f *fsm) applySequenced(index uint64, data []byte) *applyResult {
+	sends, records, err := decodeSequenced(data)
+	var parts [][]byte
+	if err == nil {
+		parts, err = splitSends(sends, records)
+	}
+	if err != nil {
+		f.log.Error("undecodable raft entry", "index", index, "err", err)
+		return &applyResult{err: fmt.Errorf("broker: raft entry %d: %w", index, err)}
+	}
+	now := message.HeaderStoreTime(records)
+	verdicts := make([]seqVerdict, len(sends))
+	for i, s := range sends {
+		if s.producer != 0 {
+			verdicts[i] = f.meta.producers.sequence(now, s)
+		}
+	}
+	if index <= f.store.LastRaftIndex() {
+		return &applyResult{}
+	}
+	return f.appendSequenced(index, now, verdicts, sends, parts)
+}
+
+// appendSequenced appends the sends of a sequenced entry the table let
+// through, and answers every send: its copies' offsets, the stored
+// copies' for a retry (found by their unique keys after the append, so a
+// retry that came in the same entry as its first copy finds it too), or
+// why it was refused.
+func (f *fsm) appendSequenced(index uint64, now int64, verdicts []seqVerdict, sends []sendSeq, parts [][]byte) *applyResult {
+	out := &applyResult{}
+	kept := make([]bool, len(sends))
+	var records []byte
+	for i, v := range verdicts {
+		switch v {
+		case seqOld: // below the window: stored unless a copy has its keys
+			_, kept[i] = f.storedCopies(now, parts[i])
+			kept[i] = !kept[i]
+		case seqNew:
+			kept[i] = true
+		}
+		if kept[i] {
+			records = append(records, parts[i]...)
+		}
+	}
+	var res []storage.AppendResult
+	if len(records) > 0 {
+		r := f.stored(f.store.AppendRecords(index, records))
+		if r.err != nil {
+			return r
+		}
+		res = r.results
+	} else if err := f.store.SkipRaftIndex(index); err != nil {
+		return &applyResult{err: f.fail(err)}
+	}
+	for i, v := range verdicts {
+		n := sends[i].n
+		if kept[i] {
+			out.results, res = append(out.results, res[:n]...), res[n:]
+			continue
+		}
+		copies, found := f.storedCopies(now, parts[i])
+		switch {
+		case v == seqStored && !found:
+			out.refuse(i, len(sends), statusError(codes.AlreadyExists, pb.ErrorReason_SEQUENCE_STORED,
+				"stored before; its records carry no unique key to find the copies by", nil))
+		case v == seqStored || v == seqOld:
+			out.results = append(out.results, copies...)
+			continue
+		default:
+			out.refuse(i, len(sends), v.refusal(sends[i]))
+		}
+		out.results = append(out.results, make([]storage.AppendResult, n)...) // the batcher answers with the error
+	}
+	return out
+}
+
+// refuse records that send i of n was refused with err.
+func (r *applyResult) refuse(i, n int, err error) {
+	if r.refused == nil {
+		r.refused = make([]error, n)
+	}
+	r.refused[i] = err
+}
+
+// storedCopies finds, by their unique keys, the stored copies of a retried
+// send's records (from the last dedup window), and whether every one was
+// found.
+func (f *fsm) storedCopies(now int64, records []byte) ([]storage.AppendResult, bool) {
+	var out []storage.AppendResult
+	window := f.meta.producers.window
+	for p := 0; p < len(records); {
+		size, v, err := message.Frame(records[p:], true)
+		if err != nil || len(v.UniqKey) == 0 {
+			return nil, false
+		}
+		c, ok := f.store.StoredWithKey(string(v.Topic), string(v.UniqKey), now-window, now)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, c)
+		p += size
+	}
+	return out, true
+}
+
 // stored is the outcome of an append to the store.
 func (f *fsm) stored(res []storage.AppendResult, err error) *applyResult {
 	if err != nil {
@@ -238,7 +369,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if sf := f.failed(); sf != nil {
 		return nil, sf
 	}
-	s := &pb.BrokerSnapshot{StoreRaftIndex: f.store.LastRaftIndex()}
+	s := &pb.BrokerSnapshot{StoreRaftIndex: f.store.WrittenRaftIndex()}
 	_, s.CommitlogMaxOffset = f.store.CommitlogOffsets()
 	f.meta.snapshot(s)
 	return &fsmSnapshot{snap: s, store: f.store}, nil

@@ -28,16 +28,21 @@ type metadata struct {
 	replicas      map[int32]string // replica id -> gRPC address, from master announcements
 	schedule      map[int32]int64  // delay level -> next offset of its schedule queue
 	halves        *halfTable       // transactional half messages (its own lock)
+	// producers: idempotent producers' sequences (its own lock). The
+	// broker replaces the empty one with one of its configured window and
+	// cap before it starts.
+	producers *producerTable
 }
 
 func newMetadata() *metadata {
 	return &metadata{
-		topics:   map[string]*pb.TopicConfig{},
-		groups:   map[string]*pb.SubscriptionGroupConfig{},
-		offsets:  map[offsetKey]int64{},
-		replicas: map[int32]string{},
-		schedule: map[int32]int64{},
-		halves:   newHalfTable(),
+		topics:    map[string]*pb.TopicConfig{},
+		groups:    map[string]*pb.SubscriptionGroupConfig{},
+		offsets:   map[offsetKey]int64{},
+		replicas:  map[int32]string{},
+		schedule:  map[int32]int64{},
+		halves:    newHalfTable(),
+		producers: newProducerTable(0, 0),
 	}
 }
 
@@ -209,6 +214,7 @@ func (m *metadata) snapshot(s *pb.BrokerSnapshot) {
 		s.ScheduleOffsets[level] = off
 	}
 	s.Transactions = m.halves.snapshot()
+	s.Producers = m.producers.snapshot()
 }
 
 // restore replaces the metadata with a snapshot's.
@@ -233,6 +239,7 @@ func (m *metadata) restore(s *pb.BrokerSnapshot) {
 		fresh.schedule[level] = off
 	}
 	m.halves.restore(s.Transactions)
+	m.producers.restore(s.Producers)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.topics, m.topicsVersion, m.groups, m.offsets, m.replicas, m.schedule = fresh.topics, fresh.topicsVersion, fresh.groups, fresh.offsets, fresh.replicas, fresh.schedule

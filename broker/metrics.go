@@ -108,6 +108,9 @@ func newMetrics(b *Broker) *metrics {
 		_, end := b.store.QueueOffsets(message.TransHalfTopic, 0)
 		return float64(b.meta.halves.open(end))
 	})
+	gauge("raftmq_producers", "Idempotent producers the group remembers the sequences of (MaxProducers caps it).", func() float64 {
+		return float64(b.meta.producers.size())
+	})
 	m.reg.MustRegister(lagCollector{meta: b.meta, queues: b.store, labels: labels})
 	m.reg.MustRegister(m.transactionChecks, m.transactionEnds)
 	m.reg.MustRegister(m.sendMessages, m.sendDuplicates, m.sendSeconds, m.pulls, m.pullSeconds, m.applySeconds, m.applyMessages,

@@ -221,7 +221,7 @@ func (s *service) ConsumerSendBack(ctx context.Context, req *pb.ConsumerSendBack
 	}
 	sctx, cancel := context.WithTimeout(ctx, b.cfg.SendTimeout)
 	defer cancel()
-	if _, err := b.batcher.submit(sctx, record, 1); err != nil {
+	if _, err := b.batcher.submit(sctx, record, 1, sendSeq{}); err != nil {
 		return nil, err
 	}
 	return &pb.ConsumerSendBackResponse{}, nil

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -51,11 +52,18 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	if req.QueueId < 0 || req.QueueId >= topic.WriteQueues {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("queue id %d out of range [0, %d) of topic %s", req.QueueId, topic.WriteQueues, req.Topic))
 	}
+	seq, err := s.sendSequence(req)
+	if err != nil {
+		return nil, err
+	}
 	records, n, err := s.sendRecords(req)
 	if err != nil {
 		return nil, err
 	}
-	if b.cfg.DedupWindow > 0 {
+	seq.n = n
+	if b.cfg.DedupWindow > 0 && seq.producer == 0 {
+		// A producer without an id is deduplicated by its unique keys;
+		// one with an id by its sequences (producers.go).
 		if err := message.MarkDedup(records); err != nil {
 			return nil, storeError(err)
 		}
@@ -70,7 +78,7 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := b.batcher.submit(ctx, records, n)
+	res, err := b.batcher.submit(ctx, records, n, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +93,52 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 		out.Results[i] = b.sendResult(r)
 	}
 	return out, nil
+}
+
+// sendSequence is what the send says of an idempotent producer, checked;
+// producer 0 when it is none's, or when deduplication is off.
+func (s *service) sendSequence(req *pb.SendMessageRequest) (sendSeq, error) {
+	switch {
+	case req.ProducerId == 0 || s.b.cfg.DedupWindow <= 0:
+		return sendSeq{}, nil
+	case req.ProducerId < 0 || req.ProducerEpoch < 0 || req.Sequence < 0:
+		return sendSeq{}, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("producer id %d, epoch %d and sequence %d must not be negative", req.ProducerId, req.ProducerEpoch, req.Sequence))
+	}
+	return sendSeq{producer: req.ProducerId, epoch: req.ProducerEpoch, first: req.Sequence, topic: req.Topic, queue: req.QueueId}, nil
+}
+
+// InitProducer issues an idempotent producer an id on this group, or a
+// new epoch of its id (producers.go), through Raft.
+func (s *service) InitProducer(ctx context.Context, req *pb.InitProducerRequest) (*pb.InitProducerResponse, error) {
+	b := s.b
+	if err := b.requireMaster(); err != nil {
+		return nil, err
+	}
+	switch {
+	case !validName(req.Topic):
+		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("topic %q must match %s", req.Topic, message.TopicRule))
+	case req.ProducerId < 0:
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("producer id %d is negative", req.ProducerId))
+	case b.cfg.DedupWindow <= 0:
+		return nil, statusError(codes.FailedPrecondition, pb.ErrorReason_ILLEGAL_ARGUMENT, "deduplication is off on this broker (--dedup-window off)", nil)
+	}
+	conn := grpcConnOf(ctx)
+	if req.ProducerId == 0 && !b.producerIDs.take(conn) {
+		return nil, statusError(codes.ResourceExhausted, pb.ErrorReason_TOO_MANY_REQUESTS,
+			fmt.Sprintf("this connection was issued %d producer ids, the limit", b.cfg.MaxProducersPerConn), nil)
+	}
+	res, err := b.propose(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_InitProducer{InitProducer: &pb.InitProducer{
+		ProducerId: req.ProducerId, StoreTimestamp: time.Now().UnixMilli()}}})
+	switch {
+	case err != nil:
+		return nil, err
+	case errors.Is(res.producer.refused, errTooManyProducers):
+		return nil, statusError(codes.ResourceExhausted, pb.ErrorReason_TOO_MANY_REQUESTS, res.producer.refused.Error(), nil)
+	case res.producer.refused != nil:
+		return nil, statusError(codes.FailedPrecondition, pb.ErrorReason_UNKNOWN_PRODUCER, res.producer.refused.Error(), nil)
+	}
+	return &pb.InitProducerResponse{Group: b.cfg.Group, ProducerId: res.producer.id, ProducerEpoch: res.producer.epoch,
+		WindowMs: b.cfg.DedupWindow.Milliseconds()}, nil
 }
 
 // sendResult is where a message was stored, as a send is answered.

@@ -22,6 +22,8 @@
 //   - producer.go: the Producer: sends, queue selection, retries (a try
 //     with an unknown outcome retried on its queue, for the broker's
 //     deduplication);
+//   - sequencer.go: the idempotent producer's id and epoch on each group
+//     and its sequence on each queue, which a send keeps on every try;
 //   - transaction.go: the TransactionProducer: half messages, their
 //     commit or rollback, and the check-back streams it keeps open to the
 //     masters, answered by its listener;
@@ -66,6 +68,7 @@ type options struct {
 	faultIsolation    time.Duration
 	retries           int
 	idempotentRetries bool // WithIdempotentRetries
+	producerIDs       bool // WithProducerIDs
 	routeRefresh      time.Duration
 	maxMessageSize    int
 	group             string
@@ -84,6 +87,7 @@ func defaultOptions() options {
 		faultIsolation:    5 * time.Second,
 		retries:           2,
 		idempotentRetries: true,
+		producerIDs:       true,
 		routeRefresh:      30 * time.Second,
 		maxMessageSize:    4 << 20,
 		logger:            slog.Default(),
@@ -148,6 +152,15 @@ func WithRetries(n int) Option { return func(o *options) { o.retries = n } }
 // RocketMQ's producer does, at the price of a duplicate when the first
 // try was stored.
 func WithIdempotentRetries(on bool) Option { return func(o *options) { o.idempotentRetries = on } }
+
+// WithProducerIDs: with idempotent retries, the producer asks each broker
+// group for a producer id and numbers its messages per queue, and the
+// group knows a retry by its numbers (Kafka's idempotent producer) rather
+// than by looking its unique keys up: cheaper for the broker, and it also
+// refuses a send of an older instance of the producer (PRODUCER_FENCED).
+// A group that issues no ids (an older broker, deduplication off) gets
+// the unique keys alone. Default true.
+func WithProducerIDs(on bool) Option { return func(o *options) { o.producerIDs = on } }
 
 // WithRouteRefresh sets how long a cached route is used. Default 30 s.
 func WithRouteRefresh(d time.Duration) Option { return func(o *options) { o.routeRefresh = d } }

@@ -23,6 +23,7 @@ import (
 type Producer struct {
 	opts   options
 	r      *router
+	seqs   *sequencer    // nil without WithIdempotentRetries
 	rr     atomic.Uint64 // round-robin position over a topic's queues
 	faults *brokerFaults
 	state  lifecycle
@@ -47,7 +48,11 @@ func NewProducer(opts ...Option) (*Producer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Producer{opts: o, r: newRouter(o), faults: newBrokerFaults(o.faultIsolation)}, nil
+	p := &Producer{opts: o, r: newRouter(o), faults: newBrokerFaults(o.faultIsolation)}
+	if o.idempotentRetries && o.producerIDs {
+		p.seqs = newSequencer()
+	}
+	return p, nil
 }
 
 // Start readies the producer. It may be called once.
@@ -243,6 +248,7 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 		redirect  string
 		redirectQ MessageQueue
 		stay      *MessageQueue // the queue of a try with an unknown outcome
+		numbers   *seqAssign    // the send's producer id and sequence on its queue (sequencer.go)
 	)
 	for attempt := 0; attempt <= p.opts.retries && ctx.Err() == nil; attempt++ {
 		var mq MessageQueue
@@ -290,6 +296,13 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 			actx, acancel = context.WithTimeout(ctx, p.opts.attemptTimeout)
 			req.TimeoutMs = p.opts.attemptTimeout.Milliseconds()
 		}
+		if p.seqs != nil && (numbers == nil || numbers.mq != mq) {
+			a := p.seqs.assign(actx, b, mq, len(msgs))
+			numbers = &a
+		}
+		if numbers != nil {
+			req.ProducerId, req.ProducerEpoch, req.Sequence = numbers.id, numbers.epoch, numbers.first
+		}
 		resp, err := b.SendMessage(actx, req)
 		acancel()
 		if err == nil {
@@ -300,10 +313,17 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 			return out, nil
 		}
 		lastErr = err
+		reason, meta := pb.ReasonOf(err)
+		if reason == pb.ErrorReason_UNKNOWN_PRODUCER && numbers != nil {
+			// The group forgot the id (a silence longer than its window)
+			// and refused the send: not stored, so numbered anew.
+			p.seqs.forgetID(mq.Group, numbers.id)
+			numbers = nil
+			continue
+		}
 		if !retriable(err) {
 			return nil, err
 		}
-		reason, meta := pb.ReasonOf(err)
 		unknown := reason == pb.ErrorReason_TIMEOUT
 		if c := status.Code(err); c == codes.DeadlineExceeded || c == codes.Unavailable {
 			p.faults.mark(addr, time.Now()) // no answer: steer round-robin sends elsewhere for a while

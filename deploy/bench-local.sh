@@ -44,7 +44,9 @@
 #              listener, mutual TLS on the Raft transport, encrypted gossip, and the bench
 #              clients over TLS (what TLS costs: run once with and once without)
 # Environment: RAFTMQ_BENCH_PORT (default 29900) moves the port range; RAFTMQ_BENCH_BROKER_FLAGS
-# adds flags to every broker (e.g. "--preallocate-ahead off" to compare the zeroer).
+# adds flags to every broker (e.g. "--preallocate-ahead off" to compare the zeroer);
+# RAFTMQ_BENCH_FLAGS adds flags to every raftmq bench (e.g. "--producer-ids=false" to compare
+# deduplication by unique key alone with producer ids and sequences).
 # Every process it starts is stopped when it exits, also on failure and Ctrl-C.
 set -euo pipefail
 
@@ -86,6 +88,7 @@ git -C "$root" diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
 
 base=${RAFTMQ_BENCH_PORT:-29900}
 read -r -a broker_extra <<<"${RAFTMQ_BENCH_BROKER_FLAGS:-}"
+read -r -a bench_extra <<<"${RAFTMQ_BENCH_FLAGS:-}"
 [ "$profile" = 1 ] && broker_extra+=(--pprof)
 ns_addr=127.0.0.1:$base
 peers="1=127.0.0.1:$((base + 21)),2=127.0.0.1:$((base + 22)),3=127.0.0.1:$((base + 23))"
@@ -347,7 +350,7 @@ master_deltas() {
 bench() {
 	local d=$1 name=$2 tmo=$3 before after
 	shift 3
-	local -a tool=("$bin" bench) flags=(--json)
+	local -a tool=("$bin" bench) flags=(--json ${bench_extra[@]+"${bench_extra[@]}"})
 	[[ $name == rmq.* ]] && tool=("$rmqbin") flags=()
 	say "  $name: ${tool[*]##*/} $*"
 	[ "$profile" = 1 ] && [ "$name" = "$profile_bench" ] && start_profile "$d"

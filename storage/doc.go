@@ -103,7 +103,8 @@
 //   - config.go: its configuration with the documented defaults;
 //   - commitlog.go: the segments, rolling from one to the next;
 //   - encoded.go, record.go: records as producers encode them, the fields
-//     the store fills in, and how it reads and checks them;
+//     the store fills in, and how it reads and checks them; a Raft entry
+//     applied with nothing to append (SkipRaftIndex: only retries);
 //   - preallocate.go, recycle.go: the next segment's blocks written before
 //     use, by zero-filling ahead or by reusing a retired segment;
 //   - consumequeue.go: the consume queues;

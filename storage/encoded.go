@@ -64,14 +64,10 @@ func (s *Store) frame(b []byte, withKeys bool) (int, message.View, error) {
 func (s *Store) AppendRecords(raftIndex uint64, records []byte) ([]AppendResult, error) {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	switch {
-	case s.closed.Load():
-		return nil, ErrClosed
-	case s.Err() != nil:
-		return nil, s.errFailed()
-	case raftIndex <= s.lastRaftIndex:
-		return nil, fmt.Errorf("%w: %d <= %d", ErrStaleRaftIndex, raftIndex, s.lastRaftIndex)
-	case len(records) == 0:
+	if err := s.appendable(raftIndex); err != nil {
+		return nil, err
+	}
+	if len(records) == 0 {
 		return nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
 	}
 	views, results := s.views[:0], make([]AppendResult, 0, 16)
@@ -91,6 +87,36 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte) ([]AppendResult,
 		}
 	}
 	return s.appendFramed(raftIndex, records, views, results)
+}
+
+// SkipRaftIndex counts Raft entry raftIndex applied with nothing to
+// append (every send in it a producer's retry, answered with the stored
+// copies): the next append must come from a later entry. Like a batch of
+// duplicates only, it writes nothing; a restart applies the entry again,
+// and finds the same.
+func (s *Store) SkipRaftIndex(raftIndex uint64) error {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if err := s.appendable(raftIndex); err != nil {
+		return err
+	}
+	s.lastRaftIndex = raftIndex
+	return nil
+}
+
+// appendable says why Raft entry raftIndex cannot be applied now, if it
+// cannot: the store is closed or failed, or holds that entry already.
+// The caller holds appendMu.
+func (s *Store) appendable(raftIndex uint64) error {
+	switch {
+	case s.closed.Load():
+		return ErrClosed
+	case s.Err() != nil:
+		return s.errFailed()
+	case raftIndex <= s.lastRaftIndex:
+		return fmt.Errorf("%w: %d <= %d", ErrStaleRaftIndex, raftIndex, s.lastRaftIndex)
+	}
+	return nil
 }
 
 // appendFramed places and writes framed records as the batch of Raft entry

@@ -118,3 +118,33 @@ func TestAppendRecordsRefusesWhatIsNotARecord(t *testing.T) {
 	}
 	checkQueues(t, s, 4)
 }
+
+// An entry applied with nothing to append counts as applied (a later
+// append must come from a later entry) but is not written: the store
+// says so (WrittenRaftIndex, what a snapshot may claim), and a restart
+// recovers the last entry written.
+func TestSkipRaftIndex(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	s := openStore(t, cfg)
+	appendBatches(t, s, 1, 3)
+	if err := s.SkipRaftIndex(5); err != nil {
+		t.Fatal(err)
+	}
+	if got, written := s.LastRaftIndex(), s.WrittenRaftIndex(); got != 5 || written != 3 {
+		t.Fatalf("after skipping 5: last %d, written %d; want 5, 3", got, written)
+	}
+	if err := s.SkipRaftIndex(5); !errors.Is(err, ErrStaleRaftIndex) {
+		t.Fatalf("skipping 5 again: %v", err)
+	}
+	if _, err := s.Append(4, batchFor(4)); !errors.Is(err, ErrStaleRaftIndex) {
+		t.Fatalf("appending 4 after 5 was skipped: %v", err)
+	}
+	s.crash()
+	s = openStore(t, cfg)
+	defer s.Close()
+	if got, written := s.LastRaftIndex(), s.WrittenRaftIndex(); got != 3 || written != 3 {
+		t.Fatalf("restarted: last %d, written %d; want 3, 3", got, written)
+	}
+	appendBatches(t, s, 4, 6)
+	checkHolds(t, s, 6)
+}

@@ -457,8 +457,18 @@ func (s *Store) errFailed() error {
 	return nil
 }
 
-// LastRaftIndex is the Raft index of the last batch the store holds. After
-// a restart the state machine skips entries at or below it.
+// WrittenRaftIndex is the Raft index of the last batch written to the
+// commitlog: what a restart recovers as LastRaftIndex, and so what a
+// snapshot may say the store holds. It is below LastRaftIndex after
+// entries that wrote nothing (only retries: SkipRaftIndex, or a batch of
+// duplicates); a snapshot saying LastRaftIndex then would find, after a
+// restart, the store behind it, and ask a peer for a commitlog it has.
+func (s *Store) WrittenRaftIndex() uint64 {
+	return s.dispatched.Load().raftIndex
+}
+
+// LastRaftIndex is the Raft index of the last entry the store applied.
+// After a restart the state machine skips entries at or below it.
 func (s *Store) LastRaftIndex() uint64 {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()

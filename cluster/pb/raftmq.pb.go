@@ -52,6 +52,10 @@ const (
 	ErrorReason_TOPIC_EXISTS             ErrorReason = 13
 	ErrorReason_MEMBERSHIP_CONFLICT      ErrorReason = 14 // a replica id or address already taken, or a change the group cannot make
 	ErrorReason_TRANSACTION_ENDED        ErrorReason = 15 // the half message was committed or rolled back already, the other way (or long ago)
+	ErrorReason_PRODUCER_FENCED          ErrorReason = 16 // a send or init with a producer epoch older than the group's: another instance took the producer id over
+	ErrorReason_UNKNOWN_PRODUCER         ErrorReason = 17 // a producer id the group never issued (InitProducer first)
+	ErrorReason_SEQUENCE_STORED          ErrorReason = 18 // a retry of sequences stored before, whose offsets are no longer known (records without a unique key)
+	ErrorReason_SEQUENCE_INVALID         ErrorReason = 19 // a send's sequences are partly stored and partly not
 )
 
 // Enum value maps for ErrorReason.
@@ -73,6 +77,10 @@ var (
 		13: "TOPIC_EXISTS",
 		14: "MEMBERSHIP_CONFLICT",
 		15: "TRANSACTION_ENDED",
+		16: "PRODUCER_FENCED",
+		17: "UNKNOWN_PRODUCER",
+		18: "SEQUENCE_STORED",
+		19: "SEQUENCE_INVALID",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -91,6 +99,10 @@ var (
 		"TOPIC_EXISTS":             13,
 		"MEMBERSHIP_CONFLICT":      14,
 		"TRANSACTION_ENDED":        15,
+		"PRODUCER_FENCED":          16,
+		"UNKNOWN_PRODUCER":         17,
+		"SEQUENCE_STORED":          18,
+		"SEQUENCE_INVALID":         19,
 	}
 )
 
@@ -384,7 +396,15 @@ type SendMessageRequest struct {
 	// time) zero or not: the broker overwrites them. The broker checks them
 	// in place and stores the bytes as they came, without decoding a
 	// message. Set either messages or records, not both.
-	Records       []byte `protobuf:"bytes,5,opt,name=records,proto3" json:"records,omitempty"`
+	Records []byte `protobuf:"bytes,5,opt,name=records,proto3" json:"records,omitempty"`
+	// An idempotent producer's send (broker/producers.go): the producer id
+	// and epoch InitProducer gave it on this group, and the sequence of the
+	// send's first message on topic@queue_id; its messages take sequence,
+	// sequence+1, ... A retry carries the same three, and is answered with
+	// where the first copy was stored. producer_id 0: not idempotent.
+	ProducerId    int64 `protobuf:"varint,6,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch int32 `protobuf:"varint,7,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	Sequence      int64 `protobuf:"varint,8,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -454,6 +474,151 @@ func (x *SendMessageRequest) GetRecords() []byte {
 	return nil
 }
 
+func (x *SendMessageRequest) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *SendMessageRequest) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *SendMessageRequest) GetSequence() int64 {
+	if x != nil {
+		return x.Sequence
+	}
+	return 0
+}
+
+// Asks the group for a producer id (producer_id 0) or a new epoch of one
+// it issued before (which fences sends of the older epochs).
+type InitProducerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`                              // a topic the producer sends to: the call needs the right to publish to it
+	ProducerId    int64                  `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"` // 0: a new id
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InitProducerRequest) Reset() {
+	*x = InitProducerRequest{}
+	mi := &file_raftmq_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InitProducerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InitProducerRequest) ProtoMessage() {}
+
+func (x *InitProducerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InitProducerRequest.ProtoReflect.Descriptor instead.
+func (*InitProducerRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *InitProducerRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *InitProducerRequest) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+type InitProducerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	ProducerId    int64                  `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch int32                  `protobuf:"varint,3,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	// How long the group remembers the producer's sequences after its last
+	// send: a retry later than this may be stored again.
+	WindowMs      int64 `protobuf:"varint,4,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InitProducerResponse) Reset() {
+	*x = InitProducerResponse{}
+	mi := &file_raftmq_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InitProducerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InitProducerResponse) ProtoMessage() {}
+
+func (x *InitProducerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InitProducerResponse.ProtoReflect.Descriptor instead.
+func (*InitProducerResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *InitProducerResponse) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *InitProducerResponse) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *InitProducerResponse) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *InitProducerResponse) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
 type SendResult struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	MsgId           string                 `protobuf:"bytes,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"` // GROUP@COMMITLOG-OFFSET
@@ -465,7 +630,7 @@ type SendResult struct {
 
 func (x *SendResult) Reset() {
 	*x = SendResult{}
-	mi := &file_raftmq_proto_msgTypes[2]
+	mi := &file_raftmq_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +642,7 @@ func (x *SendResult) String() string {
 func (*SendResult) ProtoMessage() {}
 
 func (x *SendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[2]
+	mi := &file_raftmq_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +655,7 @@ func (x *SendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResult.ProtoReflect.Descriptor instead.
 func (*SendResult) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{2}
+	return file_raftmq_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SendResult) GetMsgId() string {
@@ -525,7 +690,7 @@ type SendMessageResponse struct {
 
 func (x *SendMessageResponse) Reset() {
 	*x = SendMessageResponse{}
-	mi := &file_raftmq_proto_msgTypes[3]
+	mi := &file_raftmq_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +702,7 @@ func (x *SendMessageResponse) String() string {
 func (*SendMessageResponse) ProtoMessage() {}
 
 func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[3]
+	mi := &file_raftmq_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +715,7 @@ func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageResponse.ProtoReflect.Descriptor instead.
 func (*SendMessageResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{3}
+	return file_raftmq_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SendMessageResponse) GetGroup() string {
@@ -597,7 +762,7 @@ type PullMessageRequest struct {
 
 func (x *PullMessageRequest) Reset() {
 	*x = PullMessageRequest{}
-	mi := &file_raftmq_proto_msgTypes[4]
+	mi := &file_raftmq_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -609,7 +774,7 @@ func (x *PullMessageRequest) String() string {
 func (*PullMessageRequest) ProtoMessage() {}
 
 func (x *PullMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[4]
+	mi := &file_raftmq_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -622,7 +787,7 @@ func (x *PullMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullMessageRequest.ProtoReflect.Descriptor instead.
 func (*PullMessageRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{4}
+	return file_raftmq_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PullMessageRequest) GetConsumerGroup() string {
@@ -719,7 +884,7 @@ type PullMessageResponse struct {
 
 func (x *PullMessageResponse) Reset() {
 	*x = PullMessageResponse{}
-	mi := &file_raftmq_proto_msgTypes[5]
+	mi := &file_raftmq_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +896,7 @@ func (x *PullMessageResponse) String() string {
 func (*PullMessageResponse) ProtoMessage() {}
 
 func (x *PullMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[5]
+	mi := &file_raftmq_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +909,7 @@ func (x *PullMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullMessageResponse.ProtoReflect.Descriptor instead.
 func (*PullMessageResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{5}
+	return file_raftmq_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PullMessageResponse) GetStatus() PullStatus {
@@ -814,7 +979,7 @@ type QueryConsumerOffsetRequest struct {
 
 func (x *QueryConsumerOffsetRequest) Reset() {
 	*x = QueryConsumerOffsetRequest{}
-	mi := &file_raftmq_proto_msgTypes[6]
+	mi := &file_raftmq_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +991,7 @@ func (x *QueryConsumerOffsetRequest) String() string {
 func (*QueryConsumerOffsetRequest) ProtoMessage() {}
 
 func (x *QueryConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[6]
+	mi := &file_raftmq_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1004,7 @@ func (x *QueryConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryConsumerOffsetRequest.ProtoReflect.Descriptor instead.
 func (*QueryConsumerOffsetRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{6}
+	return file_raftmq_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *QueryConsumerOffsetRequest) GetConsumerGroup() string {
@@ -872,7 +1037,7 @@ type QueryConsumerOffsetResponse struct {
 
 func (x *QueryConsumerOffsetResponse) Reset() {
 	*x = QueryConsumerOffsetResponse{}
-	mi := &file_raftmq_proto_msgTypes[7]
+	mi := &file_raftmq_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1049,7 @@ func (x *QueryConsumerOffsetResponse) String() string {
 func (*QueryConsumerOffsetResponse) ProtoMessage() {}
 
 func (x *QueryConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[7]
+	mi := &file_raftmq_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1062,7 @@ func (x *QueryConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryConsumerOffsetResponse.ProtoReflect.Descriptor instead.
 func (*QueryConsumerOffsetResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{7}
+	return file_raftmq_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *QueryConsumerOffsetResponse) GetOffset() int64 {
@@ -918,7 +1083,7 @@ type QueueOffset struct {
 
 func (x *QueueOffset) Reset() {
 	*x = QueueOffset{}
-	mi := &file_raftmq_proto_msgTypes[8]
+	mi := &file_raftmq_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1095,7 @@ func (x *QueueOffset) String() string {
 func (*QueueOffset) ProtoMessage() {}
 
 func (x *QueueOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[8]
+	mi := &file_raftmq_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1108,7 @@ func (x *QueueOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueOffset.ProtoReflect.Descriptor instead.
 func (*QueueOffset) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{8}
+	return file_raftmq_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QueueOffset) GetTopic() string {
@@ -977,7 +1142,7 @@ type UpdateConsumerOffsetRequest struct {
 
 func (x *UpdateConsumerOffsetRequest) Reset() {
 	*x = UpdateConsumerOffsetRequest{}
-	mi := &file_raftmq_proto_msgTypes[9]
+	mi := &file_raftmq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1154,7 @@ func (x *UpdateConsumerOffsetRequest) String() string {
 func (*UpdateConsumerOffsetRequest) ProtoMessage() {}
 
 func (x *UpdateConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[9]
+	mi := &file_raftmq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1167,7 @@ func (x *UpdateConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateConsumerOffsetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateConsumerOffsetRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{9}
+	return file_raftmq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateConsumerOffsetRequest) GetConsumerGroup() string {
@@ -1027,7 +1192,7 @@ type UpdateConsumerOffsetResponse struct {
 
 func (x *UpdateConsumerOffsetResponse) Reset() {
 	*x = UpdateConsumerOffsetResponse{}
-	mi := &file_raftmq_proto_msgTypes[10]
+	mi := &file_raftmq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1204,7 @@ func (x *UpdateConsumerOffsetResponse) String() string {
 func (*UpdateConsumerOffsetResponse) ProtoMessage() {}
 
 func (x *UpdateConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[10]
+	mi := &file_raftmq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1217,7 @@ func (x *UpdateConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateConsumerOffsetResponse.ProtoReflect.Descriptor instead.
 func (*UpdateConsumerOffsetResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{10}
+	return file_raftmq_proto_rawDescGZIP(), []int{12}
 }
 
 // ResetConsumerOffset moves a group's offsets on every queue of a topic on
@@ -1076,7 +1241,7 @@ type ResetConsumerOffsetRequest struct {
 
 func (x *ResetConsumerOffsetRequest) Reset() {
 	*x = ResetConsumerOffsetRequest{}
-	mi := &file_raftmq_proto_msgTypes[11]
+	mi := &file_raftmq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1253,7 @@ func (x *ResetConsumerOffsetRequest) String() string {
 func (*ResetConsumerOffsetRequest) ProtoMessage() {}
 
 func (x *ResetConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[11]
+	mi := &file_raftmq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1266,7 @@ func (x *ResetConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConsumerOffsetRequest.ProtoReflect.Descriptor instead.
 func (*ResetConsumerOffsetRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{11}
+	return file_raftmq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResetConsumerOffsetRequest) GetConsumerGroup() string {
@@ -1198,7 +1363,7 @@ type ResetConsumerOffsetResponse struct {
 
 func (x *ResetConsumerOffsetResponse) Reset() {
 	*x = ResetConsumerOffsetResponse{}
-	mi := &file_raftmq_proto_msgTypes[12]
+	mi := &file_raftmq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1375,7 @@ func (x *ResetConsumerOffsetResponse) String() string {
 func (*ResetConsumerOffsetResponse) ProtoMessage() {}
 
 func (x *ResetConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[12]
+	mi := &file_raftmq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1388,7 @@ func (x *ResetConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConsumerOffsetResponse.ProtoReflect.Descriptor instead.
 func (*ResetConsumerOffsetResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{12}
+	return file_raftmq_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResetConsumerOffsetResponse) GetOffsets() []*QueueOffset {
@@ -1243,7 +1408,7 @@ type Subscription struct {
 
 func (x *Subscription) Reset() {
 	*x = Subscription{}
-	mi := &file_raftmq_proto_msgTypes[13]
+	mi := &file_raftmq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1420,7 @@ func (x *Subscription) String() string {
 func (*Subscription) ProtoMessage() {}
 
 func (x *Subscription) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[13]
+	mi := &file_raftmq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1433,7 @@ func (x *Subscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
 func (*Subscription) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{13}
+	return file_raftmq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Subscription) GetTopic() string {
@@ -1299,7 +1464,7 @@ type ConsumerGroupInfo struct {
 
 func (x *ConsumerGroupInfo) Reset() {
 	*x = ConsumerGroupInfo{}
-	mi := &file_raftmq_proto_msgTypes[14]
+	mi := &file_raftmq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1311,7 +1476,7 @@ func (x *ConsumerGroupInfo) String() string {
 func (*ConsumerGroupInfo) ProtoMessage() {}
 
 func (x *ConsumerGroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[14]
+	mi := &file_raftmq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1324,7 +1489,7 @@ func (x *ConsumerGroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroupInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerGroupInfo) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{14}
+	return file_raftmq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ConsumerGroupInfo) GetGroup() string {
@@ -1366,7 +1531,7 @@ type HeldQueue struct {
 
 func (x *HeldQueue) Reset() {
 	*x = HeldQueue{}
-	mi := &file_raftmq_proto_msgTypes[15]
+	mi := &file_raftmq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1543,7 @@ func (x *HeldQueue) String() string {
 func (*HeldQueue) ProtoMessage() {}
 
 func (x *HeldQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[15]
+	mi := &file_raftmq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1556,7 @@ func (x *HeldQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldQueue.ProtoReflect.Descriptor instead.
 func (*HeldQueue) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{15}
+	return file_raftmq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeldQueue) GetTopic() string {
@@ -1428,7 +1593,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_raftmq_proto_msgTypes[16]
+	mi := &file_raftmq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1605,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[16]
+	mi := &file_raftmq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1618,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{16}
+	return file_raftmq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeartbeatRequest) GetClientId() string {
@@ -1487,7 +1652,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_raftmq_proto_msgTypes[17]
+	mi := &file_raftmq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1664,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[17]
+	mi := &file_raftmq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1677,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{17}
+	return file_raftmq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HeartbeatResponse) GetChangedGroups() []string {
@@ -1531,7 +1696,7 @@ type GetConsumerListRequest struct {
 
 func (x *GetConsumerListRequest) Reset() {
 	*x = GetConsumerListRequest{}
-	mi := &file_raftmq_proto_msgTypes[18]
+	mi := &file_raftmq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1708,7 @@ func (x *GetConsumerListRequest) String() string {
 func (*GetConsumerListRequest) ProtoMessage() {}
 
 func (x *GetConsumerListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[18]
+	mi := &file_raftmq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1721,7 @@ func (x *GetConsumerListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConsumerListRequest.ProtoReflect.Descriptor instead.
 func (*GetConsumerListRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{18}
+	return file_raftmq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetConsumerListRequest) GetConsumerGroup() string {
@@ -1575,7 +1740,7 @@ type GetConsumerListResponse struct {
 
 func (x *GetConsumerListResponse) Reset() {
 	*x = GetConsumerListResponse{}
-	mi := &file_raftmq_proto_msgTypes[19]
+	mi := &file_raftmq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1752,7 @@ func (x *GetConsumerListResponse) String() string {
 func (*GetConsumerListResponse) ProtoMessage() {}
 
 func (x *GetConsumerListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[19]
+	mi := &file_raftmq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1765,7 @@ func (x *GetConsumerListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConsumerListResponse.ProtoReflect.Descriptor instead.
 func (*GetConsumerListResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{19}
+	return file_raftmq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetConsumerListResponse) GetClientIds() []string {
@@ -1620,7 +1785,7 @@ type DescribeConsumerGroupsRequest struct {
 
 func (x *DescribeConsumerGroupsRequest) Reset() {
 	*x = DescribeConsumerGroupsRequest{}
-	mi := &file_raftmq_proto_msgTypes[20]
+	mi := &file_raftmq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1632,7 +1797,7 @@ func (x *DescribeConsumerGroupsRequest) String() string {
 func (*DescribeConsumerGroupsRequest) ProtoMessage() {}
 
 func (x *DescribeConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[20]
+	mi := &file_raftmq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1645,7 +1810,7 @@ func (x *DescribeConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConsumerGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConsumerGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{20}
+	return file_raftmq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DescribeConsumerGroupsRequest) GetGroup() string {
@@ -1668,7 +1833,7 @@ type ConsumerMember struct {
 
 func (x *ConsumerMember) Reset() {
 	*x = ConsumerMember{}
-	mi := &file_raftmq_proto_msgTypes[21]
+	mi := &file_raftmq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1845,7 @@ func (x *ConsumerMember) String() string {
 func (*ConsumerMember) ProtoMessage() {}
 
 func (x *ConsumerMember) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[21]
+	mi := &file_raftmq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1858,7 @@ func (x *ConsumerMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerMember.ProtoReflect.Descriptor instead.
 func (*ConsumerMember) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{21}
+	return file_raftmq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ConsumerMember) GetClientId() string {
@@ -1741,7 +1906,7 @@ type ConsumerGroupMembers struct {
 
 func (x *ConsumerGroupMembers) Reset() {
 	*x = ConsumerGroupMembers{}
-	mi := &file_raftmq_proto_msgTypes[22]
+	mi := &file_raftmq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1753,7 +1918,7 @@ func (x *ConsumerGroupMembers) String() string {
 func (*ConsumerGroupMembers) ProtoMessage() {}
 
 func (x *ConsumerGroupMembers) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[22]
+	mi := &file_raftmq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1766,7 +1931,7 @@ func (x *ConsumerGroupMembers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroupMembers.ProtoReflect.Descriptor instead.
 func (*ConsumerGroupMembers) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{22}
+	return file_raftmq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ConsumerGroupMembers) GetGroup() string {
@@ -1792,7 +1957,7 @@ type DescribeConsumerGroupsResponse struct {
 
 func (x *DescribeConsumerGroupsResponse) Reset() {
 	*x = DescribeConsumerGroupsResponse{}
-	mi := &file_raftmq_proto_msgTypes[23]
+	mi := &file_raftmq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1969,7 @@ func (x *DescribeConsumerGroupsResponse) String() string {
 func (*DescribeConsumerGroupsResponse) ProtoMessage() {}
 
 func (x *DescribeConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[23]
+	mi := &file_raftmq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1982,7 @@ func (x *DescribeConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConsumerGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConsumerGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{23}
+	return file_raftmq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DescribeConsumerGroupsResponse) GetGroups() []*ConsumerGroupMembers {
@@ -1839,7 +2004,7 @@ type ConsumerSendBackRequest struct {
 
 func (x *ConsumerSendBackRequest) Reset() {
 	*x = ConsumerSendBackRequest{}
-	mi := &file_raftmq_proto_msgTypes[24]
+	mi := &file_raftmq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2016,7 @@ func (x *ConsumerSendBackRequest) String() string {
 func (*ConsumerSendBackRequest) ProtoMessage() {}
 
 func (x *ConsumerSendBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[24]
+	mi := &file_raftmq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2029,7 @@ func (x *ConsumerSendBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerSendBackRequest.ProtoReflect.Descriptor instead.
 func (*ConsumerSendBackRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{24}
+	return file_raftmq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ConsumerSendBackRequest) GetConsumerGroup() string {
@@ -1903,7 +2068,7 @@ type ConsumerSendBackResponse struct {
 
 func (x *ConsumerSendBackResponse) Reset() {
 	*x = ConsumerSendBackResponse{}
-	mi := &file_raftmq_proto_msgTypes[25]
+	mi := &file_raftmq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2080,7 @@ func (x *ConsumerSendBackResponse) String() string {
 func (*ConsumerSendBackResponse) ProtoMessage() {}
 
 func (x *ConsumerSendBackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[25]
+	mi := &file_raftmq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2093,7 @@ func (x *ConsumerSendBackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerSendBackResponse.ProtoReflect.Descriptor instead.
 func (*ConsumerSendBackResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{25}
+	return file_raftmq_proto_rawDescGZIP(), []int{27}
 }
 
 type LockQueuesRequest struct {
@@ -1943,7 +2108,7 @@ type LockQueuesRequest struct {
 
 func (x *LockQueuesRequest) Reset() {
 	*x = LockQueuesRequest{}
-	mi := &file_raftmq_proto_msgTypes[26]
+	mi := &file_raftmq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2120,7 @@ func (x *LockQueuesRequest) String() string {
 func (*LockQueuesRequest) ProtoMessage() {}
 
 func (x *LockQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[26]
+	mi := &file_raftmq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2133,7 @@ func (x *LockQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueuesRequest.ProtoReflect.Descriptor instead.
 func (*LockQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{26}
+	return file_raftmq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LockQueuesRequest) GetConsumerGroup() string {
@@ -2008,7 +2173,7 @@ type LockQueuesResponse struct {
 
 func (x *LockQueuesResponse) Reset() {
 	*x = LockQueuesResponse{}
-	mi := &file_raftmq_proto_msgTypes[27]
+	mi := &file_raftmq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2185,7 @@ func (x *LockQueuesResponse) String() string {
 func (*LockQueuesResponse) ProtoMessage() {}
 
 func (x *LockQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[27]
+	mi := &file_raftmq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2198,7 @@ func (x *LockQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueuesResponse.ProtoReflect.Descriptor instead.
 func (*LockQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{27}
+	return file_raftmq_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LockQueuesResponse) GetLockedQueueIds() []int32 {
@@ -2055,7 +2220,7 @@ type UnlockQueuesRequest struct {
 
 func (x *UnlockQueuesRequest) Reset() {
 	*x = UnlockQueuesRequest{}
-	mi := &file_raftmq_proto_msgTypes[28]
+	mi := &file_raftmq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2232,7 @@ func (x *UnlockQueuesRequest) String() string {
 func (*UnlockQueuesRequest) ProtoMessage() {}
 
 func (x *UnlockQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[28]
+	mi := &file_raftmq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2245,7 @@ func (x *UnlockQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlockQueuesRequest.ProtoReflect.Descriptor instead.
 func (*UnlockQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{28}
+	return file_raftmq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UnlockQueuesRequest) GetConsumerGroup() string {
@@ -2119,7 +2284,7 @@ type UnlockQueuesResponse struct {
 
 func (x *UnlockQueuesResponse) Reset() {
 	*x = UnlockQueuesResponse{}
-	mi := &file_raftmq_proto_msgTypes[29]
+	mi := &file_raftmq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2296,7 @@ func (x *UnlockQueuesResponse) String() string {
 func (*UnlockQueuesResponse) ProtoMessage() {}
 
 func (x *UnlockQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[29]
+	mi := &file_raftmq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2309,7 @@ func (x *UnlockQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlockQueuesResponse.ProtoReflect.Descriptor instead.
 func (*UnlockQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{29}
+	return file_raftmq_proto_rawDescGZIP(), []int{31}
 }
 
 // Permission bits, as RocketMQ: 4 read, 2 write.
@@ -2160,7 +2325,7 @@ type TopicConfig struct {
 
 func (x *TopicConfig) Reset() {
 	*x = TopicConfig{}
-	mi := &file_raftmq_proto_msgTypes[30]
+	mi := &file_raftmq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2337,7 @@ func (x *TopicConfig) String() string {
 func (*TopicConfig) ProtoMessage() {}
 
 func (x *TopicConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[30]
+	mi := &file_raftmq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2350,7 @@ func (x *TopicConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicConfig.ProtoReflect.Descriptor instead.
 func (*TopicConfig) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{30}
+	return file_raftmq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TopicConfig) GetName() string {
@@ -2226,7 +2391,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_raftmq_proto_msgTypes[31]
+	mi := &file_raftmq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2403,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[31]
+	mi := &file_raftmq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2416,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{31}
+	return file_raftmq_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateTopicRequest) GetTopic() *TopicConfig {
@@ -2276,7 +2441,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_raftmq_proto_msgTypes[32]
+	mi := &file_raftmq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2453,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[32]
+	mi := &file_raftmq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2466,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{32}
+	return file_raftmq_proto_rawDescGZIP(), []int{34}
 }
 
 type DeleteTopicRequest struct {
@@ -2313,7 +2478,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_raftmq_proto_msgTypes[33]
+	mi := &file_raftmq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2325,7 +2490,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[33]
+	mi := &file_raftmq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2338,7 +2503,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{33}
+	return file_raftmq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2356,7 +2521,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_raftmq_proto_msgTypes[34]
+	mi := &file_raftmq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2533,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[34]
+	mi := &file_raftmq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2546,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{34}
+	return file_raftmq_proto_rawDescGZIP(), []int{36}
 }
 
 type ListTopicsRequest struct {
@@ -2392,7 +2557,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_raftmq_proto_msgTypes[35]
+	mi := &file_raftmq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2569,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[35]
+	mi := &file_raftmq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2582,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{35}
+	return file_raftmq_proto_rawDescGZIP(), []int{37}
 }
 
 type ListTopicsResponse struct {
@@ -2430,7 +2595,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_raftmq_proto_msgTypes[36]
+	mi := &file_raftmq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2442,7 +2607,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[36]
+	mi := &file_raftmq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2455,7 +2620,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{36}
+	return file_raftmq_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicConfig {
@@ -2485,7 +2650,7 @@ type SubscriptionGroupConfig struct {
 
 func (x *SubscriptionGroupConfig) Reset() {
 	*x = SubscriptionGroupConfig{}
-	mi := &file_raftmq_proto_msgTypes[37]
+	mi := &file_raftmq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2662,7 @@ func (x *SubscriptionGroupConfig) String() string {
 func (*SubscriptionGroupConfig) ProtoMessage() {}
 
 func (x *SubscriptionGroupConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[37]
+	mi := &file_raftmq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2675,7 @@ func (x *SubscriptionGroupConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionGroupConfig.ProtoReflect.Descriptor instead.
 func (*SubscriptionGroupConfig) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{37}
+	return file_raftmq_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SubscriptionGroupConfig) GetName() string {
@@ -2550,7 +2715,7 @@ type UpsertSubscriptionGroupRequest struct {
 
 func (x *UpsertSubscriptionGroupRequest) Reset() {
 	*x = UpsertSubscriptionGroupRequest{}
-	mi := &file_raftmq_proto_msgTypes[38]
+	mi := &file_raftmq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +2727,7 @@ func (x *UpsertSubscriptionGroupRequest) String() string {
 func (*UpsertSubscriptionGroupRequest) ProtoMessage() {}
 
 func (x *UpsertSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[38]
+	mi := &file_raftmq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +2740,7 @@ func (x *UpsertSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertSubscriptionGroupRequest.ProtoReflect.Descriptor instead.
 func (*UpsertSubscriptionGroupRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{38}
+	return file_raftmq_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *UpsertSubscriptionGroupRequest) GetGroup() *SubscriptionGroupConfig {
@@ -2593,7 +2758,7 @@ type UpsertSubscriptionGroupResponse struct {
 
 func (x *UpsertSubscriptionGroupResponse) Reset() {
 	*x = UpsertSubscriptionGroupResponse{}
-	mi := &file_raftmq_proto_msgTypes[39]
+	mi := &file_raftmq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2605,7 +2770,7 @@ func (x *UpsertSubscriptionGroupResponse) String() string {
 func (*UpsertSubscriptionGroupResponse) ProtoMessage() {}
 
 func (x *UpsertSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[39]
+	mi := &file_raftmq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2618,7 +2783,7 @@ func (x *UpsertSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertSubscriptionGroupResponse.ProtoReflect.Descriptor instead.
 func (*UpsertSubscriptionGroupResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{39}
+	return file_raftmq_proto_rawDescGZIP(), []int{41}
 }
 
 type DeleteSubscriptionGroupRequest struct {
@@ -2630,7 +2795,7 @@ type DeleteSubscriptionGroupRequest struct {
 
 func (x *DeleteSubscriptionGroupRequest) Reset() {
 	*x = DeleteSubscriptionGroupRequest{}
-	mi := &file_raftmq_proto_msgTypes[40]
+	mi := &file_raftmq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2807,7 @@ func (x *DeleteSubscriptionGroupRequest) String() string {
 func (*DeleteSubscriptionGroupRequest) ProtoMessage() {}
 
 func (x *DeleteSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[40]
+	mi := &file_raftmq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2820,7 @@ func (x *DeleteSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionGroupRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{40}
+	return file_raftmq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeleteSubscriptionGroupRequest) GetName() string {
@@ -2673,7 +2838,7 @@ type DeleteSubscriptionGroupResponse struct {
 
 func (x *DeleteSubscriptionGroupResponse) Reset() {
 	*x = DeleteSubscriptionGroupResponse{}
-	mi := &file_raftmq_proto_msgTypes[41]
+	mi := &file_raftmq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2850,7 @@ func (x *DeleteSubscriptionGroupResponse) String() string {
 func (*DeleteSubscriptionGroupResponse) ProtoMessage() {}
 
 func (x *DeleteSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[41]
+	mi := &file_raftmq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2863,7 @@ func (x *DeleteSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionGroupResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{41}
+	return file_raftmq_proto_rawDescGZIP(), []int{43}
 }
 
 type ListSubscriptionGroupsRequest struct {
@@ -2709,7 +2874,7 @@ type ListSubscriptionGroupsRequest struct {
 
 func (x *ListSubscriptionGroupsRequest) Reset() {
 	*x = ListSubscriptionGroupsRequest{}
-	mi := &file_raftmq_proto_msgTypes[42]
+	mi := &file_raftmq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2886,7 @@ func (x *ListSubscriptionGroupsRequest) String() string {
 func (*ListSubscriptionGroupsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[42]
+	mi := &file_raftmq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2899,7 @@ func (x *ListSubscriptionGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{42}
+	return file_raftmq_proto_rawDescGZIP(), []int{44}
 }
 
 type ListSubscriptionGroupsResponse struct {
@@ -2746,7 +2911,7 @@ type ListSubscriptionGroupsResponse struct {
 
 func (x *ListSubscriptionGroupsResponse) Reset() {
 	*x = ListSubscriptionGroupsResponse{}
-	mi := &file_raftmq_proto_msgTypes[43]
+	mi := &file_raftmq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2758,7 +2923,7 @@ func (x *ListSubscriptionGroupsResponse) String() string {
 func (*ListSubscriptionGroupsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[43]
+	mi := &file_raftmq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2771,7 +2936,7 @@ func (x *ListSubscriptionGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{43}
+	return file_raftmq_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListSubscriptionGroupsResponse) GetGroups() []*SubscriptionGroupConfig {
@@ -2791,7 +2956,7 @@ type GetQueueOffsetsRequest struct {
 
 func (x *GetQueueOffsetsRequest) Reset() {
 	*x = GetQueueOffsetsRequest{}
-	mi := &file_raftmq_proto_msgTypes[44]
+	mi := &file_raftmq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2803,7 +2968,7 @@ func (x *GetQueueOffsetsRequest) String() string {
 func (*GetQueueOffsetsRequest) ProtoMessage() {}
 
 func (x *GetQueueOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[44]
+	mi := &file_raftmq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2816,7 +2981,7 @@ func (x *GetQueueOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{44}
+	return file_raftmq_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetQueueOffsetsRequest) GetTopic() string {
@@ -2843,7 +3008,7 @@ type GetQueueOffsetsResponse struct {
 
 func (x *GetQueueOffsetsResponse) Reset() {
 	*x = GetQueueOffsetsResponse{}
-	mi := &file_raftmq_proto_msgTypes[45]
+	mi := &file_raftmq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2855,7 +3020,7 @@ func (x *GetQueueOffsetsResponse) String() string {
 func (*GetQueueOffsetsResponse) ProtoMessage() {}
 
 func (x *GetQueueOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[45]
+	mi := &file_raftmq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2868,7 +3033,7 @@ func (x *GetQueueOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{45}
+	return file_raftmq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetQueueOffsetsResponse) GetMinOffset() int64 {
@@ -2896,7 +3061,7 @@ type SearchOffsetByTimeRequest struct {
 
 func (x *SearchOffsetByTimeRequest) Reset() {
 	*x = SearchOffsetByTimeRequest{}
-	mi := &file_raftmq_proto_msgTypes[46]
+	mi := &file_raftmq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2908,7 +3073,7 @@ func (x *SearchOffsetByTimeRequest) String() string {
 func (*SearchOffsetByTimeRequest) ProtoMessage() {}
 
 func (x *SearchOffsetByTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[46]
+	mi := &file_raftmq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2921,7 +3086,7 @@ func (x *SearchOffsetByTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchOffsetByTimeRequest.ProtoReflect.Descriptor instead.
 func (*SearchOffsetByTimeRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{46}
+	return file_raftmq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SearchOffsetByTimeRequest) GetTopic() string {
@@ -2954,7 +3119,7 @@ type SearchOffsetByTimeResponse struct {
 
 func (x *SearchOffsetByTimeResponse) Reset() {
 	*x = SearchOffsetByTimeResponse{}
-	mi := &file_raftmq_proto_msgTypes[47]
+	mi := &file_raftmq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3131,7 @@ func (x *SearchOffsetByTimeResponse) String() string {
 func (*SearchOffsetByTimeResponse) ProtoMessage() {}
 
 func (x *SearchOffsetByTimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[47]
+	mi := &file_raftmq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3144,7 @@ func (x *SearchOffsetByTimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchOffsetByTimeResponse.ProtoReflect.Descriptor instead.
 func (*SearchOffsetByTimeResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{47}
+	return file_raftmq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SearchOffsetByTimeResponse) GetOffset() int64 {
@@ -2998,7 +3163,7 @@ type QueryMessageByIdRequest struct {
 
 func (x *QueryMessageByIdRequest) Reset() {
 	*x = QueryMessageByIdRequest{}
-	mi := &file_raftmq_proto_msgTypes[48]
+	mi := &file_raftmq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3175,7 @@ func (x *QueryMessageByIdRequest) String() string {
 func (*QueryMessageByIdRequest) ProtoMessage() {}
 
 func (x *QueryMessageByIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[48]
+	mi := &file_raftmq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3188,7 @@ func (x *QueryMessageByIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageByIdRequest.ProtoReflect.Descriptor instead.
 func (*QueryMessageByIdRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{48}
+	return file_raftmq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *QueryMessageByIdRequest) GetMsgId() string {
@@ -3046,7 +3211,7 @@ type QueryMessageByKeyRequest struct {
 
 func (x *QueryMessageByKeyRequest) Reset() {
 	*x = QueryMessageByKeyRequest{}
-	mi := &file_raftmq_proto_msgTypes[49]
+	mi := &file_raftmq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3223,7 @@ func (x *QueryMessageByKeyRequest) String() string {
 func (*QueryMessageByKeyRequest) ProtoMessage() {}
 
 func (x *QueryMessageByKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[49]
+	mi := &file_raftmq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3236,7 @@ func (x *QueryMessageByKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageByKeyRequest.ProtoReflect.Descriptor instead.
 func (*QueryMessageByKeyRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{49}
+	return file_raftmq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *QueryMessageByKeyRequest) GetTopic() string {
@@ -3118,7 +3283,7 @@ type QueryMessageResponse struct {
 
 func (x *QueryMessageResponse) Reset() {
 	*x = QueryMessageResponse{}
-	mi := &file_raftmq_proto_msgTypes[50]
+	mi := &file_raftmq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3295,7 @@ func (x *QueryMessageResponse) String() string {
 func (*QueryMessageResponse) ProtoMessage() {}
 
 func (x *QueryMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[50]
+	mi := &file_raftmq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3308,7 @@ func (x *QueryMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageResponse.ProtoReflect.Descriptor instead.
 func (*QueryMessageResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{50}
+	return file_raftmq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *QueryMessageResponse) GetRecords() [][]byte {
@@ -3161,7 +3326,7 @@ type DescribeBrokerRequest struct {
 
 func (x *DescribeBrokerRequest) Reset() {
 	*x = DescribeBrokerRequest{}
-	mi := &file_raftmq_proto_msgTypes[51]
+	mi := &file_raftmq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3338,7 @@ func (x *DescribeBrokerRequest) String() string {
 func (*DescribeBrokerRequest) ProtoMessage() {}
 
 func (x *DescribeBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[51]
+	mi := &file_raftmq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3351,7 @@ func (x *DescribeBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeBrokerRequest.ProtoReflect.Descriptor instead.
 func (*DescribeBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{51}
+	return file_raftmq_proto_rawDescGZIP(), []int{53}
 }
 
 type ReplicaInfo struct {
@@ -3201,7 +3366,7 @@ type ReplicaInfo struct {
 
 func (x *ReplicaInfo) Reset() {
 	*x = ReplicaInfo{}
-	mi := &file_raftmq_proto_msgTypes[52]
+	mi := &file_raftmq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3213,7 +3378,7 @@ func (x *ReplicaInfo) String() string {
 func (*ReplicaInfo) ProtoMessage() {}
 
 func (x *ReplicaInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[52]
+	mi := &file_raftmq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3226,7 +3391,7 @@ func (x *ReplicaInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaInfo.ProtoReflect.Descriptor instead.
 func (*ReplicaInfo) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{52}
+	return file_raftmq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReplicaInfo) GetId() int32 {
@@ -3277,7 +3442,7 @@ type DescribeBrokerResponse struct {
 
 func (x *DescribeBrokerResponse) Reset() {
 	*x = DescribeBrokerResponse{}
-	mi := &file_raftmq_proto_msgTypes[53]
+	mi := &file_raftmq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3454,7 @@ func (x *DescribeBrokerResponse) String() string {
 func (*DescribeBrokerResponse) ProtoMessage() {}
 
 func (x *DescribeBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[53]
+	mi := &file_raftmq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3467,7 @@ func (x *DescribeBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeBrokerResponse.ProtoReflect.Descriptor instead.
 func (*DescribeBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{53}
+	return file_raftmq_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DescribeBrokerResponse) GetGroup() string {
@@ -3399,7 +3564,7 @@ type CopyCommitlogRequest struct {
 
 func (x *CopyCommitlogRequest) Reset() {
 	*x = CopyCommitlogRequest{}
-	mi := &file_raftmq_proto_msgTypes[54]
+	mi := &file_raftmq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3576,7 @@ func (x *CopyCommitlogRequest) String() string {
 func (*CopyCommitlogRequest) ProtoMessage() {}
 
 func (x *CopyCommitlogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[54]
+	mi := &file_raftmq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3589,7 @@ func (x *CopyCommitlogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyCommitlogRequest.ProtoReflect.Descriptor instead.
 func (*CopyCommitlogRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{54}
+	return file_raftmq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CopyCommitlogRequest) GetFromOffset() int64 {
@@ -3451,7 +3616,7 @@ type CommitlogChunk struct {
 
 func (x *CommitlogChunk) Reset() {
 	*x = CommitlogChunk{}
-	mi := &file_raftmq_proto_msgTypes[55]
+	mi := &file_raftmq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3463,7 +3628,7 @@ func (x *CommitlogChunk) String() string {
 func (*CommitlogChunk) ProtoMessage() {}
 
 func (x *CommitlogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[55]
+	mi := &file_raftmq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3476,7 +3641,7 @@ func (x *CommitlogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitlogChunk.ProtoReflect.Descriptor instead.
 func (*CommitlogChunk) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{55}
+	return file_raftmq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CommitlogChunk) GetOffset() int64 {
@@ -3506,7 +3671,7 @@ type ChecksumCommitlogRequest struct {
 
 func (x *ChecksumCommitlogRequest) Reset() {
 	*x = ChecksumCommitlogRequest{}
-	mi := &file_raftmq_proto_msgTypes[56]
+	mi := &file_raftmq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +3683,7 @@ func (x *ChecksumCommitlogRequest) String() string {
 func (*ChecksumCommitlogRequest) ProtoMessage() {}
 
 func (x *ChecksumCommitlogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[56]
+	mi := &file_raftmq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +3696,7 @@ func (x *ChecksumCommitlogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumCommitlogRequest.ProtoReflect.Descriptor instead.
 func (*ChecksumCommitlogRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{56}
+	return file_raftmq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ChecksumCommitlogRequest) GetFromOffset() int64 {
@@ -3565,7 +3730,7 @@ type AddReplicaRequest struct {
 
 func (x *AddReplicaRequest) Reset() {
 	*x = AddReplicaRequest{}
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3577,7 +3742,7 @@ func (x *AddReplicaRequest) String() string {
 func (*AddReplicaRequest) ProtoMessage() {}
 
 func (x *AddReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3590,7 +3755,7 @@ func (x *AddReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddReplicaRequest.ProtoReflect.Descriptor instead.
 func (*AddReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{57}
+	return file_raftmq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AddReplicaRequest) GetId() int32 {
@@ -3632,7 +3797,7 @@ type RemoveReplicaRequest struct {
 
 func (x *RemoveReplicaRequest) Reset() {
 	*x = RemoveReplicaRequest{}
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3644,7 +3809,7 @@ func (x *RemoveReplicaRequest) String() string {
 func (*RemoveReplicaRequest) ProtoMessage() {}
 
 func (x *RemoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3657,7 +3822,7 @@ func (x *RemoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RemoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{58}
+	return file_raftmq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RemoveReplicaRequest) GetId() int32 {
@@ -3678,7 +3843,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3690,7 +3855,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3703,7 +3868,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{59}
+	return file_raftmq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TransferLeaderRequest) GetToId() int32 {
@@ -3724,7 +3889,7 @@ type MembershipResponse struct {
 
 func (x *MembershipResponse) Reset() {
 	*x = MembershipResponse{}
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +3901,7 @@ func (x *MembershipResponse) String() string {
 func (*MembershipResponse) ProtoMessage() {}
 
 func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +3914,7 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{60}
+	return file_raftmq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *MembershipResponse) GetVoters() []*ReplicaInfo {
@@ -3784,7 +3949,7 @@ type ChecksumCommitlogResponse struct {
 
 func (x *ChecksumCommitlogResponse) Reset() {
 	*x = ChecksumCommitlogResponse{}
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3796,7 +3961,7 @@ func (x *ChecksumCommitlogResponse) String() string {
 func (*ChecksumCommitlogResponse) ProtoMessage() {}
 
 func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3809,7 +3974,7 @@ func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumCommitlogResponse.ProtoReflect.Descriptor instead.
 func (*ChecksumCommitlogResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{61}
+	return file_raftmq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ChecksumCommitlogResponse) GetFromOffset() int64 {
@@ -3846,7 +4011,7 @@ type EndTransactionRequest struct {
 
 func (x *EndTransactionRequest) Reset() {
 	*x = EndTransactionRequest{}
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3858,7 +4023,7 @@ func (x *EndTransactionRequest) String() string {
 func (*EndTransactionRequest) ProtoMessage() {}
 
 func (x *EndTransactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3871,7 +4036,7 @@ func (x *EndTransactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndTransactionRequest.ProtoReflect.Descriptor instead.
 func (*EndTransactionRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{62}
+	return file_raftmq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *EndTransactionRequest) GetProducerGroup() string {
@@ -3921,7 +4086,7 @@ type EndTransactionResponse struct {
 
 func (x *EndTransactionResponse) Reset() {
 	*x = EndTransactionResponse{}
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4098,7 @@ func (x *EndTransactionResponse) String() string {
 func (*EndTransactionResponse) ProtoMessage() {}
 
 func (x *EndTransactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4111,7 @@ func (x *EndTransactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndTransactionResponse.ProtoReflect.Descriptor instead.
 func (*EndTransactionResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{63}
+	return file_raftmq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *EndTransactionResponse) GetOutcome() TransactionOutcome {
@@ -3978,7 +4143,7 @@ type TransactionCheckStreamRequest struct {
 
 func (x *TransactionCheckStreamRequest) Reset() {
 	*x = TransactionCheckStreamRequest{}
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3990,7 +4155,7 @@ func (x *TransactionCheckStreamRequest) String() string {
 func (*TransactionCheckStreamRequest) ProtoMessage() {}
 
 func (x *TransactionCheckStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4003,7 +4168,7 @@ func (x *TransactionCheckStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionCheckStreamRequest.ProtoReflect.Descriptor instead.
 func (*TransactionCheckStreamRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{64}
+	return file_raftmq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *TransactionCheckStreamRequest) GetProducerGroup() string {
@@ -4048,7 +4213,7 @@ type TransactionCheck struct {
 
 func (x *TransactionCheck) Reset() {
 	*x = TransactionCheck{}
-	mi := &file_raftmq_proto_msgTypes[65]
+	mi := &file_raftmq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4060,7 +4225,7 @@ func (x *TransactionCheck) String() string {
 func (*TransactionCheck) ProtoMessage() {}
 
 func (x *TransactionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[65]
+	mi := &file_raftmq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4073,7 +4238,7 @@ func (x *TransactionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionCheck.ProtoReflect.Descriptor instead.
 func (*TransactionCheck) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{65}
+	return file_raftmq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *TransactionCheck) GetMsgId() string {
@@ -4125,6 +4290,7 @@ type RaftCommand struct {
 	//	*RaftCommand_DeleteGroup
 	//	*RaftCommand_Announce
 	//	*RaftCommand_Transactions
+	//	*RaftCommand_InitProducer
 	Command       isRaftCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4132,7 +4298,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_raftmq_proto_msgTypes[66]
+	mi := &file_raftmq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4144,7 +4310,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[66]
+	mi := &file_raftmq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4157,7 +4323,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{66}
+	return file_raftmq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RaftCommand) GetCommand() isRaftCommand_Command {
@@ -4239,6 +4405,15 @@ func (x *RaftCommand) GetTransactions() *TransactionUpdate {
 	return nil
 }
 
+func (x *RaftCommand) GetInitProducer() *InitProducer {
+	if x != nil {
+		if x, ok := x.Command.(*RaftCommand_InitProducer); ok {
+			return x.InitProducer
+		}
+	}
+	return nil
+}
+
 type isRaftCommand_Command interface {
 	isRaftCommand_Command()
 }
@@ -4275,6 +4450,10 @@ type RaftCommand_Transactions struct {
 	Transactions *TransactionUpdate `protobuf:"bytes,8,opt,name=transactions,proto3,oneof"`
 }
 
+type RaftCommand_InitProducer struct {
+	InitProducer *InitProducer `protobuf:"bytes,9,opt,name=init_producer,json=initProducer,proto3,oneof"`
+}
+
 func (*RaftCommand_Send) isRaftCommand_Command() {}
 
 func (*RaftCommand_UpsertTopic) isRaftCommand_Command() {}
@@ -4290,6 +4469,61 @@ func (*RaftCommand_DeleteGroup) isRaftCommand_Command() {}
 func (*RaftCommand_Announce) isRaftCommand_Command() {}
 
 func (*RaftCommand_Transactions) isRaftCommand_Command() {}
+
+func (*RaftCommand_InitProducer) isRaftCommand_Command() {}
+
+// Issues a producer id, or a new epoch of one (broker/producers.go).
+type InitProducer struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId     int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`             // 0: the next id
+	StoreTimestamp int64                  `protobuf:"varint,2,opt,name=store_timestamp,json=storeTimestamp,proto3" json:"store_timestamp,omitempty"` // the master's clock at the proposal
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *InitProducer) Reset() {
+	*x = InitProducer{}
+	mi := &file_raftmq_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InitProducer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InitProducer) ProtoMessage() {}
+
+func (x *InitProducer) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InitProducer.ProtoReflect.Descriptor instead.
+func (*InitProducer) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *InitProducer) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *InitProducer) GetStoreTimestamp() int64 {
+	if x != nil {
+		return x.StoreTimestamp
+	}
+	return 0
+}
 
 // Ends and check-backs of transactions (broker/transactions.go), each
 // applied only to a half still open: a commit or rollback proposed again
@@ -4308,7 +4542,7 @@ type TransactionUpdate struct {
 
 func (x *TransactionUpdate) Reset() {
 	*x = TransactionUpdate{}
-	mi := &file_raftmq_proto_msgTypes[67]
+	mi := &file_raftmq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4320,7 +4554,7 @@ func (x *TransactionUpdate) String() string {
 func (*TransactionUpdate) ProtoMessage() {}
 
 func (x *TransactionUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[67]
+	mi := &file_raftmq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4333,7 +4567,7 @@ func (x *TransactionUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionUpdate.ProtoReflect.Descriptor instead.
 func (*TransactionUpdate) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{67}
+	return file_raftmq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *TransactionUpdate) GetStoreTimestamp() int64 {
@@ -4373,7 +4607,7 @@ type TransactionEnd struct {
 
 func (x *TransactionEnd) Reset() {
 	*x = TransactionEnd{}
-	mi := &file_raftmq_proto_msgTypes[68]
+	mi := &file_raftmq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4385,7 +4619,7 @@ func (x *TransactionEnd) String() string {
 func (*TransactionEnd) ProtoMessage() {}
 
 func (x *TransactionEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[68]
+	mi := &file_raftmq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4398,7 +4632,7 @@ func (x *TransactionEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionEnd.ProtoReflect.Descriptor instead.
 func (*TransactionEnd) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{68}
+	return file_raftmq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *TransactionEnd) GetHalfOffset() int64 {
@@ -4441,7 +4675,7 @@ type TransactionState struct {
 
 func (x *TransactionState) Reset() {
 	*x = TransactionState{}
-	mi := &file_raftmq_proto_msgTypes[69]
+	mi := &file_raftmq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4453,7 +4687,7 @@ func (x *TransactionState) String() string {
 func (*TransactionState) ProtoMessage() {}
 
 func (x *TransactionState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[69]
+	mi := &file_raftmq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4466,7 +4700,7 @@ func (x *TransactionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionState.ProtoReflect.Descriptor instead.
 func (*TransactionState) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{69}
+	return file_raftmq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *TransactionState) GetCursor() int64 {
@@ -4494,7 +4728,7 @@ type HalfState struct {
 
 func (x *HalfState) Reset() {
 	*x = HalfState{}
-	mi := &file_raftmq_proto_msgTypes[70]
+	mi := &file_raftmq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4740,7 @@ func (x *HalfState) String() string {
 func (*HalfState) ProtoMessage() {}
 
 func (x *HalfState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[70]
+	mi := &file_raftmq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4753,7 @@ func (x *HalfState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HalfState.ProtoReflect.Descriptor instead.
 func (*HalfState) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{70}
+	return file_raftmq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *HalfState) GetOutcome() TransactionOutcome {
@@ -4555,7 +4789,7 @@ type MasterAnnounce struct {
 
 func (x *MasterAnnounce) Reset() {
 	*x = MasterAnnounce{}
-	mi := &file_raftmq_proto_msgTypes[71]
+	mi := &file_raftmq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4567,7 +4801,7 @@ func (x *MasterAnnounce) String() string {
 func (*MasterAnnounce) ProtoMessage() {}
 
 func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[71]
+	mi := &file_raftmq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4580,7 +4814,7 @@ func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterAnnounce.ProtoReflect.Descriptor instead.
 func (*MasterAnnounce) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{71}
+	return file_raftmq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MasterAnnounce) GetReplicaId() int32 {
@@ -4621,7 +4855,7 @@ type SendBatch struct {
 
 func (x *SendBatch) Reset() {
 	*x = SendBatch{}
-	mi := &file_raftmq_proto_msgTypes[72]
+	mi := &file_raftmq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4633,7 +4867,7 @@ func (x *SendBatch) String() string {
 func (*SendBatch) ProtoMessage() {}
 
 func (x *SendBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[72]
+	mi := &file_raftmq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4646,7 +4880,7 @@ func (x *SendBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatch.ProtoReflect.Descriptor instead.
 func (*SendBatch) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{72}
+	return file_raftmq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *SendBatch) GetStoreTimestamp() int64 {
@@ -4694,7 +4928,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_raftmq_proto_msgTypes[73]
+	mi := &file_raftmq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4706,7 +4940,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[73]
+	mi := &file_raftmq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4719,7 +4953,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{73}
+	return file_raftmq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -4746,7 +4980,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_raftmq_proto_msgTypes[74]
+	mi := &file_raftmq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4758,7 +4992,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[74]
+	mi := &file_raftmq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4771,7 +5005,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{74}
+	return file_raftmq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *OffsetCommit) GetConsumerGroup() string {
@@ -4801,13 +5035,14 @@ type BrokerSnapshot struct {
 	Masters            []*MasterAnnounce          `protobuf:"bytes,7,rep,name=masters,proto3" json:"masters,omitempty"`
 	ScheduleOffsets    map[int32]int64            `protobuf:"bytes,8,rep,name=schedule_offsets,json=scheduleOffsets,proto3" json:"schedule_offsets,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Transactions       *TransactionState          `protobuf:"bytes,9,opt,name=transactions,proto3" json:"transactions,omitempty"`
+	Producers          *ProducerTable             `protobuf:"bytes,10,opt,name=producers,proto3" json:"producers,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
 
 func (x *BrokerSnapshot) Reset() {
 	*x = BrokerSnapshot{}
-	mi := &file_raftmq_proto_msgTypes[75]
+	mi := &file_raftmq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4819,7 +5054,7 @@ func (x *BrokerSnapshot) String() string {
 func (*BrokerSnapshot) ProtoMessage() {}
 
 func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[75]
+	mi := &file_raftmq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4832,7 +5067,7 @@ func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerSnapshot.ProtoReflect.Descriptor instead.
 func (*BrokerSnapshot) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{75}
+	return file_raftmq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *BrokerSnapshot) GetStoreRaftIndex() uint64 {
@@ -4898,6 +5133,210 @@ func (x *BrokerSnapshot) GetTransactions() *TransactionState {
 	return nil
 }
 
+func (x *BrokerSnapshot) GetProducers() *ProducerTable {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
+// Idempotent producers' sequences, in snapshots (broker/producers.go).
+type ProducerTable struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NextId        int64                  `protobuf:"varint,1,opt,name=next_id,json=nextId,proto3" json:"next_id,omitempty"` // every id below it was issued
+	Clock         int64                  `protobuf:"varint,2,opt,name=clock,proto3" json:"clock,omitempty"`                 // the newest store time applied (unix ms)
+	Producers     []*ProducerState       `protobuf:"bytes,3,rep,name=producers,proto3" json:"producers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProducerTable) Reset() {
+	*x = ProducerTable{}
+	mi := &file_raftmq_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProducerTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProducerTable) ProtoMessage() {}
+
+func (x *ProducerTable) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProducerTable.ProtoReflect.Descriptor instead.
+func (*ProducerTable) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *ProducerTable) GetNextId() int64 {
+	if x != nil {
+		return x.NextId
+	}
+	return 0
+}
+
+func (x *ProducerTable) GetClock() int64 {
+	if x != nil {
+		return x.Clock
+	}
+	return 0
+}
+
+func (x *ProducerTable) GetProducers() []*ProducerState {
+	if x != nil {
+		return x.Producers
+	}
+	return nil
+}
+
+type ProducerState struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Epoch         int32                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Last          int64                  `protobuf:"varint,3,opt,name=last,proto3" json:"last,omitempty"` // unix ms of its last send or init
+	Queues        []*QueueSequences      `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProducerState) Reset() {
+	*x = ProducerState{}
+	mi := &file_raftmq_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProducerState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProducerState) ProtoMessage() {}
+
+func (x *ProducerState) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
+func (*ProducerState) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *ProducerState) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ProducerState) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ProducerState) GetLast() int64 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+func (x *ProducerState) GetQueues() []*QueueSequences {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+type QueueSequences struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	QueueId       int32                  `protobuf:"varint,2,opt,name=queue_id,json=queueId,proto3" json:"queue_id,omitempty"`
+	Next          int64                  `protobuf:"varint,3,opt,name=next,proto3" json:"next,omitempty"`        // one past the highest sequence stored
+	Seen          []uint64               `protobuf:"varint,4,rep,packed,name=seen,proto3" json:"seen,omitempty"` // bit i (word i/64, bit i%64): sequence next-1-i stored
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueSequences) Reset() {
+	*x = QueueSequences{}
+	mi := &file_raftmq_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueSequences) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueSequences) ProtoMessage() {}
+
+func (x *QueueSequences) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueSequences.ProtoReflect.Descriptor instead.
+func (*QueueSequences) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *QueueSequences) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *QueueSequences) GetQueueId() int32 {
+	if x != nil {
+		return x.QueueId
+	}
+	return 0
+}
+
+func (x *QueueSequences) GetNext() int64 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
+}
+
+func (x *QueueSequences) GetSeen() []uint64 {
+	if x != nil {
+		return x.Seen
+	}
+	return nil
+}
+
 type GetRouteRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -4907,7 +5346,7 @@ type GetRouteRequest struct {
 
 func (x *GetRouteRequest) Reset() {
 	*x = GetRouteRequest{}
-	mi := &file_raftmq_proto_msgTypes[76]
+	mi := &file_raftmq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4919,7 +5358,7 @@ func (x *GetRouteRequest) String() string {
 func (*GetRouteRequest) ProtoMessage() {}
 
 func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[76]
+	mi := &file_raftmq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4932,7 +5371,7 @@ func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRouteRequest.ProtoReflect.Descriptor instead.
 func (*GetRouteRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{76}
+	return file_raftmq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *GetRouteRequest) GetTopic() string {
@@ -4958,7 +5397,7 @@ type GroupRoute struct {
 
 func (x *GroupRoute) Reset() {
 	*x = GroupRoute{}
-	mi := &file_raftmq_proto_msgTypes[77]
+	mi := &file_raftmq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4970,7 +5409,7 @@ func (x *GroupRoute) String() string {
 func (*GroupRoute) ProtoMessage() {}
 
 func (x *GroupRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[77]
+	mi := &file_raftmq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4983,7 +5422,7 @@ func (x *GroupRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
 func (*GroupRoute) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{77}
+	return file_raftmq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GroupRoute) GetGroup() string {
@@ -5045,7 +5484,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_raftmq_proto_msgTypes[78]
+	mi := &file_raftmq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5057,7 +5496,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[78]
+	mi := &file_raftmq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5070,7 +5509,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{78}
+	return file_raftmq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *RouteResponse) GetTopic() string {
@@ -5095,7 +5534,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_raftmq_proto_msgTypes[79]
+	mi := &file_raftmq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5546,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[79]
+	mi := &file_raftmq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5559,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{79}
+	return file_raftmq_proto_rawDescGZIP(), []int{85}
 }
 
 type ClusterGroup struct {
@@ -5137,7 +5576,7 @@ type ClusterGroup struct {
 
 func (x *ClusterGroup) Reset() {
 	*x = ClusterGroup{}
-	mi := &file_raftmq_proto_msgTypes[80]
+	mi := &file_raftmq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5149,7 +5588,7 @@ func (x *ClusterGroup) String() string {
 func (*ClusterGroup) ProtoMessage() {}
 
 func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[80]
+	mi := &file_raftmq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5162,7 +5601,7 @@ func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterGroup.ProtoReflect.Descriptor instead.
 func (*ClusterGroup) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{80}
+	return file_raftmq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ClusterGroup) GetGroup() string {
@@ -5218,7 +5657,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_raftmq_proto_msgTypes[81]
+	mi := &file_raftmq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5230,7 +5669,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[81]
+	mi := &file_raftmq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5243,7 +5682,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{81}
+	return file_raftmq_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ClusterInfoResponse) GetCluster() string {
@@ -5276,7 +5715,7 @@ type ListTopicNamesResponse struct {
 
 func (x *ListTopicNamesResponse) Reset() {
 	*x = ListTopicNamesResponse{}
-	mi := &file_raftmq_proto_msgTypes[82]
+	mi := &file_raftmq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5288,7 +5727,7 @@ func (x *ListTopicNamesResponse) String() string {
 func (*ListTopicNamesResponse) ProtoMessage() {}
 
 func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[82]
+	mi := &file_raftmq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5301,7 +5740,7 @@ func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicNamesResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicNamesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{82}
+	return file_raftmq_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListTopicNamesResponse) GetTopics() []string {
@@ -5320,7 +5759,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_raftmq_proto_msgTypes[83]
+	mi := &file_raftmq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5332,7 +5771,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[83]
+	mi := &file_raftmq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5345,7 +5784,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{83}
+	return file_raftmq_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *WatchRoutesRequest) GetTopics() []string {
@@ -5372,14 +5811,28 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0eborn_timestamp\x18\a \x01(\x03R\rbornTimestamp\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x02\n" +
 	"\x12SendMessageRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x19\n" +
 	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\x12.\n" +
 	"\bmessages\x18\x03 \x03(\v2\x12.raftmq.v1.MessageR\bmessages\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x18\n" +
-	"\arecords\x18\x05 \x01(\fR\arecords\"q\n" +
+	"\arecords\x18\x05 \x01(\fR\arecords\x12\x1f\n" +
+	"\vproducer_id\x18\x06 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\a \x01(\x05R\rproducerEpoch\x12\x1a\n" +
+	"\bsequence\x18\b \x01(\x03R\bsequence\"L\n" +
+	"\x13InitProducerRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\"\x91\x01\n" +
+	"\x14InitProducerResponse\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x03 \x01(\x05R\rproducerEpoch\x12\x1b\n" +
+	"\twindow_ms\x18\x04 \x01(\x03R\bwindowMs\"q\n" +
 	"\n" +
 	"SendResult\x12\x15\n" +
 	"\x06msg_id\x18\x01 \x01(\tR\x05msgId\x12!\n" +
@@ -5623,7 +6076,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\bqueue_id\x18\x03 \x01(\x05R\aqueueId\x12\x1f\n" +
 	"\vcheck_times\x18\x04 \x01(\x05R\n" +
 	"checkTimes\x12'\n" +
-	"\x0fstore_timestamp\x18\x05 \x01(\x03R\x0estoreTimestamp\"\xd3\x03\n" +
+	"\x0fstore_timestamp\x18\x05 \x01(\x03R\x0estoreTimestamp\"\x93\x04\n" +
 	"\vRaftCommand\x12*\n" +
 	"\x04send\x18\x01 \x01(\v2\x14.raftmq.v1.SendBatchH\x00R\x04send\x12;\n" +
 	"\fupsert_topic\x18\x02 \x01(\v2\x16.raftmq.v1.TopicConfigH\x00R\vupsertTopic\x12#\n" +
@@ -5632,8 +6085,13 @@ const file_raftmq_proto_rawDesc = "" +
 	"\fupsert_group\x18\x05 \x01(\v2\".raftmq.v1.SubscriptionGroupConfigH\x00R\vupsertGroup\x12#\n" +
 	"\fdelete_group\x18\x06 \x01(\tH\x00R\vdeleteGroup\x127\n" +
 	"\bannounce\x18\a \x01(\v2\x19.raftmq.v1.MasterAnnounceH\x00R\bannounce\x12B\n" +
-	"\ftransactions\x18\b \x01(\v2\x1c.raftmq.v1.TransactionUpdateH\x00R\ftransactionsB\t\n" +
-	"\acommand\"\x8e\x01\n" +
+	"\ftransactions\x18\b \x01(\v2\x1c.raftmq.v1.TransactionUpdateH\x00R\ftransactions\x12>\n" +
+	"\rinit_producer\x18\t \x01(\v2\x17.raftmq.v1.InitProducerH\x00R\finitProducerB\t\n" +
+	"\acommand\"X\n" +
+	"\fInitProducer\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12'\n" +
+	"\x0fstore_timestamp\x18\x02 \x01(\x03R\x0estoreTimestamp\"\x8e\x01\n" +
 	"\x11TransactionUpdate\x12'\n" +
 	"\x0fstore_timestamp\x18\x01 \x01(\x03R\x0estoreTimestamp\x12-\n" +
 	"\x04ends\x18\x02 \x03(\v2\x19.raftmq.v1.TransactionEndR\x04ends\x12!\n" +
@@ -5678,7 +6136,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\"g\n" +
 	"\fOffsetCommit\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x120\n" +
-	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\xc7\x04\n" +
+	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\xff\x04\n" +
 	"\x0eBrokerSnapshot\x12(\n" +
 	"\x10store_raft_index\x18\x01 \x01(\x04R\x0estoreRaftIndex\x120\n" +
 	"\x14commitlog_max_offset\x18\x02 \x01(\x03R\x12commitlogMaxOffset\x12.\n" +
@@ -5688,10 +6146,26 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x06groups\x18\x06 \x03(\v2\".raftmq.v1.SubscriptionGroupConfigR\x06groups\x123\n" +
 	"\amasters\x18\a \x03(\v2\x19.raftmq.v1.MasterAnnounceR\amasters\x12Y\n" +
 	"\x10schedule_offsets\x18\b \x03(\v2..raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntryR\x0fscheduleOffsets\x12?\n" +
-	"\ftransactions\x18\t \x01(\v2\x1b.raftmq.v1.TransactionStateR\ftransactions\x1aB\n" +
+	"\ftransactions\x18\t \x01(\v2\x1b.raftmq.v1.TransactionStateR\ftransactions\x126\n" +
+	"\tproducers\x18\n" +
+	" \x01(\v2\x18.raftmq.v1.ProducerTableR\tproducers\x1aB\n" +
 	"\x14ScheduleOffsetsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"'\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"v\n" +
+	"\rProducerTable\x12\x17\n" +
+	"\anext_id\x18\x01 \x01(\x03R\x06nextId\x12\x14\n" +
+	"\x05clock\x18\x02 \x01(\x03R\x05clock\x126\n" +
+	"\tproducers\x18\x03 \x03(\v2\x18.raftmq.v1.ProducerStateR\tproducers\"|\n" +
+	"\rProducerState\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\x12\x12\n" +
+	"\x04last\x18\x03 \x01(\x03R\x04last\x121\n" +
+	"\x06queues\x18\x04 \x03(\v2\x19.raftmq.v1.QueueSequencesR\x06queues\"i\n" +
+	"\x0eQueueSequences\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x19\n" +
+	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\x12\x12\n" +
+	"\x04next\x18\x03 \x01(\x03R\x04next\x12\x12\n" +
+	"\x04seen\x18\x04 \x03(\x04R\x04seen\"'\n" +
 	"\x0fGetRouteRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\"\xdf\x01\n" +
 	"\n" +
@@ -5722,7 +6196,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x16ListTopicNamesResponse\x12\x16\n" +
 	"\x06topics\x18\x01 \x03(\tR\x06topics\",\n" +
 	"\x12WatchRoutesRequest\x12\x16\n" +
-	"\x06topics\x18\x01 \x03(\tR\x06topics*\xd9\x02\n" +
+	"\x06topics\x18\x01 \x03(\tR\x06topics*\xaf\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -5741,7 +6215,11 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x11TOO_MANY_REQUESTS\x10\f\x12\x10\n" +
 	"\fTOPIC_EXISTS\x10\r\x12\x17\n" +
 	"\x13MEMBERSHIP_CONFLICT\x10\x0e\x12\x15\n" +
-	"\x11TRANSACTION_ENDED\x10\x0f*\x9f\x01\n" +
+	"\x11TRANSACTION_ENDED\x10\x0f\x12\x13\n" +
+	"\x0fPRODUCER_FENCED\x10\x10\x12\x14\n" +
+	"\x10UNKNOWN_PRODUCER\x10\x11\x12\x13\n" +
+	"\x0fSEQUENCE_STORED\x10\x12\x12\x14\n" +
+	"\x10SEQUENCE_INVALID\x10\x13*\x9f\x01\n" +
 	"\n" +
 	"PullStatus\x12\x1b\n" +
 	"\x17PULL_STATUS_UNSPECIFIED\x10\x00\x12\x0e\n" +
@@ -5759,7 +6237,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x12TransactionOutcome\x12\x17\n" +
 	"\x13TRANSACTION_UNKNOWN\x10\x00\x12\x16\n" +
 	"\x12TRANSACTION_COMMIT\x10\x01\x12\x18\n" +
-	"\x14TRANSACTION_ROLLBACK\x10\x022\xba\x14\n" +
+	"\x14TRANSACTION_ROLLBACK\x10\x022\x8b\x15\n" +
 	"\x06Broker\x12L\n" +
 	"\vSendMessage\x12\x1d.raftmq.v1.SendMessageRequest\x1a\x1e.raftmq.v1.SendMessageResponse\x12L\n" +
 	"\vPullMessage\x12\x1d.raftmq.v1.PullMessageRequest\x1a\x1e.raftmq.v1.PullMessageResponse\x12d\n" +
@@ -5792,7 +6270,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\rRemoveReplica\x12\x1f.raftmq.v1.RemoveReplicaRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12Q\n" +
 	"\x0eTransferLeader\x12 .raftmq.v1.TransferLeaderRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12U\n" +
 	"\x0eEndTransaction\x12 .raftmq.v1.EndTransactionRequest\x1a!.raftmq.v1.EndTransactionResponse\x12^\n" +
-	"\x11CheckTransactions\x12(.raftmq.v1.TransactionCheckStreamRequest\x1a\x1b.raftmq.v1.TransactionCheck(\x010\x012\xbb\x02\n" +
+	"\x11CheckTransactions\x12(.raftmq.v1.TransactionCheckStreamRequest\x1a\x1b.raftmq.v1.TransactionCheck(\x010\x01\x12O\n" +
+	"\fInitProducer\x12\x1e.raftmq.v1.InitProducerRequest\x1a\x1f.raftmq.v1.InitProducerResponse2\xbb\x02\n" +
 	"\n" +
 	"NameServer\x12@\n" +
 	"\bGetRoute\x12\x1a.raftmq.v1.GetRouteRequest\x1a\x18.raftmq.v1.RouteResponse\x12R\n" +
@@ -5814,7 +6293,7 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 }
 
 var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
@@ -5822,220 +6301,232 @@ var file_raftmq_proto_goTypes = []any{
 	(TransactionOutcome)(0),                 // 3: raftmq.v1.TransactionOutcome
 	(*Message)(nil),                         // 4: raftmq.v1.Message
 	(*SendMessageRequest)(nil),              // 5: raftmq.v1.SendMessageRequest
-	(*SendResult)(nil),                      // 6: raftmq.v1.SendResult
-	(*SendMessageResponse)(nil),             // 7: raftmq.v1.SendMessageResponse
-	(*PullMessageRequest)(nil),              // 8: raftmq.v1.PullMessageRequest
-	(*PullMessageResponse)(nil),             // 9: raftmq.v1.PullMessageResponse
-	(*QueryConsumerOffsetRequest)(nil),      // 10: raftmq.v1.QueryConsumerOffsetRequest
-	(*QueryConsumerOffsetResponse)(nil),     // 11: raftmq.v1.QueryConsumerOffsetResponse
-	(*QueueOffset)(nil),                     // 12: raftmq.v1.QueueOffset
-	(*UpdateConsumerOffsetRequest)(nil),     // 13: raftmq.v1.UpdateConsumerOffsetRequest
-	(*UpdateConsumerOffsetResponse)(nil),    // 14: raftmq.v1.UpdateConsumerOffsetResponse
-	(*ResetConsumerOffsetRequest)(nil),      // 15: raftmq.v1.ResetConsumerOffsetRequest
-	(*ResetConsumerOffsetResponse)(nil),     // 16: raftmq.v1.ResetConsumerOffsetResponse
-	(*Subscription)(nil),                    // 17: raftmq.v1.Subscription
-	(*ConsumerGroupInfo)(nil),               // 18: raftmq.v1.ConsumerGroupInfo
-	(*HeldQueue)(nil),                       // 19: raftmq.v1.HeldQueue
-	(*HeartbeatRequest)(nil),                // 20: raftmq.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),               // 21: raftmq.v1.HeartbeatResponse
-	(*GetConsumerListRequest)(nil),          // 22: raftmq.v1.GetConsumerListRequest
-	(*GetConsumerListResponse)(nil),         // 23: raftmq.v1.GetConsumerListResponse
-	(*DescribeConsumerGroupsRequest)(nil),   // 24: raftmq.v1.DescribeConsumerGroupsRequest
-	(*ConsumerMember)(nil),                  // 25: raftmq.v1.ConsumerMember
-	(*ConsumerGroupMembers)(nil),            // 26: raftmq.v1.ConsumerGroupMembers
-	(*DescribeConsumerGroupsResponse)(nil),  // 27: raftmq.v1.DescribeConsumerGroupsResponse
-	(*ConsumerSendBackRequest)(nil),         // 28: raftmq.v1.ConsumerSendBackRequest
-	(*ConsumerSendBackResponse)(nil),        // 29: raftmq.v1.ConsumerSendBackResponse
-	(*LockQueuesRequest)(nil),               // 30: raftmq.v1.LockQueuesRequest
-	(*LockQueuesResponse)(nil),              // 31: raftmq.v1.LockQueuesResponse
-	(*UnlockQueuesRequest)(nil),             // 32: raftmq.v1.UnlockQueuesRequest
-	(*UnlockQueuesResponse)(nil),            // 33: raftmq.v1.UnlockQueuesResponse
-	(*TopicConfig)(nil),                     // 34: raftmq.v1.TopicConfig
-	(*CreateTopicRequest)(nil),              // 35: raftmq.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),             // 36: raftmq.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),              // 37: raftmq.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),             // 38: raftmq.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),               // 39: raftmq.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),              // 40: raftmq.v1.ListTopicsResponse
-	(*SubscriptionGroupConfig)(nil),         // 41: raftmq.v1.SubscriptionGroupConfig
-	(*UpsertSubscriptionGroupRequest)(nil),  // 42: raftmq.v1.UpsertSubscriptionGroupRequest
-	(*UpsertSubscriptionGroupResponse)(nil), // 43: raftmq.v1.UpsertSubscriptionGroupResponse
-	(*DeleteSubscriptionGroupRequest)(nil),  // 44: raftmq.v1.DeleteSubscriptionGroupRequest
-	(*DeleteSubscriptionGroupResponse)(nil), // 45: raftmq.v1.DeleteSubscriptionGroupResponse
-	(*ListSubscriptionGroupsRequest)(nil),   // 46: raftmq.v1.ListSubscriptionGroupsRequest
-	(*ListSubscriptionGroupsResponse)(nil),  // 47: raftmq.v1.ListSubscriptionGroupsResponse
-	(*GetQueueOffsetsRequest)(nil),          // 48: raftmq.v1.GetQueueOffsetsRequest
-	(*GetQueueOffsetsResponse)(nil),         // 49: raftmq.v1.GetQueueOffsetsResponse
-	(*SearchOffsetByTimeRequest)(nil),       // 50: raftmq.v1.SearchOffsetByTimeRequest
-	(*SearchOffsetByTimeResponse)(nil),      // 51: raftmq.v1.SearchOffsetByTimeResponse
-	(*QueryMessageByIdRequest)(nil),         // 52: raftmq.v1.QueryMessageByIdRequest
-	(*QueryMessageByKeyRequest)(nil),        // 53: raftmq.v1.QueryMessageByKeyRequest
-	(*QueryMessageResponse)(nil),            // 54: raftmq.v1.QueryMessageResponse
-	(*DescribeBrokerRequest)(nil),           // 55: raftmq.v1.DescribeBrokerRequest
-	(*ReplicaInfo)(nil),                     // 56: raftmq.v1.ReplicaInfo
-	(*DescribeBrokerResponse)(nil),          // 57: raftmq.v1.DescribeBrokerResponse
-	(*CopyCommitlogRequest)(nil),            // 58: raftmq.v1.CopyCommitlogRequest
-	(*CommitlogChunk)(nil),                  // 59: raftmq.v1.CommitlogChunk
-	(*ChecksumCommitlogRequest)(nil),        // 60: raftmq.v1.ChecksumCommitlogRequest
-	(*AddReplicaRequest)(nil),               // 61: raftmq.v1.AddReplicaRequest
-	(*RemoveReplicaRequest)(nil),            // 62: raftmq.v1.RemoveReplicaRequest
-	(*TransferLeaderRequest)(nil),           // 63: raftmq.v1.TransferLeaderRequest
-	(*MembershipResponse)(nil),              // 64: raftmq.v1.MembershipResponse
-	(*ChecksumCommitlogResponse)(nil),       // 65: raftmq.v1.ChecksumCommitlogResponse
-	(*EndTransactionRequest)(nil),           // 66: raftmq.v1.EndTransactionRequest
-	(*EndTransactionResponse)(nil),          // 67: raftmq.v1.EndTransactionResponse
-	(*TransactionCheckStreamRequest)(nil),   // 68: raftmq.v1.TransactionCheckStreamRequest
-	(*TransactionCheck)(nil),                // 69: raftmq.v1.TransactionCheck
-	(*RaftCommand)(nil),                     // 70: raftmq.v1.RaftCommand
-	(*TransactionUpdate)(nil),               // 71: raftmq.v1.TransactionUpdate
-	(*TransactionEnd)(nil),                  // 72: raftmq.v1.TransactionEnd
-	(*TransactionState)(nil),                // 73: raftmq.v1.TransactionState
-	(*HalfState)(nil),                       // 74: raftmq.v1.HalfState
-	(*MasterAnnounce)(nil),                  // 75: raftmq.v1.MasterAnnounce
-	(*SendBatch)(nil),                       // 76: raftmq.v1.SendBatch
-	(*StoredMessage)(nil),                   // 77: raftmq.v1.StoredMessage
-	(*OffsetCommit)(nil),                    // 78: raftmq.v1.OffsetCommit
-	(*BrokerSnapshot)(nil),                  // 79: raftmq.v1.BrokerSnapshot
-	(*GetRouteRequest)(nil),                 // 80: raftmq.v1.GetRouteRequest
-	(*GroupRoute)(nil),                      // 81: raftmq.v1.GroupRoute
-	(*RouteResponse)(nil),                   // 82: raftmq.v1.RouteResponse
-	(*GetClusterInfoRequest)(nil),           // 83: raftmq.v1.GetClusterInfoRequest
-	(*ClusterGroup)(nil),                    // 84: raftmq.v1.ClusterGroup
-	(*ClusterInfoResponse)(nil),             // 85: raftmq.v1.ClusterInfoResponse
-	(*ListTopicNamesResponse)(nil),          // 86: raftmq.v1.ListTopicNamesResponse
-	(*WatchRoutesRequest)(nil),              // 87: raftmq.v1.WatchRoutesRequest
-	nil,                                     // 88: raftmq.v1.Message.PropertiesEntry
-	nil,                                     // 89: raftmq.v1.TransactionState.HalvesEntry
-	nil,                                     // 90: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 91: raftmq.v1.SendBatch.ScheduleFromEntry
-	nil,                                     // 92: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	(*InitProducerRequest)(nil),             // 6: raftmq.v1.InitProducerRequest
+	(*InitProducerResponse)(nil),            // 7: raftmq.v1.InitProducerResponse
+	(*SendResult)(nil),                      // 8: raftmq.v1.SendResult
+	(*SendMessageResponse)(nil),             // 9: raftmq.v1.SendMessageResponse
+	(*PullMessageRequest)(nil),              // 10: raftmq.v1.PullMessageRequest
+	(*PullMessageResponse)(nil),             // 11: raftmq.v1.PullMessageResponse
+	(*QueryConsumerOffsetRequest)(nil),      // 12: raftmq.v1.QueryConsumerOffsetRequest
+	(*QueryConsumerOffsetResponse)(nil),     // 13: raftmq.v1.QueryConsumerOffsetResponse
+	(*QueueOffset)(nil),                     // 14: raftmq.v1.QueueOffset
+	(*UpdateConsumerOffsetRequest)(nil),     // 15: raftmq.v1.UpdateConsumerOffsetRequest
+	(*UpdateConsumerOffsetResponse)(nil),    // 16: raftmq.v1.UpdateConsumerOffsetResponse
+	(*ResetConsumerOffsetRequest)(nil),      // 17: raftmq.v1.ResetConsumerOffsetRequest
+	(*ResetConsumerOffsetResponse)(nil),     // 18: raftmq.v1.ResetConsumerOffsetResponse
+	(*Subscription)(nil),                    // 19: raftmq.v1.Subscription
+	(*ConsumerGroupInfo)(nil),               // 20: raftmq.v1.ConsumerGroupInfo
+	(*HeldQueue)(nil),                       // 21: raftmq.v1.HeldQueue
+	(*HeartbeatRequest)(nil),                // 22: raftmq.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),               // 23: raftmq.v1.HeartbeatResponse
+	(*GetConsumerListRequest)(nil),          // 24: raftmq.v1.GetConsumerListRequest
+	(*GetConsumerListResponse)(nil),         // 25: raftmq.v1.GetConsumerListResponse
+	(*DescribeConsumerGroupsRequest)(nil),   // 26: raftmq.v1.DescribeConsumerGroupsRequest
+	(*ConsumerMember)(nil),                  // 27: raftmq.v1.ConsumerMember
+	(*ConsumerGroupMembers)(nil),            // 28: raftmq.v1.ConsumerGroupMembers
+	(*DescribeConsumerGroupsResponse)(nil),  // 29: raftmq.v1.DescribeConsumerGroupsResponse
+	(*ConsumerSendBackRequest)(nil),         // 30: raftmq.v1.ConsumerSendBackRequest
+	(*ConsumerSendBackResponse)(nil),        // 31: raftmq.v1.ConsumerSendBackResponse
+	(*LockQueuesRequest)(nil),               // 32: raftmq.v1.LockQueuesRequest
+	(*LockQueuesResponse)(nil),              // 33: raftmq.v1.LockQueuesResponse
+	(*UnlockQueuesRequest)(nil),             // 34: raftmq.v1.UnlockQueuesRequest
+	(*UnlockQueuesResponse)(nil),            // 35: raftmq.v1.UnlockQueuesResponse
+	(*TopicConfig)(nil),                     // 36: raftmq.v1.TopicConfig
+	(*CreateTopicRequest)(nil),              // 37: raftmq.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),             // 38: raftmq.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),              // 39: raftmq.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),             // 40: raftmq.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),               // 41: raftmq.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),              // 42: raftmq.v1.ListTopicsResponse
+	(*SubscriptionGroupConfig)(nil),         // 43: raftmq.v1.SubscriptionGroupConfig
+	(*UpsertSubscriptionGroupRequest)(nil),  // 44: raftmq.v1.UpsertSubscriptionGroupRequest
+	(*UpsertSubscriptionGroupResponse)(nil), // 45: raftmq.v1.UpsertSubscriptionGroupResponse
+	(*DeleteSubscriptionGroupRequest)(nil),  // 46: raftmq.v1.DeleteSubscriptionGroupRequest
+	(*DeleteSubscriptionGroupResponse)(nil), // 47: raftmq.v1.DeleteSubscriptionGroupResponse
+	(*ListSubscriptionGroupsRequest)(nil),   // 48: raftmq.v1.ListSubscriptionGroupsRequest
+	(*ListSubscriptionGroupsResponse)(nil),  // 49: raftmq.v1.ListSubscriptionGroupsResponse
+	(*GetQueueOffsetsRequest)(nil),          // 50: raftmq.v1.GetQueueOffsetsRequest
+	(*GetQueueOffsetsResponse)(nil),         // 51: raftmq.v1.GetQueueOffsetsResponse
+	(*SearchOffsetByTimeRequest)(nil),       // 52: raftmq.v1.SearchOffsetByTimeRequest
+	(*SearchOffsetByTimeResponse)(nil),      // 53: raftmq.v1.SearchOffsetByTimeResponse
+	(*QueryMessageByIdRequest)(nil),         // 54: raftmq.v1.QueryMessageByIdRequest
+	(*QueryMessageByKeyRequest)(nil),        // 55: raftmq.v1.QueryMessageByKeyRequest
+	(*QueryMessageResponse)(nil),            // 56: raftmq.v1.QueryMessageResponse
+	(*DescribeBrokerRequest)(nil),           // 57: raftmq.v1.DescribeBrokerRequest
+	(*ReplicaInfo)(nil),                     // 58: raftmq.v1.ReplicaInfo
+	(*DescribeBrokerResponse)(nil),          // 59: raftmq.v1.DescribeBrokerResponse
+	(*CopyCommitlogRequest)(nil),            // 60: raftmq.v1.CopyCommitlogRequest
+	(*CommitlogChunk)(nil),                  // 61: raftmq.v1.CommitlogChunk
+	(*ChecksumCommitlogRequest)(nil),        // 62: raftmq.v1.ChecksumCommitlogRequest
+	(*AddReplicaRequest)(nil),               // 63: raftmq.v1.AddReplicaRequest
+	(*RemoveReplicaRequest)(nil),            // 64: raftmq.v1.RemoveReplicaRequest
+	(*TransferLeaderRequest)(nil),           // 65: raftmq.v1.TransferLeaderRequest
+	(*MembershipResponse)(nil),              // 66: raftmq.v1.MembershipResponse
+	(*ChecksumCommitlogResponse)(nil),       // 67: raftmq.v1.ChecksumCommitlogResponse
+	(*EndTransactionRequest)(nil),           // 68: raftmq.v1.EndTransactionRequest
+	(*EndTransactionResponse)(nil),          // 69: raftmq.v1.EndTransactionResponse
+	(*TransactionCheckStreamRequest)(nil),   // 70: raftmq.v1.TransactionCheckStreamRequest
+	(*TransactionCheck)(nil),                // 71: raftmq.v1.TransactionCheck
+	(*RaftCommand)(nil),                     // 72: raftmq.v1.RaftCommand
+	(*InitProducer)(nil),                    // 73: raftmq.v1.InitProducer
+	(*TransactionUpdate)(nil),               // 74: raftmq.v1.TransactionUpdate
+	(*TransactionEnd)(nil),                  // 75: raftmq.v1.TransactionEnd
+	(*TransactionState)(nil),                // 76: raftmq.v1.TransactionState
+	(*HalfState)(nil),                       // 77: raftmq.v1.HalfState
+	(*MasterAnnounce)(nil),                  // 78: raftmq.v1.MasterAnnounce
+	(*SendBatch)(nil),                       // 79: raftmq.v1.SendBatch
+	(*StoredMessage)(nil),                   // 80: raftmq.v1.StoredMessage
+	(*OffsetCommit)(nil),                    // 81: raftmq.v1.OffsetCommit
+	(*BrokerSnapshot)(nil),                  // 82: raftmq.v1.BrokerSnapshot
+	(*ProducerTable)(nil),                   // 83: raftmq.v1.ProducerTable
+	(*ProducerState)(nil),                   // 84: raftmq.v1.ProducerState
+	(*QueueSequences)(nil),                  // 85: raftmq.v1.QueueSequences
+	(*GetRouteRequest)(nil),                 // 86: raftmq.v1.GetRouteRequest
+	(*GroupRoute)(nil),                      // 87: raftmq.v1.GroupRoute
+	(*RouteResponse)(nil),                   // 88: raftmq.v1.RouteResponse
+	(*GetClusterInfoRequest)(nil),           // 89: raftmq.v1.GetClusterInfoRequest
+	(*ClusterGroup)(nil),                    // 90: raftmq.v1.ClusterGroup
+	(*ClusterInfoResponse)(nil),             // 91: raftmq.v1.ClusterInfoResponse
+	(*ListTopicNamesResponse)(nil),          // 92: raftmq.v1.ListTopicNamesResponse
+	(*WatchRoutesRequest)(nil),              // 93: raftmq.v1.WatchRoutesRequest
+	nil,                                     // 94: raftmq.v1.Message.PropertiesEntry
+	nil,                                     // 95: raftmq.v1.TransactionState.HalvesEntry
+	nil,                                     // 96: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 97: raftmq.v1.SendBatch.ScheduleFromEntry
+	nil,                                     // 98: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
-	88, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
+	94, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
 	4,  // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
-	6,  // 2: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
+	8,  // 2: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
 	1,  // 3: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
-	12, // 4: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
-	12, // 5: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
+	14, // 4: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
+	14, // 5: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
 	2,  // 6: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
-	17, // 7: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
-	19, // 8: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
-	18, // 9: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
+	19, // 7: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
+	21, // 8: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
+	20, // 9: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
 	2,  // 10: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
-	17, // 11: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
-	19, // 12: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
-	25, // 13: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
-	26, // 14: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
-	34, // 15: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
-	34, // 16: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
-	41, // 17: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	41, // 18: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	56, // 19: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
-	34, // 20: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
-	56, // 21: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
-	56, // 22: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
+	19, // 11: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
+	21, // 12: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
+	27, // 13: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
+	28, // 14: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
+	36, // 15: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
+	36, // 16: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
+	43, // 17: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	43, // 18: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	58, // 19: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
+	36, // 20: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
+	58, // 21: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
+	58, // 22: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
 	3,  // 23: raftmq.v1.EndTransactionRequest.outcome:type_name -> raftmq.v1.TransactionOutcome
 	3,  // 24: raftmq.v1.EndTransactionResponse.outcome:type_name -> raftmq.v1.TransactionOutcome
-	6,  // 25: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
-	66, // 26: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
+	8,  // 25: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
+	68, // 26: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
 	4,  // 27: raftmq.v1.TransactionCheck.message:type_name -> raftmq.v1.Message
-	76, // 28: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
-	34, // 29: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
-	78, // 30: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
-	41, // 31: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	75, // 32: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
-	71, // 33: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
-	72, // 34: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
-	3,  // 35: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
-	89, // 36: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
-	3,  // 37: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
-	77, // 38: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	90, // 39: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	91, // 40: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
-	4,  // 41: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	12, // 42: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	34, // 43: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	78, // 44: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	41, // 45: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	75, // 46: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	92, // 47: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	73, // 48: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
-	56, // 49: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	81, // 50: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	56, // 51: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	84, // 52: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	74, // 53: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
-	5,  // 54: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	8,  // 55: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	10, // 56: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	13, // 57: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	15, // 58: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
-	20, // 59: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	22, // 60: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	24, // 61: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
-	28, // 62: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	30, // 63: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	32, // 64: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	35, // 65: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	37, // 66: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	39, // 67: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	42, // 68: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	44, // 69: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	46, // 70: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	48, // 71: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	50, // 72: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	52, // 73: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	53, // 74: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	55, // 75: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	58, // 76: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	60, // 77: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	61, // 78: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
-	62, // 79: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
-	63, // 80: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
-	66, // 81: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
-	68, // 82: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
-	80, // 83: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	83, // 84: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	39, // 85: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	87, // 86: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	7,  // 87: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	9,  // 88: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	11, // 89: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	14, // 90: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	16, // 91: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
-	21, // 92: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	23, // 93: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	27, // 94: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
-	29, // 95: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	31, // 96: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	33, // 97: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	36, // 98: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	38, // 99: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	40, // 100: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	43, // 101: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	45, // 102: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	47, // 103: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	49, // 104: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	51, // 105: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	54, // 106: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	54, // 107: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	57, // 108: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	59, // 109: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	65, // 110: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	64, // 111: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
-	64, // 112: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
-	64, // 113: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
-	67, // 114: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
-	69, // 115: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
-	82, // 116: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	85, // 117: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	86, // 118: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	82, // 119: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	87, // [87:120] is the sub-list for method output_type
-	54, // [54:87] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	79, // 28: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
+	36, // 29: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
+	81, // 30: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
+	43, // 31: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	78, // 32: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
+	74, // 33: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
+	73, // 34: raftmq.v1.RaftCommand.init_producer:type_name -> raftmq.v1.InitProducer
+	75, // 35: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
+	3,  // 36: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
+	95, // 37: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
+	3,  // 38: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
+	80, // 39: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	96, // 40: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	97, // 41: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
+	4,  // 42: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	14, // 43: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	36, // 44: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	81, // 45: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	43, // 46: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	78, // 47: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	98, // 48: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	76, // 49: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
+	83, // 50: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
+	84, // 51: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
+	85, // 52: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
+	58, // 53: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	87, // 54: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	58, // 55: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	90, // 56: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	77, // 57: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
+	5,  // 58: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	10, // 59: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	12, // 60: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	15, // 61: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	17, // 62: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
+	22, // 63: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	24, // 64: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	26, // 65: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	30, // 66: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	32, // 67: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	34, // 68: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	37, // 69: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	39, // 70: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	41, // 71: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	44, // 72: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	46, // 73: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	48, // 74: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	50, // 75: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	52, // 76: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	54, // 77: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	55, // 78: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	57, // 79: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	60, // 80: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	62, // 81: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	63, // 82: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
+	64, // 83: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
+	65, // 84: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
+	68, // 85: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
+	70, // 86: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
+	6,  // 87: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
+	86, // 88: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	89, // 89: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	41, // 90: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	93, // 91: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	9,  // 92: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	11, // 93: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	13, // 94: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	16, // 95: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	18, // 96: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
+	23, // 97: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	25, // 98: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	29, // 99: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	31, // 100: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	33, // 101: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	35, // 102: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	38, // 103: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	40, // 104: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	42, // 105: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	45, // 106: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	47, // 107: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	49, // 108: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	51, // 109: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	53, // 110: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	56, // 111: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	56, // 112: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	59, // 113: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	61, // 114: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	67, // 115: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	66, // 116: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
+	66, // 117: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
+	66, // 118: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
+	69, // 119: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
+	71, // 120: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
+	7,  // 121: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
+	88, // 122: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	91, // 123: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	92, // 124: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	88, // 125: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	92, // [92:126] is the sub-list for method output_type
+	58, // [58:92] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -6043,13 +6534,13 @@ func file_raftmq_proto_init() {
 	if File_raftmq_proto != nil {
 		return
 	}
-	file_raftmq_proto_msgTypes[11].OneofWrappers = []any{
+	file_raftmq_proto_msgTypes[13].OneofWrappers = []any{
 		(*ResetConsumerOffsetRequest_Earliest)(nil),
 		(*ResetConsumerOffsetRequest_Latest)(nil),
 		(*ResetConsumerOffsetRequest_TimestampMs)(nil),
 		(*ResetConsumerOffsetRequest_Offset)(nil),
 	}
-	file_raftmq_proto_msgTypes[66].OneofWrappers = []any{
+	file_raftmq_proto_msgTypes[68].OneofWrappers = []any{
 		(*RaftCommand_Send)(nil),
 		(*RaftCommand_UpsertTopic)(nil),
 		(*RaftCommand_DeleteTopic)(nil),
@@ -6058,6 +6549,7 @@ func file_raftmq_proto_init() {
 		(*RaftCommand_DeleteGroup)(nil),
 		(*RaftCommand_Announce)(nil),
 		(*RaftCommand_Transactions)(nil),
+		(*RaftCommand_InitProducer)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -6065,7 +6557,7 @@ func file_raftmq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   89,
+			NumMessages:   95,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -59,6 +59,7 @@ const (
 	Broker_TransferLeader_FullMethodName          = "/raftmq.v1.Broker/TransferLeader"
 	Broker_EndTransaction_FullMethodName          = "/raftmq.v1.Broker/EndTransaction"
 	Broker_CheckTransactions_FullMethodName       = "/raftmq.v1.Broker/CheckTransactions"
+	Broker_InitProducer_FullMethodName            = "/raftmq.v1.Broker/InitProducer"
 )
 
 // BrokerClient is the client API for Broker service.
@@ -101,6 +102,8 @@ type BrokerClient interface {
 	// left unended past the transaction timeout.
 	EndTransaction(ctx context.Context, in *EndTransactionRequest, opts ...grpc.CallOption) (*EndTransactionResponse, error)
 	CheckTransactions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TransactionCheckStreamRequest, TransactionCheck], error)
+	// A producer id and epoch for idempotent sends (broker/producers.go).
+	InitProducer(ctx context.Context, in *InitProducerRequest, opts ...grpc.CallOption) (*InitProducerResponse, error)
 }
 
 type brokerClient struct {
@@ -413,6 +416,16 @@ func (c *brokerClient) CheckTransactions(ctx context.Context, opts ...grpc.CallO
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Broker_CheckTransactionsClient = grpc.BidiStreamingClient[TransactionCheckStreamRequest, TransactionCheck]
 
+func (c *brokerClient) InitProducer(ctx context.Context, in *InitProducerRequest, opts ...grpc.CallOption) (*InitProducerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InitProducerResponse)
+	err := c.cc.Invoke(ctx, Broker_InitProducer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrokerServer is the server API for Broker service.
 // All implementations must embed UnimplementedBrokerServer
 // for forward compatibility.
@@ -453,6 +466,8 @@ type BrokerServer interface {
 	// left unended past the transaction timeout.
 	EndTransaction(context.Context, *EndTransactionRequest) (*EndTransactionResponse, error)
 	CheckTransactions(grpc.BidiStreamingServer[TransactionCheckStreamRequest, TransactionCheck]) error
+	// A producer id and epoch for idempotent sends (broker/producers.go).
+	InitProducer(context.Context, *InitProducerRequest) (*InitProducerResponse, error)
 	mustEmbedUnimplementedBrokerServer()
 }
 
@@ -549,6 +564,9 @@ func (UnimplementedBrokerServer) EndTransaction(context.Context, *EndTransaction
 }
 func (UnimplementedBrokerServer) CheckTransactions(grpc.BidiStreamingServer[TransactionCheckStreamRequest, TransactionCheck]) error {
 	return status.Error(codes.Unimplemented, "method CheckTransactions not implemented")
+}
+func (UnimplementedBrokerServer) InitProducer(context.Context, *InitProducerRequest) (*InitProducerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method InitProducer not implemented")
 }
 func (UnimplementedBrokerServer) mustEmbedUnimplementedBrokerServer() {}
 func (UnimplementedBrokerServer) testEmbeddedByValue()                {}
@@ -1075,6 +1093,24 @@ func _Broker_CheckTransactions_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Broker_CheckTransactionsServer = grpc.BidiStreamingServer[TransactionCheckStreamRequest, TransactionCheck]
 
+func _Broker_InitProducer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InitProducerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).InitProducer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_InitProducer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).InitProducer(ctx, req.(*InitProducerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Broker_ServiceDesc is the grpc.ServiceDesc for Broker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1189,6 +1225,10 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EndTransaction",
 			Handler:    _Broker_EndTransaction_Handler,
+		},
+		{
+			MethodName: "InitProducer",
+			Handler:    _Broker_InitProducer_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -24,6 +24,7 @@ type benchFlags struct {
 	count                  int64
 	duration               time.Duration
 	json                   bool
+	producerIDs            bool // --producer-ids
 }
 
 func benchCommand() *cobra.Command {
@@ -48,6 +49,7 @@ sent, failed (consume reports received as sent).`,
 	fl.IntVar(&f.batch, "batch", 32, "messages per send in batch mode")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object on the last line")
 	fl.StringVar(&f.group, "group", "bench", "consumer group (consume, e2e)")
+	fl.BoolVar(&f.producerIDs, "producer-ids", true, "producers ask for producer ids and number their sends (false: retries are known by unique keys only)")
 	cmd.AddCommand(
 		&cobra.Command{Use: "produce", Short: "send messages as fast as they are acknowledged",
 			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, true, false) }},
@@ -179,7 +181,7 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 		defer consumer.Shutdown()
 	}
 	if produce {
-		p, err := startBenchProducer(nsAddrs)
+		p, err := startBenchProducer(nsAddrs, f.producerIDs)
 		if err != nil {
 			return err
 		}
@@ -231,8 +233,8 @@ loop:
 
 // startBenchProducer starts the producer the bench commands share among
 // their sending goroutines.
-func startBenchProducer(nsAddrs []string) (*client.Producer, error) {
-	opts, err := clientOptions(nsAddrs, client.WithSendTimeout(10*time.Second))
+func startBenchProducer(nsAddrs []string, producerIDs bool) (*client.Producer, error) {
+	opts, err := clientOptions(nsAddrs, client.WithSendTimeout(10*time.Second), client.WithProducerIDs(producerIDs))
 	if err != nil {
 		return nil, err
 	}

@@ -134,7 +134,7 @@ func runTimerBench(ctx context.Context, f benchFlags, tb timerBench) error {
 	}
 	defer consumer.Shutdown()
 
-	p, err := startBenchProducer(nsAddrs)
+	p, err := startBenchProducer(nsAddrs, f.producerIDs)
 	if err != nil {
 		return err
 	}
