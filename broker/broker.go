@@ -197,8 +197,11 @@ func Start(cfg Config) (*Broker, error) {
 			b.log.Error("grpc server stopped", "err", err)
 		}
 	}()
+	st := b.node.Started // raft_start's parts (cluster.StartTimes says which grow)
 	b.log.Info("broker started", "grpc", cfg.AdvertiseGRPC, "raft", cfg.Raft.BindAddr,
 		"store_open", storeOpened.Sub(began), "raft_start", raftStarted.Sub(raftBegan),
+		slog.Group("raft_steps", "stable_open", st.StableOpen, "log_open", st.LogOpen, "snapshots_open", st.SnapshotsOpen,
+			"new_raft", st.NewRaft, "restore", st.Restore, "entries_after_snapshot", st.EntriesAfterSnapshot),
 		"gossip_and_ops", gossipStarted.Sub(raftStarted), "total", time.Since(began))
 	return b, nil
 }
@@ -330,6 +333,7 @@ func (b *Broker) leaderLoop(ctx context.Context) {
 				b.checkStreams.closeAll()
 				continue
 			}
+			elected := time.Now()
 			if err := b.barrier(); err != nil {
 				b.log.Warn("barrier as new leader failed", "err", err)
 				continue
@@ -346,7 +350,10 @@ func (b *Broker) leaderLoop(ctx context.Context) {
 					b.master.Store(false)
 					continue
 				}
-				b.log.Info("serving as master", "term", b.term())
+				// ready_after: from leadership to serving, mostly the
+				// Barrier's wait for the state machine to replay the
+				// entries after its snapshot (cluster.StartTimes).
+				b.log.Info("serving as master", "term", b.term(), "ready_after", time.Since(elected))
 			}
 		}
 	}
