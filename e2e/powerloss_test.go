@@ -95,9 +95,7 @@ func TestDrillGroupPowerLoss(t *testing.T) {
 	runDrill(t, "group power loss", c, func() {
 		c.powerLoss(true, 0, 1, 2)
 		time.Sleep(time.Second) // the outage
-		for i := range c.procs {
-			c.start(i)
-		}
+		c.startAll(0, 1, 2)
 	})
 }
 
@@ -135,9 +133,7 @@ func TestDrillGroupPowerLossWithoutFsyncLoses(t *testing.T) {
 	h := driveDrill(t, c, func(*History) {
 		c.powerLoss(false, 0, 1, 2)
 		time.Sleep(time.Second) // the outage
-		for i := range c.procs {
-			c.start(i)
-		}
+		c.startAll(0, 1, 2)
 	})
 	// What survived is read back quickly; what was lost never is.
 	readBack(t, c, h, 15*time.Second)
@@ -169,9 +165,7 @@ func TestDrillPowerLossRepeated(t *testing.T) {
 			}
 			c.powerLoss(rng.IntN(2) == 0, victims...)
 			time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond) // the outage
-			for _, i := range victims {
-				c.start(i)
-			}
+			c.startAll(victims...)
 			clustertest.WaitFor(t, 30*time.Second, "a master", func() bool { return c.master() >= 0 })
 			time.Sleep(time.Duration(300+rng.IntN(2000)) * time.Millisecond) // traffic between faults
 		}
