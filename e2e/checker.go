@@ -88,6 +88,20 @@ type History struct {
 	// offset, summed over the queues (inFlightTaken: it was taken).
 	inFlight      int
 	inFlightTaken bool
+	// outages are spans in which the drill itself kept a quorum of the
+	// group's replicas powered off (Outage).
+	outages [][2]time.Time
+}
+
+// Outage records a span in which the drill kept a quorum of the group's
+// replicas off (a power cut of all of them, before it starts them again):
+// no system acknowledges a write then, so the report also gives each
+// write gap less its overlap with these spans, what the restart and the
+// election took.
+func (h *History) Outage(from, to time.Time) {
+	h.mu.Lock()
+	h.outages = append(h.outages, [2]time.Time{from, to})
+	h.mu.Unlock()
 }
 
 // InFlightAtFault records the consumers' in-flight window as the fault
@@ -215,6 +229,10 @@ type Report struct {
 	Divergent   []string // groups whose replicas' commitlogs differ
 	Replicas    int      // replica checksums compared
 	WriteGaps   []time.Duration
+	// RecoveryGaps are the write gaps less the drill's own outages
+	// (History.Outage) that are still over 1 s; nil when the drill
+	// recorded none.
+	RecoveryGaps []time.Duration
 }
 
 func (r Report) String() string {
@@ -232,7 +250,18 @@ func (r Report) String() string {
 	}
 	return fmt.Sprintf("acked %d, failed %d, unknown %d%s; lost %d, not stored %d, stored twice %d, unexpected %d, duplicates %d%s (+%d from unknown sends; in flight at the fault %d), order breaks %d, divergent groups %d (of %d replicas compared); write gaps over 1s: [%s]",
 		r.Acked, r.Failed, r.Unknown, errs, len(r.Lost), len(r.NotStored), r.StoredTwice, len(r.Unexpected), r.DupOther, dups, r.DupFromUnknown, r.InFlight,
-		len(r.OrderBreaks), len(r.Divergent), r.Replicas, strings.Join(gaps, " "))
+		len(r.OrderBreaks), len(r.Divergent), r.Replicas, strings.Join(gaps, " ")) + r.recoveryGaps()
+}
+
+func (r Report) recoveryGaps() string {
+	if r.RecoveryGaps == nil {
+		return ""
+	}
+	gaps := make([]string, len(r.RecoveryGaps))
+	for i, g := range r.RecoveryGaps {
+		gaps[i] = g.Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("; less the drill's outages, over 1s: [%s]", strings.Join(gaps, " "))
 }
 
 // OK is the drills' pass: nothing lost or missing from the store, nothing unexpected, no order
@@ -371,10 +400,42 @@ func (h *History) Check() Report {
 		for i := 1; i < len(ts); i++ {
 			if g := ts[i].Sub(ts[i-1]); g > time.Second {
 				r.WriteGaps = append(r.WriteGaps, g)
+				if g -= overlap(ts[i-1], ts[i], h.outages); len(h.outages) > 0 && g > time.Second {
+					r.RecoveryGaps = append(r.RecoveryGaps, g)
+				}
 			}
 		}
 	}
+	if len(h.outages) > 0 && r.RecoveryGaps == nil {
+		r.RecoveryGaps = []time.Duration{}
+	}
 	return r
+}
+
+// overlap is how much of [from, to] the spans cover (they do not overlap
+// each other).
+func overlap(from, to time.Time, spans [][2]time.Time) time.Duration {
+	var d time.Duration
+	for _, s := range spans {
+		if b, e := maxTime(from, s[0]), minTime(to, s[1]); e.After(b) {
+			d += e.Sub(b)
+		}
+	}
+	return d
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // commonest formats the n keys of counts with the highest counts (ties by

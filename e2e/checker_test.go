@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -103,5 +104,31 @@ func TestCheckerFindsFaults(t *testing.T) {
 	clean.ReadBack("a", "q@0")
 	if r := clean.Check(); !r.OK() || !clean.Consumed() || !clean.AllReadBack() {
 		t.Fatalf("a clean history failed: %s", r)
+	}
+}
+
+// A write gap is also reported less the drill's own outages: what the
+// restart and the election took, over 1 s.
+func TestCheckerGapsLessOutages(t *testing.T) {
+	h := &History{}
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	for i, s := range []float64{0, 4, 10, 12.5} { // gaps of 4, 6 and 2.5 s
+		h.Sent(Send{Producer: "p", Seq: i, Body: fmt.Sprint(i), Outcome: Acked, At: at(s)})
+	}
+	if r := h.Check(); r.RecoveryGaps != nil || strings.Contains(r.String(), "outages") {
+		t.Fatalf("recovery gaps %v without an outage", r.RecoveryGaps)
+	}
+	h.Outage(at(1), at(2.5))   // 1.5 s of the first gap: 2.5 s left
+	h.Outage(at(4.5), at(9.8)) // 5.3 s of the second: 0.7 s left
+	r := h.Check()
+	if want := []time.Duration{4 * time.Second, 6 * time.Second, 2500 * time.Millisecond}; !slices.Equal(r.WriteGaps, want) {
+		t.Fatalf("write gaps %v, want %v", r.WriteGaps, want)
+	}
+	if want := []time.Duration{2500 * time.Millisecond, 2500 * time.Millisecond}; !slices.Equal(r.RecoveryGaps, want) {
+		t.Fatalf("gaps less the outages %v, want %v", r.RecoveryGaps, want)
+	}
+	if !strings.Contains(r.String(), "less the drill's outages, over 1s: [2.5s 2.5s]") {
+		t.Fatalf("report: %s", r)
 	}
 }

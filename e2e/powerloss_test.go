@@ -92,9 +92,11 @@ func TestDrillMasterPowerLoss(t *testing.T) {
 // Every replica of the group loses power at once, and all start again.
 func TestDrillGroupPowerLoss(t *testing.T) {
 	c := newPowerCluster(t, lazyfs.Options{})
-	runDrill(t, "group power loss", c, func() {
+	runDrillWith(t, "group power loss", c, func(h *History) {
+		cut := time.Now()
 		c.powerLoss(true, 0, 1, 2)
 		time.Sleep(time.Second) // the outage
+		h.Outage(cut, time.Now())
 		c.startAll(0, 1, 2)
 	})
 }
@@ -152,7 +154,7 @@ func TestDrillPowerLossRepeated(t *testing.T) {
 	}
 	c := newPowerCluster(t, lazyfs.Options{})
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
-	runDrill(t, "power loss x20", c, func() {
+	runDrillWith(t, "power loss x20", c, func(h *History) {
 		for round := 0; round < 20; round++ {
 			var victims []int
 			switch rng.IntN(3) {
@@ -163,8 +165,13 @@ func TestDrillPowerLossRepeated(t *testing.T) {
 			default:
 				victims = []int{0, 1, 2}
 			}
+			cut := time.Now()
 			c.powerLoss(rng.IntN(2) == 0, victims...)
 			time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond) // the outage
+			// No quorum powered: the drill's own outage.
+			if len(victims) > 1 {
+				h.Outage(cut, time.Now())
+			}
 			c.startAll(victims...)
 			clustertest.WaitFor(t, 30*time.Second, "a master", func() bool { return c.master() >= 0 })
 			time.Sleep(time.Duration(300+rng.IntN(2000)) * time.Millisecond) // traffic between faults
