@@ -148,6 +148,7 @@ func Start(cfg Config) (*Broker, error) {
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
 		grpc.MaxRecvMsgSize(cfg.EntryMaxBytes+1<<20),
+		recvBuffers(), // grpcbuffers.go
 		grpc.MaxSendMsgSize(maxResponseSize(cfg)),
 		// A held pull is an idle RPC for up to its suspend timeout.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),

@@ -15,7 +15,16 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/experimental"
+
+	"github.com/raftmq/raftmq/broker"
 )
+
+func init() {
+	// Every server and client of this process takes its gRPC buffers
+	// from the broker's pool, whose tiers fit a batch (broker/grpcbuffers.go).
+	experimental.SetDefaultBufferPool(broker.BufferPool())
+}
 
 func main() {
 	root := &cobra.Command{
