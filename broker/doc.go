@@ -33,7 +33,8 @@
 // once), RocketMQ consumers pushed code 40 when their group's members
 // change, RocketMQ producers pushed the check-backs of their group's
 // halves, code 39 (clientconns.go), the transport security
-// of its gRPC server and of its own calls (tls.go), and what each RPC
+// of its gRPC server and of its own calls (tls.go), the gRPC buffer pool whose tiers fit
+// a batch (grpcbuffers.go), and what each RPC
 // needs under access control (acl.go), the admin RPCs over topics,
 // subscription groups and offsets (adminservice.go), the replica's
 // announcement on the cluster's gossip, by which name servers route to it,
