@@ -104,6 +104,49 @@ func (h *History) Outage(from, to time.Time) {
 	h.mu.Unlock()
 }
 
+// FirstAckAfter is the first acknowledgement of a send at or after t,
+// zero if none yet.
+func (h *History) FirstAckAfter(t time.Time) time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var first time.Time
+	for _, s := range h.sends {
+		if s.Outcome == Acked && !s.At.Before(t) && (first.IsZero() || s.At.Before(first)) {
+			first = s.At
+		}
+	}
+	return first
+}
+
+// AcksAround says, per producer, how long before cut its last
+// acknowledgement came and how long after restart its first one did
+// (negative: none yet).
+func (h *History) AcksAround(cut, restart time.Time) map[string][2]time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	last, first := map[string]time.Time{}, map[string]time.Time{}
+	for _, s := range h.sends {
+		if s.Outcome != Acked {
+			continue
+		}
+		if s.At.Before(cut) && s.At.After(last[s.Producer]) {
+			last[s.Producer] = s.At
+		}
+		if !s.At.Before(restart) && (first[s.Producer].IsZero() || s.At.Before(first[s.Producer])) {
+			first[s.Producer] = s.At
+		}
+	}
+	out := map[string][2]time.Duration{}
+	for p, l := range last {
+		f := time.Duration(-1)
+		if !first[p].IsZero() {
+			f = first[p].Sub(restart).Round(time.Millisecond)
+		}
+		out[p] = [2]time.Duration{cut.Sub(l).Round(time.Millisecond), f}
+	}
+	return out
+}
+
 // InFlightAtFault records the consumers' in-flight window as the fault
 // begins: what a master change may deliver again.
 func (h *History) InFlightAtFault(n int) {

@@ -131,4 +131,10 @@ func TestCheckerGapsLessOutages(t *testing.T) {
 	if !strings.Contains(r.String(), "less the drill's outages, over 1s: [2.5s 2.5s]") {
 		t.Fatalf("report: %s", r)
 	}
+	if got := h.FirstAckAfter(at(4.5)); !got.Equal(at(10)) {
+		t.Fatalf("first ack after 4.5 s: %v", got.Sub(t0))
+	}
+	if got := h.AcksAround(at(4.5), at(9.8)); got["p"] != [2]time.Duration{500 * time.Millisecond, 200 * time.Millisecond} {
+		t.Fatalf("acks around the second outage: %v", got)
+	}
 }

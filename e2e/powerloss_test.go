@@ -172,9 +172,23 @@ func TestDrillPowerLossRepeated(t *testing.T) {
 			if len(victims) > 1 {
 				h.Outage(cut, time.Now())
 			}
+			restart := time.Now()
 			c.startAll(victims...)
+			started := time.Since(restart)
 			clustertest.WaitFor(t, 30*time.Second, "a master", func() bool { return c.master() >= 0 })
+			mastered := time.Since(restart)
+			var acked time.Duration
+			clustertest.WaitFor(t, 30*time.Second, "an ack", func() bool {
+				first := h.FirstAckAfter(restart)
+				acked = first.Sub(restart)
+				return !first.IsZero()
+			})
+			// Where a round's gap goes, from the restart on.
+			t.Logf("round %d: replicas %v off %v; from their start: all started %v, a master %v, the first ack %v",
+				round+1, victims, restart.Sub(cut).Round(time.Millisecond), started.Round(time.Millisecond),
+				mastered.Round(time.Millisecond), acked.Round(time.Millisecond))
 			time.Sleep(time.Duration(300+rng.IntN(2000)) * time.Millisecond) // traffic between faults
+			t.Logf("round %d: per producer, last ack before the cut and first after the start: %v", round+1, h.AcksAround(cut, restart))
 		}
 	})
 }
