@@ -315,10 +315,15 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 		lastErr = err
 		reason, meta := pb.ReasonOf(err)
 		if reason == pb.ErrorReason_UNKNOWN_PRODUCER && numbers != nil {
-			// The group forgot the id (a silence longer than its window)
-			// and refused the send: not stored, so numbered anew.
+			// The group forgot the id (a silence longer than its window,
+			// or its table full) and refused this try: numbered anew. But
+			// if an earlier try's outcome was unknown, only the unique
+			// keys can find its copy: the send goes on without numbers.
 			p.seqs.forgetID(mq.Group, numbers.id)
 			numbers = nil
+			if stay != nil {
+				numbers = &seqAssign{mq: mq}
+			}
 			continue
 		}
 		if !retriable(err) {

@@ -19,13 +19,14 @@ import (
 // records the numbers each send carries.
 type numberingBroker struct {
 	pb.UnimplementedBrokerServer
-	noIDs      bool        // answer InitProducer as a broker from before ids
-	forgetOnce atomic.Bool // refuse the next numbered send with UNKNOWN_PRODUCER
-	holdFirst  atomic.Bool // answer the next send after the producer's attempt timeout
-	inits      atomic.Int32
-	nextID     atomic.Int64
-	mu         sync.Mutex
-	sends      []*pb.SendMessageRequest
+	noIDs     bool         // answer InitProducer as a broker from before ids
+	forgetAt  atomic.Int32 // refuse this numbered send (1: the first) with UNKNOWN_PRODUCER
+	numbered  atomic.Int32
+	holdFirst atomic.Bool // answer the next send after the producer's attempt timeout
+	inits     atomic.Int32
+	nextID    atomic.Int64
+	mu        sync.Mutex
+	sends     []*pb.SendMessageRequest
 }
 
 func (b *numberingBroker) InitProducer(ctx context.Context, req *pb.InitProducerRequest) (*pb.InitProducerResponse, error) {
@@ -40,7 +41,7 @@ func (b *numberingBroker) SendMessage(ctx context.Context, req *pb.SendMessageRe
 	b.mu.Lock()
 	b.sends = append(b.sends, &pb.SendMessageRequest{ProducerId: req.ProducerId, ProducerEpoch: req.ProducerEpoch, Sequence: req.Sequence})
 	b.mu.Unlock()
-	if req.ProducerId != 0 && b.forgetOnce.CompareAndSwap(true, false) {
+	if req.ProducerId != 0 && b.numbered.Add(1) == b.forgetAt.Load() {
 		return nil, statusWithReason(codes.FailedPrecondition, pb.ErrorReason_UNKNOWN_PRODUCER)
 	}
 	if b.holdFirst.CompareAndSwap(true, false) {
@@ -122,7 +123,7 @@ func TestProducerAsksAgainForAForgottenID(t *testing.T) {
 	if _, err := p.Send(ctx, &Message{Topic: "t", Body: []byte("a")}); err != nil {
 		t.Fatal(err)
 	}
-	b.forgetOnce.Store(true)
+	b.forgetAt.Store(2)
 	if _, err := p.Send(ctx, &Message{Topic: "t", Body: []byte("b")}); err != nil {
 		t.Fatal(err)
 	}
@@ -153,4 +154,18 @@ func TestProducerWithoutIDs(t *testing.T) {
 			t.Fatalf("%s: %d InitProducer calls, want %d", tc.name, n, tc.wantInits)
 		}
 	}
+}
+
+// A group that forgets the id after a try with an unknown outcome: the
+// send goes on without numbers, for only its unique keys can find the
+// copy the first try may have stored.
+func TestProducerForgottenAfterAnUnknownOutcome(t *testing.T) {
+	b := &numberingBroker{}
+	p := numberingProducer(t, b)
+	b.holdFirst.Store(true) // the first try's answer comes too late
+	b.forgetAt.Store(2)     // and its retry is refused: the id is forgotten
+	if _, err := p.Send(context.Background(), &Message{Topic: "t", Body: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	wantNumbers(t, "sends", b.numbers(), [][3]int64{{7, 0, 0}, {7, 0, 0}, {}})
 }
