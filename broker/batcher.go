@@ -259,8 +259,8 @@ func (bt *batcher) propose(batch []*sendReq, n, bytes int) {
 			switch {
 			case err != nil:
 				r.done <- sendOutcome{err: err}
-			case res.refused != nil && res.refused[j] != nil:
-				r.done <- sendOutcome{err: res.refused[j]}
+			case res.refusal(j) != nil:
+				r.done <- sendOutcome{err: res.refusal(j)}
 			default:
 				r.done <- sendOutcome{results: res.results[i : i+r.n]}
 			}
@@ -304,8 +304,8 @@ func (bt *batcher) proposeAlone(r *sendReq) ([]storage.AppendResult, error) {
 	switch {
 	case err != nil:
 		return nil, err
-	case res.refused != nil && res.refused[0] != nil:
-		return nil, res.refused[0]
+	case res.refusal(0) != nil:
+		return nil, res.refusal(0)
 	}
 	return res.results, nil
 }

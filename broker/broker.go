@@ -103,14 +103,13 @@ func Start(cfg Config) (*Broker, error) {
 		log:          cfg.Logger,
 		self:         cfg.ReplicaID,
 		store:        store,
-		meta:         newMetadata(),
+		meta:         newMetadata(cfg.DedupWindow.Milliseconds(), cfg.MaxProducers),
 		locks:        newQueueLocks(),
 		resets:       newOffsetResets(),
 		checkStreams: newCheckStreams(),
 		delays:       delays,
 		ladder:       ladderFor(cfg),
 	}
-	b.meta.producers = newProducerTable(cfg.DedupWindow.Milliseconds(), cfg.MaxProducers)
 	b.producerIDs = newProducerIDs(cfg.MaxProducersPerConn)
 	b.holds = newHoldService(cfg, store, b.master.Load)
 	b.clientConns = newClientConns()

@@ -262,28 +262,37 @@ func (f *fsm) applySequenced(index uint64, data []byte) *applyResult {
 	if index <= f.store.LastRaftIndex() {
 		return &applyResult{}
 	}
-	return f.appendSequenced(index, now, verdicts, sends, parts)
+	return f.appendSequenced(index, now, verdicts, sends, records, parts)
 }
 
 // appendSequenced appends the sends of a sequenced entry the table let
 // through, and answers every send: its copies' offsets, the stored
 // copies' for a retry (found by their unique keys after the append, so a
 // retry that came in the same entry as its first copy finds it too), or
-// why it was refused.
-func (f *fsm) appendSequenced(index uint64, now int64, verdicts []seqVerdict, sends []sendSeq, parts [][]byte) *applyResult {
+// why it was refused. When every send is new, as nearly always, the
+// entry's records are appended as they are, not copied.
+func (f *fsm) appendSequenced(index uint64, now int64, verdicts []seqVerdict, sends []sendSeq, records []byte, parts [][]byte) *applyResult {
 	out := &applyResult{}
 	kept := make([]bool, len(sends))
-	var records []byte
+	copies := make([][]storage.AppendResult, len(sends)) // found by key, for a send below the window
+	all := true
 	for i, v := range verdicts {
 		switch v {
-		case seqOld: // below the window: stored unless a copy has its keys
-			_, kept[i] = f.storedCopies(now, parts[i])
-			kept[i] = !kept[i]
 		case seqNew:
 			kept[i] = true
+		case seqOld: // below the window: stored unless a copy has its keys
+			var found bool
+			copies[i], found = f.storedCopies(now, parts[i])
+			kept[i] = !found
 		}
-		if kept[i] {
-			records = append(records, parts[i]...)
+		all = all && kept[i]
+	}
+	if !all {
+		records = nil
+		for i, p := range parts {
+			if kept[i] {
+				records = append(records, p...)
+			}
 		}
 	}
 	var res []storage.AppendResult
@@ -298,20 +307,22 @@ func (f *fsm) appendSequenced(index uint64, now int64, verdicts []seqVerdict, se
 	}
 	for i, v := range verdicts {
 		n := sends[i].n
-		if kept[i] {
+		switch {
+		case kept[i]:
 			out.results, res = append(out.results, res[:n]...), res[n:]
 			continue
-		}
-		copies, found := f.storedCopies(now, parts[i])
-		switch {
-		case v == seqStored && !found:
+		case v == seqOld:
+			out.results = append(out.results, copies[i]...)
+			continue
+		case v == seqStored:
+			if c, found := f.storedCopies(now, parts[i]); found {
+				out.results = append(out.results, c...)
+				continue
+			}
 			out.refuse(i, len(sends), statusError(codes.AlreadyExists, pb.ErrorReason_SEQUENCE_STORED,
 				"stored before; its records carry no unique key to find the copies by", nil))
-		case v == seqStored || v == seqOld:
-			out.results = append(out.results, copies...)
-			continue
 		default:
-			out.refuse(i, len(sends), v.refusal(sends[i]))
+			out.refuse(i, len(sends), v.refusal())
 		}
 		out.results = append(out.results, make([]storage.AppendResult, n)...) // the batcher answers with the error
 	}
@@ -324,6 +335,14 @@ func (r *applyResult) refuse(i, n int, err error) {
 		r.refused = make([]error, n)
 	}
 	r.refused[i] = err
+}
+
+// refusal is why send i of the entry was refused, nil if it was not.
+func (r *applyResult) refusal(i int) error {
+	if r.refused == nil {
+		return nil
+	}
+	return r.refused[i]
 }
 
 // storedCopies finds, by their unique keys, the stored copies of a retried

@@ -28,13 +28,12 @@ type metadata struct {
 	replicas      map[int32]string // replica id -> gRPC address, from master announcements
 	schedule      map[int32]int64  // delay level -> next offset of its schedule queue
 	halves        *halfTable       // transactional half messages (its own lock)
-	// producers: idempotent producers' sequences (its own lock). The
-	// broker replaces the empty one with one of its configured window and
-	// cap before it starts.
-	producers *producerTable
+	producers     *producerTable   // idempotent producers' sequences (its own lock)
 }
 
-func newMetadata() *metadata {
+// newMetadata is empty metadata whose producer table forgets a producer
+// after dedupWindow ms of silence and remembers at most maxProducers.
+func newMetadata(dedupWindow int64, maxProducers int) *metadata {
 	return &metadata{
 		topics:    map[string]*pb.TopicConfig{},
 		groups:    map[string]*pb.SubscriptionGroupConfig{},
@@ -42,7 +41,7 @@ func newMetadata() *metadata {
 		replicas:  map[int32]string{},
 		schedule:  map[int32]int64{},
 		halves:    newHalfTable(),
-		producers: newProducerTable(0, 0),
+		producers: newProducerTable(dedupWindow, maxProducers),
 	}
 }
 
@@ -219,7 +218,7 @@ func (m *metadata) snapshot(s *pb.BrokerSnapshot) {
 
 // restore replaces the metadata with a snapshot's.
 func (m *metadata) restore(s *pb.BrokerSnapshot) {
-	fresh := newMetadata()
+	fresh := newMetadata(0, 0) // its maps; the two tables restore in place
 	for _, t := range s.Topics {
 		fresh.topics[t.Name] = t
 	}

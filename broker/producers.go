@@ -290,7 +290,7 @@ func (t *producerTable) restore(s *pb.ProducerTable) {
 
 // refusal is the error a send gets for a verdict that refuses it, nil for
 // the others.
-func (v seqVerdict) refusal(s sendSeq) error {
+func (v seqVerdict) refusal() error {
 	switch v {
 	case seqFenced:
 		return statusError(codes.FailedPrecondition, pb.ErrorReason_PRODUCER_FENCED,

@@ -27,7 +27,7 @@ func appendSequencedHeader(data []byte, batch []*sendReq) []byte {
 		data = binary.AppendVarint(data, s.producer)
 		data = binary.AppendVarint(data, int64(s.epoch))
 		data = binary.AppendVarint(data, s.first)
-		data = binary.AppendUvarint(data, uint64(r.n))
+		data = binary.AppendVarint(data, int64(r.n))
 		data = binary.AppendVarint(data, int64(s.queue))
 		data = append(data, byte(len(s.topic)))
 		data = append(data, s.topic...)
@@ -56,18 +56,9 @@ func decodeSequenced(data []byte) ([]sendSeq, []byte, error) {
 	}
 	sends := make([]sendSeq, count)
 	for i := range sends {
-		var vals [5]int64
+		var vals [5]int64 // producer, epoch, first sequence, count, queue
 		for j := range vals {
-			var (
-				v int64
-				n int
-			)
-			if j == 3 {
-				u, un := binary.Uvarint(data[p:])
-				v, n = int64(u), un
-			} else {
-				v, n = binary.Varint(data[p:])
-			}
+			v, n := binary.Varint(data[p:])
 			if n <= 0 {
 				return nil, nil, errBadSequencedEntry
 			}

@@ -34,11 +34,11 @@ func FuzzSnapshotRestore(f *testing.F) {
 		if proto.Unmarshal(data, &s) != nil {
 			return
 		}
-		m := newMetadata()
+		m := newMetadata(testWindow, 10)
 		m.restore(&s)
 		var again pb.BrokerSnapshot
 		m.snapshot(&again)
-		m2 := newMetadata()
+		m2 := newMetadata(testWindow, 10)
 		m2.restore(&again)
 		if why := differ(m, m2); why != "" {
 			t.Fatalf("restore is not a fixed point: %s", why)
