@@ -301,7 +301,7 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 			numbers = &a
 		}
 		if numbers != nil {
-			req.ProducerId, req.ProducerEpoch, req.Sequence = numbers.id, numbers.epoch, numbers.first
+			req.ProducerId, req.ProducerEpoch, req.Sequence = numbers.numbers()
 		}
 		resp, err := b.SendMessage(actx, req)
 		acancel()
@@ -314,12 +314,12 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 		}
 		lastErr = err
 		reason, meta := pb.ReasonOf(err)
-		if reason == pb.ErrorReason_UNKNOWN_PRODUCER && numbers != nil {
+		if reason == pb.ErrorReason_UNKNOWN_PRODUCER && numbers != nil && numbers.g != nil {
 			// The group forgot the id (a silence longer than its window,
 			// or its table full) and refused this try: numbered anew. But
 			// if an earlier try's outcome was unknown, only the unique
 			// keys can find its copy: the send goes on without numbers.
-			p.seqs.forgetID(mq.Group, numbers.id)
+			p.seqs.forget(mq.Group, numbers.g)
 			numbers = nil
 			if stay != nil {
 				numbers = &seqAssign{mq: mq}

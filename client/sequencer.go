@@ -35,12 +35,20 @@ type groupID struct {
 	epoch int32
 }
 
-// seqAssign is a send's numbers on one queue: id 0 for none.
+// seqAssign is a send's numbers on one queue: g nil for none.
 type seqAssign struct {
 	mq    MessageQueue
-	id    int64
-	epoch int32
+	g     *groupID // the producer's id and epoch on mq's group
 	first int64
+}
+
+// numbers are what a try of the send carries: producer id, epoch and
+// first sequence, zeros for none.
+func (a *seqAssign) numbers() (int64, int32, int64) {
+	if a.g == nil {
+		return 0, 0, 0
+	}
+	return a.g.id, a.g.epoch, a.first
 }
 
 func newSequencer() *sequencer {
@@ -59,7 +67,7 @@ func (s *sequencer) assign(ctx context.Context, b pb.BrokerClient, mq MessageQue
 	defer s.mu.Unlock()
 	first := s.next[mq]
 	s.next[mq] = first + int64(n)
-	return seqAssign{mq: mq, id: g.id, epoch: g.epoch, first: first}
+	return seqAssign{mq: mq, g: g, first: first}
 }
 
 // group is the producer's id on mq's group, asked of b if nobody asked
@@ -101,22 +109,12 @@ func noProducerIDs(err error) bool {
 		status.Code(err) == codes.FailedPrecondition && reason == pb.ErrorReason_ILLEGAL_ARGUMENT
 }
 
-// forget drops g as the producer's id on group (asking failed): the next
-// send asks again.
+// forget drops g as the producer's id on group (asking failed, or the
+// group forgot it: UNKNOWN_PRODUCER): the next send asks again.
 func (s *sequencer) forget(group string, g *groupID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.groups[group] == g {
-		delete(s.groups, group)
-	}
-}
-
-// forgetID drops the producer's id on group if it is id (the group forgot
-// it: UNKNOWN_PRODUCER): the next send asks for a new one.
-func (s *sequencer) forgetID(group string, id int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if g := s.groups[group]; g != nil && g.id == id {
 		delete(s.groups, group)
 	}
 }
