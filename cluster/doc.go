@@ -35,6 +35,9 @@
 //     entry is applied (a damaged one stops the member, naming its
 //     segment) and where a leader reads one to replicate it (never sent;
 //     the leader stops);
+//   - pipeline.go: pipelined replication (RaftConfig.MaxRPCsInFlight, off
+//     by default) that cannot wedge when a follower fails a request,
+//     as hashicorp/raft's own pipeline can;
 //   - stablestore.go: Raft's stable store (term and vote), closed only
 //     once no write is in flight (a heartbeat handled as the node closes);
 //   - walfiler.go: raft-wal's segment filer, mended: it finds the tail that

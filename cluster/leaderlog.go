@@ -318,7 +318,7 @@ func (t durableCommits) AppendEntriesPipeline(id raft.ServerID, target raft.Serv
 	if err != nil {
 		return nil, err
 	}
-	return durablePipeline{AppendPipeline: p, t: t}, nil
+	return newSteadyPipeline(durablePipeline{AppendPipeline: p, t: t}), nil
 }
 
 type durablePipeline struct {

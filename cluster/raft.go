@@ -108,17 +108,17 @@ type RaftConfig struct {
 	// 1 KiB): not measured.
 	LogSegmentSize int
 	// MaxRPCsInFlight is how many AppendEntries a leader has in flight to
-	// one follower (hashicorp/raft's NetworkTransportConfig). Default 1: no
-	// pipelining. hashicorp/raft v1.7.3's pipelined replication can wedge:
-	// when a follower answers Success=false or with a newer term, the
-	// pipeline's decoder stops reading, the sender blocks on a full
-	// in-flight channel, and neither that follower's replication nor the
-	// leader's Raft shutdown ever finishes (seen here as a 10-minute hang
-	// in a broker test's Close; the same hang is reported upstream, and
-	// Grafana Pyroscope turned pipelining off for it). Values of 2 and more
-	// turn pipelining on: the produce benchmark (3 replicas, 256 senders,
-	// 32 messages a send) gave 38.7k msgs/s at 2 against 33.2k at 1 (3
-	// runs each, spread ±10%).
+	// one follower (hashicorp/raft's NetworkTransportConfig); 1, the
+	// default, turns pipelining off. hashicorp/raft v1.7.3's own pipeline
+	// can wedge a follower's replication and the leader's shutdown; the
+	// member runs its pipelines through steadyPipeline (pipeline.go),
+	// which cannot. Pipelining is for followers a long round trip away:
+	// on loopback it did not pay (2026-12-02, in process, 16 senders × 32
+	// messages a send: 28.5k, 28.2k, 30.0k msgs/s at 4 against 32.0k,
+	// 35.7k, 29.5k at 1, interleaved; 256 senders: 29.0k, 41.5k, 39.0k
+	// against 42.8k, 34.5k, 40.3k; on 3 broker processes no difference
+	// beyond the runs' ±30%). Earlier, before the leader's log was
+	// written beside replication, 2 gave 38.7k against 33.2k.
 	MaxRPCsInFlight int
 	// AppliedIndex is the index of the last entry the state machine holds
 	// on its own disk. A log that, with its newest snapshot, ends before
@@ -375,7 +375,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	var trans raft.Transport = durableCommits{NetworkTransport: transport, log: log}
 	failer, _ := fsm.(LogFailer)
 	if cfg.SerialLeaderLog {
-		trans = transport
+		trans = steadyTransport{transport}
 	} else {
 		fsm = durableFSM{FSM: fsm, log: log}
 	}

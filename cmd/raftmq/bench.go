@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,8 @@ type benchFlags struct {
 	count                  int64
 	duration               time.Duration
 	json                   bool
-	producerIDs            bool // --producer-ids
+	producerIDs            bool   // --producer-ids
+	cpuProfile             string // --cpuprofile
 }
 
 func benchCommand() *cobra.Command {
@@ -49,6 +51,7 @@ sent, failed (consume reports received as sent).`,
 	fl.IntVar(&f.batch, "batch", 32, "messages per send in batch mode")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object on the last line")
 	fl.StringVar(&f.group, "group", "bench", "consumer group (consume, e2e)")
+	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the bench's own CPU profile to this file (go tool pprof)")
 	fl.BoolVar(&f.producerIDs, "producer-ids", true, "producers ask for producer ids and number their sends (false: retries are known by unique keys only)")
 	cmd.AddCommand(
 		&cobra.Command{Use: "produce", Short: "send messages as fast as they are acknowledged",
@@ -60,6 +63,24 @@ sent, failed (consume reports received as sent).`,
 		benchTimersCommand(&f),
 	)
 	return cmd
+}
+
+// startCPUProfile profiles this process into path until the returned
+// stop; nothing when path is empty. The bench shares the machine with the
+// brokers it measures, so what the client costs is part of the figure.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); out.Close() }, nil
 }
 
 // benchRunProperty marks the messages of one e2e run.
@@ -123,6 +144,11 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 	if f.size < 1 || f.clients < 1 || f.batch < 1 {
 		return errors.New("--size, --clients and --batch must be positive")
 	}
+	stop, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if f.count == 0 {

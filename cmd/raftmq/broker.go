@@ -51,6 +51,7 @@ type brokerFlags struct {
 	TxCheckInterval string `yaml:"transaction-check-interval"`
 	TxCheckMax      string `yaml:"transaction-check-max"`
 	StreamWorkers   string `yaml:"stream-workers"`
+	RaftInFlight    string `yaml:"raft-in-flight"`
 	nodeSecurity    `yaml:",inline"`
 }
 
@@ -110,6 +111,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.TxCheckInterval, "transaction-check-interval", "30s", "the least time between two check-backs of one half message")
 	fl.StringVar(&f.TxCheckMax, "transaction-check-max", "15", "a half message still open after this many check-backs is rolled back (a copy goes to TRANS_CHECK_MAX_TIME_TOPIC)")
 	fl.StringVar(&f.TimerPrecision, "timer-precision", "100ms", "a timer message is delivered at its time or up to this much later (the timer ladder's first step)")
+	fl.StringVar(&f.RaftInFlight, "raft-in-flight", "1", "AppendEntries the master has in flight to each follower (1: no pipelining)")
 	fl.StringVar(&f.StreamWorkers, "stream-workers", "64", "goroutines kept to run RPCs on warm stacks (more RPCs at once get their own); 0: none")
 	f.nodeSecurity.flags(cmd)
 	return cmd
@@ -160,6 +162,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("transaction-check-interval", &f.TxCheckInterval, fromFile.TxCheckInterval)
 	set("transaction-check-max", &f.TxCheckMax, fromFile.TxCheckMax)
 	set("stream-workers", &f.StreamWorkers, fromFile.StreamWorkers)
+	set("raft-in-flight", &f.RaftInFlight, fromFile.RaftInFlight)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -301,6 +304,11 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if workers == 0 {
 		cfg.StreamWorkers = -1 // the config's "none"
 	}
+	inFlight, err := strconv.Atoi(f.RaftInFlight)
+	if err != nil || inFlight < 1 || inFlight > 64 {
+		return fmt.Errorf("--raft-in-flight %q: want a number of requests, 1 to 64", f.RaftInFlight)
+	}
+	cfg.Raft.MaxRPCsInFlight = inFlight
 	cfg.Gossip = broker.GossipConfig{BindAddr: f.Gossip, AdvertiseAddr: f.AdvertiseGossip, Join: splitList(f.Join), Cluster: f.Cluster}
 	if cfg.TLS, cfg.Gossip.SecretKey, err = f.nodeSecurity.load(); err != nil {
 		return err

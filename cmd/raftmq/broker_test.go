@@ -151,6 +151,7 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--dedup-window", "0"}, `--dedup-window "0": want a positive duration, or off`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--timer-horizon", "a week"}, `--timer-horizon "a week": want a positive duration`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--timer-precision", "10us"}, `--timer-precision "10us": want a duration of at least 1ms`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--raft-in-flight", "0"}, `--raft-in-flight "0": want a number of requests, 1 to 64`},
 	} {
 		out, err := exec.Command(bin, tc.args...).CombinedOutput()
 		if _, exited := err.(*exec.ExitError); !exited || !strings.Contains(string(out), "raftmq: ") || !strings.Contains(string(out), tc.want) {
