@@ -170,10 +170,34 @@ func (c *procCluster) clientTLS() *tls.Config {
 	return cfg
 }
 
+// keepOnFailure copies dir (the brokers' data, and with lazyfs the backing
+// files as the last power cut left them) under $RAFTMQ_E2E_KEEP when the
+// test fails, for a look at what recovery found. Registered right after
+// the temporary dir, it runs after every later cleanup (brokers killed,
+// disks unmounted) and before the dir is removed.
+func keepOnFailure(t *testing.T, dir string) {
+	keep := os.Getenv("RAFTMQ_E2E_KEEP")
+	if keep == "" {
+		return
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		to := filepath.Join(keep, fmt.Sprintf("%s-%d", t.Name(), time.Now().Unix()))
+		if out, err := exec.Command("cp", "-a", dir, to).CombinedOutput(); err != nil {
+			t.Logf("keep %s: %v: %s", dir, err, out)
+			return
+		}
+		t.Logf("kept the data dirs in %s", to)
+	})
+}
+
 // run starts the name server and the brokers at the cluster's addresses.
 func (c *procCluster) run() {
 	t := c.t
 	c.dir, c.procs = t.TempDir(), make([]*exec.Cmd, 3)
+	keepOnFailure(t, c.dir)
 	if c.diskOpts != nil {
 		c.mountDisks()
 	}
