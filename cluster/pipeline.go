@@ -26,7 +26,8 @@ import (
 // pipeline: a send waiting in it returns ErrPipelineShutdown, the send
 // loop stops, and replication falls back to plain AppendEntries as Raft
 // does after any pipeline failure. Responses are handed on in order, one
-// at a time, so the transport's bound on requests in flight holds.
+// at a time: the hand-over holds at most one, so a follower has at most
+// one request more in flight than MaxRPCsInFlight.
 type steadyPipeline struct {
 	raft.AppendPipeline // the transport's: AppendEntries
 	out                 chan raft.AppendFuture
