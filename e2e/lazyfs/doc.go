@@ -22,6 +22,9 @@
 //     than ext4, which may lose the name too; it is what LazyFS models.
 //   - Options.IgnoreFsync makes fsync persist nothing: a disk that lies.
 //     The drills' control run uses it to show that they can fail.
+//   - A read returns what was written, at once: the kernel's page cache
+//     of a file is kept, never dropped because the file's mtime moved
+//     (mount.go says why; coherence_test.go is the test).
 //
 // Files:
 //   - mount.go: Mount, PowerLoss and Close: the mount's life.

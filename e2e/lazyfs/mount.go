@@ -23,6 +23,11 @@ type Options struct {
 	// IgnoreFsync makes fsync persist nothing, as a disk whose volatile
 	// cache lies about flushes.
 	IgnoreFsync bool
+
+	// attrTimeout replaces the package's attrTimeout when set: a test
+	// has the kernel fetch attributes again more often, as a long run
+	// of a busy mount does.
+	attrTimeout time.Duration
 }
 
 // Mount is a lazyfs mounted on Dir, passing through to Backing.
@@ -30,6 +35,7 @@ type Mount struct {
 	Dir, Backing string
 	log          *undoLog
 	server       *fuse.Server
+	attrTimeout  time.Duration
 }
 
 // New mounts a lazyfs on dir (an existing, empty directory) over backing
@@ -38,7 +44,10 @@ func New(backing, dir string, opts Options) (*Mount, error) {
 	if opts.UnsyncedLimit <= 0 {
 		opts.UnsyncedLimit = 256 << 20
 	}
-	m := &Mount{Dir: dir, Backing: backing, log: newUndoLog(opts.UnsyncedLimit, opts.IgnoreFsync)}
+	m := &Mount{Dir: dir, Backing: backing, log: newUndoLog(opts.UnsyncedLimit, opts.IgnoreFsync), attrTimeout: attrTimeout}
+	if opts.attrTimeout > 0 {
+		m.attrTimeout = opts.attrTimeout
+	}
 	if err := m.mount(); err != nil {
 		return nil, err
 	}
@@ -47,17 +56,18 @@ func New(backing, dir string, opts Options) (*Mount, error) {
 
 // attrTimeout is how long the kernel keeps a file's attributes. Kept for
 // none, every read(2) cost a GETATTR round trip to this server before the
-// kernel would serve it (the kernel revalidates stale attributes on each
-// read, for FUSE's AUTO_INVAL_DATA), which no disk costs: raft-wal's open
-// of a 64 MiB segment of 24,000 2 KiB entries, an 8-byte read a frame,
-// took 0.66-1.2 s here against 0.017 s on ext4 (0.15 s with the page
-// cache dropped), and reading the entries back 29-60 µs an entry against
-// 5; with attributes kept 1 s, 0.06-0.09 s and 6.4 µs. Under the long
-// power-loss drill's load that open took up to 2.6 s, and the drills
-// measured this server rather than recovery. Keeping them is safe: the
-// mount is the only writer of its backing files, the kernel drops what it
-// caches about a file it writes or truncates, and a power cut unmounts,
-// taking every cached attribute with it, before it undoes anything.
+// kernel would serve it (it revalidated stale attributes on each read for
+// FUSE's AUTO_INVAL_DATA, since turned off, see mount), which no disk
+// costs: raft-wal's open of a 64 MiB segment of 24,000 2 KiB entries, an
+// 8-byte read a frame, took 0.66-1.2 s here against 0.017 s on ext4 (0.15
+// s with the page cache dropped), and reading the entries back 29-60 µs
+// an entry against 5; with attributes kept 1 s, 0.06-0.09 s and 6.4 µs.
+// Under the long power-loss drill's load that open took up to 2.6 s, and
+// the drills measured this server rather than recovery. Keeping them is
+// safe: the mount is the only writer of its backing files, the kernel
+// updates what it caches about a file it writes or truncates, and a power
+// cut unmounts, taking every cached attribute with it, before it undoes
+// anything.
 const attrTimeout = time.Second
 
 func (m *Mount) mount() error {
@@ -65,7 +75,7 @@ func (m *Mount) mount() error {
 	if err != nil {
 		return fmt.Errorf("lazyfs: %w", err)
 	}
-	zero, attrs := time.Duration(0), attrTimeout
+	zero, attrs := time.Duration(0), m.attrTimeout
 	server, err := fs.Mount(m.Dir, root, &fs.Options{
 		// Nothing cached about names: the backing directory is the truth.
 		// Attributes are cached (attrTimeout says why).
@@ -74,6 +84,18 @@ func (m *Mount) mount() error {
 			FsName: "lazyfs", Name: "lazyfs",
 			// mount(2) itself, as root: no fusermount needed.
 			DirectMount: true,
+			// The kernel's page cache is not dropped when it finds a file's
+			// mtime or size moved (FUSE's AUTO_INVAL_DATA, go-fuse's
+			// default). The mount is the only writer of its files, so what
+			// the kernel caches is never older than the backing file; but the
+			// drops race the mount's own writes (the likely window: a drop
+			// between write(2) copying into a cached page and this server
+			// writing the backing file, then a read that caches the page as
+			// it was), and every later read gets the old bytes. Twice in 40 long power-loss runs a follower
+			// read the record it had just applied as zeros (2026-12-02);
+			// TestAReadRightAfterAWriteSeesIt read a write back as zeros in
+			// 3 of 8 runs with the invalidation on, in none of 20 with it off.
+			ExplicitDataCacheControl: true,
 			// go-fuse logs every EINTR and unknown opcode otherwise.
 			Logger: log.New(io.Discard, "", 0),
 		},
