@@ -321,7 +321,9 @@ func (s *service) GetConsumerList(_ context.Context, req *pb.GetConsumerListRequ
 	if !validName(req.ConsumerGroup) {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, "group name must match "+message.TopicRule)
 	}
-	return &pb.GetConsumerListResponse{ClientIds: s.b.consumers.members(req.ConsumerGroup, time.Now())}, nil
+	now := time.Now()
+	return &pb.GetConsumerListResponse{ClientIds: s.b.consumers.members(req.ConsumerGroup, now),
+		HeardForMs: s.b.consumers.heardFor(now).Milliseconds(), DepartedIds: s.b.consumers.departures(req.ConsumerGroup)}, nil
 }
 
 func (s *service) LockQueues(_ context.Context, req *pb.LockQueuesRequest) (*pb.LockQueuesResponse, error) {

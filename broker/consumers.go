@@ -27,7 +27,19 @@ type consumerTable struct {
 	groups   map[string]*consumerGroup
 	seenVer  map[string]map[string]uint64 // client -> group -> version it last saw
 	onChange func(group string)           // called without mu held
+	// started is when this table began taking heartbeats: members that
+	// have not heartbeated since are missing from it (GetConsumerList
+	// says how long it has been). departed holds, per group, the members
+	// seen leaving since (unregistered, or their connection ended), so
+	// that a member keeping the group's last list while this table is
+	// young (client/memberlist.go) drops those at once.
+	started  time.Time
+	departed map[string]map[string]bool
 }
+
+// maxDeparted bounds the departures a group keeps: past it they are
+// forgotten, and members holding on to one drop it once the table is old.
+const maxDeparted = 1024
 
 type consumerGroup struct {
 	members map[string]*member // by client id
@@ -41,7 +53,8 @@ type member struct {
 }
 
 func newConsumerTable(expiry time.Duration, onChange func(group string)) *consumerTable {
-	return &consumerTable{expiry: expiry, groups: map[string]*consumerGroup{}, seenVer: map[string]map[string]uint64{}, onChange: onChange}
+	return &consumerTable{expiry: expiry, groups: map[string]*consumerGroup{}, seenVer: map[string]map[string]uint64{}, onChange: onChange,
+		started: time.Now(), departed: map[string]map[string]bool{}}
 }
 
 // notify calls onChange for each of groups; callers have released mu.
@@ -105,6 +118,7 @@ func (t *consumerTable) heartbeat(client string, groups []*pb.ConsumerGroupInfo,
 		if _, ok := g.members[client]; !ok {
 			g.version++
 			bumped = append(bumped, gi.Group)
+			delete(t.departed[gi.Group], client)
 		}
 		g.members[client] = &member{last: now, info: proto.Clone(gi).(*pb.ConsumerGroupInfo)}
 		if v, ok := seen[gi.Group]; ok && v != g.version {
@@ -126,6 +140,7 @@ func (t *consumerTable) unregister(client string, groups []*pb.ConsumerGroupInfo
 				delete(g.members, client)
 				g.version++
 				bumped = append(bumped, gi.Group)
+				t.departedLocked(gi.Group, client)
 			}
 			if len(g.members) == 0 {
 				delete(t.groups, gi.Group)
@@ -144,6 +159,7 @@ func (t *consumerTable) expireLocked(now time.Time) (changed []string) {
 			if now.Sub(m.last) > t.expiry {
 				delete(g.members, c)
 				g.version++
+				t.departedLocked(name, c)
 			}
 		}
 		if len(g.members) != n {
@@ -155,6 +171,34 @@ func (t *consumerTable) expireLocked(now time.Time) (changed []string) {
 	}
 	return changed
 }
+
+// departedLocked records that client left group.
+func (t *consumerTable) departedLocked(group, client string) {
+	d := t.departed[group]
+	if d == nil {
+		d = map[string]bool{}
+		t.departed[group] = d
+	}
+	if len(d) < maxDeparted {
+		d[client] = true
+	}
+}
+
+// departures returns the members seen leaving group since the table
+// started (up to maxDeparted), sorted.
+func (t *consumerTable) departures(group string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.departed[group]))
+	for c := range t.departed[group] {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// heardFor is how long the table has been taking heartbeats at now.
+func (t *consumerTable) heardFor(now time.Time) time.Duration { return now.Sub(t.started) }
 
 // members returns a group's client ids, sorted.
 func (t *consumerTable) members(group string, now time.Time) []string {

@@ -73,6 +73,16 @@ func TestHeldPullsOfAChangedGroupAreAnswered(t *testing.T) {
 	}
 }
 
+// dialReplica is a connection of its own to replica i, as a client's.
+func dialReplica(t *testing.T, g *group, i int) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(g.cfgs[i].GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // A consumer whose gRPC connection ends (its process killed) leaves its
 // group at once, not when its heartbeats expire; the others stay. (That
 // the end of a connection a member has left for another does not drop it
@@ -80,13 +90,6 @@ func TestHeldPullsOfAChangedGroupAreAnswered(t *testing.T) {
 func TestAConsumerLeavesWhenItsConnectionEnds(t *testing.T) {
 	g := newGroup(t, 1, func(c *Config) { c.ConsumerExpiry = time.Hour })
 	ctx := context.Background()
-	dial := func() *grpc.ClientConn {
-		conn, err := grpc.NewClient(g.cfgs[0].GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return conn
-	}
 	heartbeat := func(conn *grpc.ClientConn, client string) {
 		if _, err := pb.NewBrokerClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: client,
 			Groups: []*pb.ConsumerGroupInfo{{Group: "cg", Subscriptions: []*pb.Subscription{{Topic: "t", Expression: "*"}}}}}); err != nil {
@@ -100,7 +103,7 @@ func TestAConsumerLeavesWhenItsConnectionEnds(t *testing.T) {
 		}
 		return fmt.Sprint(l.ClientIds)
 	}
-	killed, stays := dial(), dial()
+	killed, stays := dialReplica(t, g, 0), dialReplica(t, g, 0)
 	defer stays.Close()
 	heartbeat(killed, "killed")
 	heartbeat(stays, "stays")
@@ -109,4 +112,60 @@ func TestAConsumerLeavesWhenItsConnectionEnds(t *testing.T) {
 	}
 	killed.Close()
 	waitFor(t, 5*time.Second, func() bool { return members() == "[stays]" })
+}
+
+// A member list says how long its replica has been hearing heartbeats:
+// counted from the replica's start, so a restarted one says it is young.
+func TestAMemberListSaysHowLongItsReplicaHasHeard(t *testing.T) {
+	g := newGroup(t, 1, nil)
+	ctx := context.Background()
+	heard := func() time.Duration {
+		l, err := g.client(0).GetConsumerList(ctx, &pb.GetConsumerListRequest{ConsumerGroup: "cg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(l.HeardForMs) * time.Millisecond
+	}
+	first := heard()
+	waitFor(t, 5*time.Second, func() bool { return heard() >= first+50*time.Millisecond })
+	up := heard()
+	g.stop(0)
+	g.start(0)
+	if again := heard(); again >= up {
+		t.Fatalf("a restarted replica has heard for %v, as long as before its restart (%v)", again, up)
+	}
+}
+
+// A member seen leaving (its connection ended, or it unregistered) is
+// named as departed until it heartbeats again.
+func TestAMemberListNamesWhoLeft(t *testing.T) {
+	g := newGroup(t, 1, func(c *Config) { c.ConsumerExpiry = time.Hour })
+	ctx := context.Background()
+	info := []*pb.ConsumerGroupInfo{{Group: "cg", Subscriptions: []*pb.Subscription{{Topic: "t", Expression: "*"}}}}
+	heartbeat := func(conn *grpc.ClientConn, client string, unregister bool) {
+		if _, err := pb.NewBrokerClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: client, Groups: info, Unregister: unregister}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	departed := func() string {
+		l, err := g.client(0).GetConsumerList(ctx, &pb.GetConsumerListRequest{ConsumerGroup: "cg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(l.DepartedIds)
+	}
+	killed, leaves := dialReplica(t, g, 0), dialReplica(t, g, 0)
+	defer leaves.Close()
+	heartbeat(killed, "killed", false)
+	heartbeat(leaves, "leaves", false)
+	if got := departed(); got != "[]" {
+		t.Fatalf("departed %s before anyone left", got)
+	}
+	killed.Close()
+	heartbeat(leaves, "leaves", true)
+	waitFor(t, 5*time.Second, func() bool { return departed() == "[killed leaves]" })
+	heartbeat(leaves, "leaves", false) // back
+	if got := departed(); got != "[killed]" {
+		t.Fatalf("departed %s after leaves came back", got)
+	}
 }

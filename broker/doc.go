@@ -8,7 +8,8 @@
 // consumer offsets (metadata.go, offsets.go)
 // — the in-memory consumer and lock tables, and the notice to a group's
 // members that its members changed, in heartbeat and pull answers and by
-// answering its held pulls at once (consumers.go), resets of a group's
+// answering its held pulls at once, and with a member list how long the
+// table has heard and who left (consumers.go), resets of a group's
 // offsets and the notice that moves its live members (resets.go), retries,
 // dead letters and the schedule service that moves due delayed messages in
 // Raft entries holding each queue's cursor (schedule.go), timer messages —

@@ -29,8 +29,9 @@
 //     masters, answered by its listener;
 //   - pullconsumer.go: the PullConsumer: pulls and offsets by hand;
 //   - pushconsumer.go: the PushConsumer: its configuration, Start and
-//     Shutdown, heartbeats to every replica, and the group's members as
-//     the union of the replicas' lists;
+//     Shutdown, heartbeats to every replica;
+//   - memberlist.go: the group's members as the union of the replicas'
+//     lists, the last list kept while every replica has just restarted;
 //   - rebalance.go: the allocation strategies, and the push consumer's
 //     rebalance (RocketMQ's RebalanceImpl): its share of each
 //     subscription's queues, the queues started and stopped to match, and

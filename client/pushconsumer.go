@@ -3,9 +3,7 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -133,6 +131,7 @@ type PushConsumer struct {
 	rb      *rebalancer
 	consume *consumeService
 	offsets *committer
+	known   memberView // the group's members as last listed (memberlist.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -331,42 +330,4 @@ func (c *PushConsumer) toEveryReplica(ctx context.Context, addrs []string, call 
 		}()
 	}
 	wg.Wait()
-}
-
-// members asks every replica of the groups hosting topic for the group's
-// members and takes the union: each replica knows the members from their
-// heartbeats, and one that has just restarted (and may be master already)
-// knows few until they heartbeat again, so one broker's list alone could
-// hand a member every queue.
-func (c *PushConsumer) members(ctx context.Context, topic string) ([]string, error) {
-	addrs, err := c.r.replicaAddrs(ctx, topic)
-	if err != nil {
-		return nil, err
-	}
-	var (
-		mu       sync.Mutex
-		set      = map[string]bool{}
-		answered bool
-	)
-	c.toEveryReplica(ctx, addrs, func(cctx context.Context, _ string, b pb.BrokerClient) {
-		resp, err := b.GetConsumerList(cctx, &pb.GetConsumerListRequest{ConsumerGroup: c.opts.group})
-		if err != nil {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		answered = true
-		for _, id := range resp.ClientIds {
-			set[id] = true
-		}
-	})
-	if !answered {
-		return nil, fmt.Errorf("client: no replica of %s answered the member list", topic)
-	}
-	out := make([]string, 0, len(set))
-	for id := range set {
-		out = append(out, id)
-	}
-	sort.Strings(out)
-	return out, nil
 }

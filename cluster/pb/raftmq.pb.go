@@ -1732,8 +1732,15 @@ func (x *GetConsumerListRequest) GetConsumerGroup() string {
 }
 
 type GetConsumerListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ClientIds     []string               `protobuf:"bytes,1,rep,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClientIds []string               `protobuf:"bytes,1,rep,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"`
+	// How long this replica has been taking heartbeats (since it started),
+	// in milliseconds. Its member list lives in memory: younger than the
+	// members' heartbeat interval and their reconnection, it may lack some.
+	HeardForMs int64 `protobuf:"varint,2,opt,name=heard_for_ms,json=heardForMs,proto3" json:"heard_for_ms,omitempty"`
+	// Members this replica saw leave since it started (unregistered, or
+	// their connection ended) and not seen since.
+	DepartedIds   []string `protobuf:"bytes,3,rep,name=departed_ids,json=departedIds,proto3" json:"departed_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1771,6 +1778,20 @@ func (*GetConsumerListResponse) Descriptor() ([]byte, []int) {
 func (x *GetConsumerListResponse) GetClientIds() []string {
 	if x != nil {
 		return x.ClientIds
+	}
+	return nil
+}
+
+func (x *GetConsumerListResponse) GetHeardForMs() int64 {
+	if x != nil {
+		return x.HeardForMs
+	}
+	return 0
+}
+
+func (x *GetConsumerListResponse) GetDepartedIds() []string {
+	if x != nil {
+		return x.DepartedIds
 	}
 	return nil
 }
@@ -5913,10 +5934,13 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x11HeartbeatResponse\x12%\n" +
 	"\x0echanged_groups\x18\x01 \x03(\tR\rchangedGroups\"?\n" +
 	"\x16GetConsumerListRequest\x12%\n" +
-	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\"8\n" +
+	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\"}\n" +
 	"\x17GetConsumerListResponse\x12\x1d\n" +
 	"\n" +
-	"client_ids\x18\x01 \x03(\tR\tclientIds\"5\n" +
+	"client_ids\x18\x01 \x03(\tR\tclientIds\x12 \n" +
+	"\fheard_for_ms\x18\x02 \x01(\x03R\n" +
+	"heardForMs\x12!\n" +
+	"\fdeparted_ids\x18\x03 \x03(\tR\vdepartedIds\"5\n" +
 	"\x1dDescribeConsumerGroupsRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\"\xee\x01\n" +
 	"\x0eConsumerMember\x12\x1b\n" +
