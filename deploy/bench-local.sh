@@ -45,6 +45,7 @@
 #              clients over TLS (what TLS costs: run once with and once without)
 # Environment: RAFTMQ_BENCH_PORT (default 29900) moves the port range; RAFTMQ_BENCH_BROKER_FLAGS
 # adds flags to every broker (e.g. "--preallocate-ahead off" to compare the zeroer);
+# RAFTMQ_BENCH_BROKER_ENV sets variables in every broker's environment (e.g. "GOGC=200");
 # RAFTMQ_BENCH_FLAGS adds flags to every raftmq bench (e.g. "--producer-ids=false" to compare
 # deduplication by unique key alone with producer ids and sequences).
 # Every process it starts is stopped when it exits, also on failure and Ctrl-C.
@@ -89,6 +90,7 @@ git -C "$root" diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
 base=${RAFTMQ_BENCH_PORT:-29900}
 read -r -a broker_extra <<<"${RAFTMQ_BENCH_BROKER_FLAGS:-}"
 read -r -a bench_extra <<<"${RAFTMQ_BENCH_FLAGS:-}"
+read -r -a broker_env <<<"${RAFTMQ_BENCH_BROKER_ENV:-}"
 [ "$profile" = 1 ] && broker_extra+=(--pprof)
 ns_addr=127.0.0.1:$base
 peers="1=127.0.0.1:$((base + 21)),2=127.0.0.1:$((base + 22)),3=127.0.0.1:$((base + 23))"
@@ -280,7 +282,7 @@ start_cluster() { # DIR
 	for i in 1 2 3; do
 		[ "$tls" = 1 ] && b_sec=(--tls-ca "$d/certs/ca.pem" --gossip-key-file "$d/certs/gossip.key"
 			--tls-cert "$d/certs/bench-a-$i/cert.pem" --tls-key "$d/certs/bench-a-$i/key.pem")
-		"$bin" broker --group bench-a --id "$i" --dir "$d/b$i" \
+		env ${broker_env[@]+"${broker_env[@]}"} "$bin" broker --group bench-a --id "$i" --dir "$d/b$i" \
 			--grpc "127.0.0.1:$((base + 10 + i))" --raft "127.0.0.1:$((base + 20 + i))" --peers "$peers" \
 			--gossip "127.0.0.1:$((base + 30 + i))" --join "127.0.0.1:$((base + 1))" \
 			--http "127.0.0.1:$((base + 40 + i))" "${b_sec[@]}" "${broker_extra[@]}" >"$d/broker$i.log" 2>&1 &
