@@ -38,7 +38,8 @@ import (
 //
 // The zeroer also drops the page cache behind the writer (behind and
 // commitlog.dropCache; every flush wakes it for that), so the pages it
-// zeroes next are ones the kernel hands back, not fresh ones.
+// zeroes next are ones the kernel hands back, not fresh ones. With
+// Config.PreallocateAhead off it runs for that alone (ahead 0).
 //
 // The writer and the zeroer never write the same bytes at once: the writer
 // claims the range it writes (waiting if the zeroer is inside it) and so
@@ -141,6 +142,9 @@ func (z *zeroer) run() {
 // next segment is whole when the writer rolls into it. (Before the first
 // segment exists, the first, up to ahead past the writer.) Caller holds mu.
 func (z *zeroer) needed() bool {
+	if z.ahead <= 0 { // dropping the page cache only
+		return false
+	}
 	z.c.mu.RLock()
 	var next, target int64
 	if n := len(z.c.segs); n > 0 {
@@ -198,7 +202,7 @@ func (z *zeroer) claim(pos, end int64) {
 	}
 	z.zeroedTo = max(z.zeroedTo, end)
 	z.writeHigh = max(z.writeHigh, end)
-	if z.zeroedTo-z.writeHigh < z.c.segSize+z.ahead-zeroChunk { // the zeroer may have work
+	if z.ahead > 0 && z.zeroedTo-z.writeHigh < z.c.segSize+z.ahead-zeroChunk { // the zeroer may have work
 		z.cond.Broadcast()
 	}
 	z.mu.Unlock()

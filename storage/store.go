@@ -112,12 +112,15 @@ func Open(cfg Config) (*Store, error) {
 		s.closeFiles()
 		return nil, err
 	}
-	if cfg.PreallocateAhead > 0 {
+	switch {
+	case cfg.PreallocateAhead > 0:
 		if err := s.cl.preallocateFirst(); err != nil {
 			s.closeFiles()
 			return nil, err
 		}
 		s.cl.z = startZeroer(s.cl, cfg.PreallocateAhead, cfg.PageCacheBehind, s.log)
+	case cfg.PageCacheBehind >= 0: // no zeros: its goroutine only drops the cache behind
+		s.cl.z = startZeroer(s.cl, 0, cfg.PageCacheBehind, s.log)
 	}
 	s.startLoops()
 	return s, nil

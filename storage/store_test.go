@@ -486,10 +486,18 @@ func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
 	waitFor(t, func() bool { return allocated(t, next) >= cfg.SegmentSize })
 }
 
+// The page cache is dropped behind the writer whether the next segment is
+// zero-filled ahead of it or not.
 func TestPageCacheDroppedBehindTheWriter(t *testing.T) {
+	for name, ahead := range map[string]int64{"zeros ahead": 1 << 20, "no zeros": -1} {
+		t.Run(name, func(t *testing.T) { testPageCacheDroppedBehindTheWriter(t, ahead) })
+	}
+}
+
+func testPageCacheDroppedBehindTheWriter(t *testing.T, ahead int64) {
 	cfg := testConfig(t.TempDir())
 	cfg.SegmentSize = 16 << 20
-	cfg.PreallocateAhead = 1 << 20
+	cfg.PreallocateAhead = ahead
 	cfg.PageCacheBehind = 2 << 20
 	cfg.FlushMode = FlushSync
 	s := openStore(t, cfg)

@@ -96,7 +96,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.RaftTimeout, "raft-timeout", "1s", "Raft heartbeat and election timeout (the leader lease is half): lower fails over faster, and risks needless elections on a loaded machine")
 	fl.StringVar(&f.HTTP, "http", "", "HTTP address for /metrics (Prometheus) and /healthz (off when empty)")
 	fl.BoolVar(&f.Pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on --http (unauthenticated: for a trusted network)")
-	fl.StringVar(&f.Preallocate, "preallocate-ahead", "", "how far ahead of the writer the next commitlog segment is zero-filled, e.g. 32MiB, or off (default: the store's, 32MiB)")
+	fl.StringVar(&f.Preallocate, "preallocate-ahead", "", "how far ahead of the writer the next commitlog segment is zero-filled, e.g. 32MiB, or off (no zeros; the page cache behind the writer is still dropped) (default: the store's, 32MiB)")
 	fl.StringVar(&f.SegmentSize, "segment-size", "1GiB", "commitlog segment size (every replica of a group must use the same): e.g. 64MiB, 1GiB")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
 	fl.BoolVar(&f.SerialLeaderLog, "raft-serial-leader-log", false, "the master writes and syncs its Raft log before it replicates, instead of beside replication (slower; for comparison)")
