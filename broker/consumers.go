@@ -30,15 +30,16 @@ type consumerTable struct {
 	// started is when this table began taking heartbeats: members that
 	// have not heartbeated since are missing from it (GetConsumerList
 	// says how long it has been). departed holds, per group, the members
-	// seen leaving since (unregistered, or their connection ended), so
-	// that a member keeping the group's last list while this table is
-	// young (client/memberlist.go) drops those at once.
+	// seen leaving (unregistered, expired, or their connection ended) in
+	// the last expiry, and when, so that a member keeping the group's last
+	// list while this table is young (client/memberlist.go) drops those
+	// at once.
 	started  time.Time
-	departed map[string]map[string]bool
+	departed map[string]map[string]time.Time
 }
 
-// maxDeparted bounds the departures a group keeps: past it they are
-// forgotten, and members holding on to one drop it once the table is old.
+// maxDeparted bounds the departures a group keeps: past it they are not
+// recorded, and members holding on to one drop it once the table is old.
 const maxDeparted = 1024
 
 type consumerGroup struct {
@@ -54,7 +55,7 @@ type member struct {
 
 func newConsumerTable(expiry time.Duration, onChange func(group string)) *consumerTable {
 	return &consumerTable{expiry: expiry, groups: map[string]*consumerGroup{}, seenVer: map[string]map[string]uint64{}, onChange: onChange,
-		started: time.Now(), departed: map[string]map[string]bool{}}
+		started: time.Now(), departed: map[string]map[string]time.Time{}}
 }
 
 // notify calls onChange for each of groups; callers have released mu.
@@ -140,7 +141,7 @@ func (t *consumerTable) unregister(client string, groups []*pb.ConsumerGroupInfo
 				delete(g.members, client)
 				g.version++
 				bumped = append(bumped, gi.Group)
-				t.departedLocked(gi.Group, client)
+				t.departedLocked(gi.Group, client, time.Now())
 			}
 			if len(g.members) == 0 {
 				delete(t.groups, gi.Group)
@@ -159,7 +160,7 @@ func (t *consumerTable) expireLocked(now time.Time) (changed []string) {
 			if now.Sub(m.last) > t.expiry {
 				delete(g.members, c)
 				g.version++
-				t.departedLocked(name, c)
+				t.departedLocked(name, c, now)
 			}
 		}
 		if len(g.members) != n {
@@ -169,23 +170,33 @@ func (t *consumerTable) expireLocked(now time.Time) (changed []string) {
 			delete(t.groups, name)
 		}
 	}
+	for name, d := range t.departed { // a departure is news for an expiry
+		for c, at := range d {
+			if now.Sub(at) > t.expiry {
+				delete(d, c)
+			}
+		}
+		if len(d) == 0 {
+			delete(t.departed, name)
+		}
+	}
 	return changed
 }
 
-// departedLocked records that client left group.
-func (t *consumerTable) departedLocked(group, client string) {
+// departedLocked records that client left group at now.
+func (t *consumerTable) departedLocked(group, client string, now time.Time) {
 	d := t.departed[group]
 	if d == nil {
-		d = map[string]bool{}
+		d = map[string]time.Time{}
 		t.departed[group] = d
 	}
 	if len(d) < maxDeparted {
-		d[client] = true
+		d[client] = now
 	}
 }
 
-// departures returns the members seen leaving group since the table
-// started (up to maxDeparted), sorted.
+// departures returns the members seen leaving group in the last expiry
+// (up to maxDeparted), sorted.
 func (t *consumerTable) departures(group string) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -169,3 +169,20 @@ func TestAMemberListNamesWhoLeft(t *testing.T) {
 		t.Fatalf("departed %s after leaves came back", got)
 	}
 }
+
+// A departure is named for an expiry, then forgotten: the table keeps no
+// more than the members that could still be held on to.
+func TestADepartureIsForgottenAfterAnExpiry(t *testing.T) {
+	tab := newConsumerTable(time.Minute, nil)
+	info := []*pb.ConsumerGroupInfo{{Group: "cg"}}
+	now := time.Now()
+	tab.heartbeat("c1", info, now)
+	tab.unregister("c1", info)
+	if got := fmt.Sprint(tab.departures("cg")); got != "[c1]" {
+		t.Fatalf("departed %s right after c1 left", got)
+	}
+	tab.members("cg", now.Add(2*time.Minute))
+	if got := fmt.Sprint(tab.departures("cg")); got != "[]" || len(tab.departed) != 0 {
+		t.Fatalf("departed %s (%d groups kept) an expiry after c1 left", got, len(tab.departed))
+	}
+}
