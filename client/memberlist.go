@@ -56,7 +56,15 @@ func (c *PushConsumer) members(ctx context.Context, topic string) ([]string, err
 	if !answered {
 		return nil, fmt.Errorf("client: no replica of %s answered the member list", topic)
 	}
-	return c.known.update(topic, set, departed, heard < memberHold(c.cfg.HeartbeatInterval)), nil
+	return c.known.update(topic, set, departed, young(heard, c.cfg.HeartbeatInterval)), nil
+}
+
+// young reports whether replicas of which the longest up has heard
+// heartbeats for heard may not have heard from every member yet. A broker
+// from before heard_for_ms says 0: taken as old, its list as whole, so
+// that members who left are not kept for ever.
+func young(heard, heartbeat time.Duration) bool {
+	return heard > 0 && heard < memberHold(heartbeat)
 }
 
 // memberHold is how long a replica must have been up for its member list

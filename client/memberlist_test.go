@@ -45,3 +45,17 @@ func TestMemberHoldCoversAHeartbeatAfterReconnecting(t *testing.T) {
 		t.Fatalf("hold %v: a member reconnecting after the longest backoff (%v, jittered) and heartbeating (%v) would be dropped", h, reconnect.Backoff.MaxDelay, hb)
 	}
 }
+
+// A replica that says nothing of how long it has heard (a broker from
+// before it did) is taken as old: its list is the list.
+func TestReplicasThatDoNotSayTheirAgeAreOld(t *testing.T) {
+	hb := 100 * time.Millisecond
+	for _, c := range []struct {
+		heard time.Duration
+		want  bool
+	}{{0, false}, {time.Millisecond, true}, {memberHold(hb) - time.Millisecond, true}, {memberHold(hb), false}} {
+		if got := young(c.heard, hb); got != c.want {
+			t.Errorf("young(%v) = %v, want %v", c.heard, got, c.want)
+		}
+	}
+}
