@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -152,6 +153,7 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--timer-horizon", "a week"}, `--timer-horizon "a week": want a positive duration`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--timer-precision", "10us"}, `--timer-precision "10us": want a duration of at least 1ms`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--raft-in-flight", "0"}, `--raft-in-flight "0": want a number of requests, 1 to 64`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--gc-percent", "off"}, `--gc-percent "off": want a percentage, 25 to 10000`},
 	} {
 		out, err := exec.Command(bin, tc.args...).CombinedOutput()
 		if _, exited := err.(*exec.ExitError); !exited || !strings.Contains(string(out), "raftmq: ") || !strings.Contains(string(out), tc.want) {
@@ -184,5 +186,24 @@ func TestRetentionAndSlaveReadsFromFlagsAndConfig(t *testing.T) {
 	if cfg.Store.RetentionAge != 24*time.Hour || cfg.Store.RetentionDiskRatio != 0.5 || cfg.SlaveReadLag != -1 {
 		t.Fatalf("retention %v, disk ratio %v, slave-read lag %d; want 24h (file), 0.5 (flag), off (file)",
 			cfg.Store.RetentionAge, cfg.Store.RetentionDiskRatio, cfg.SlaveReadLag)
+	}
+}
+
+// --gc-percent sets the collector's target, and the GOGC variable wins.
+func TestGCPercent(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	t.Setenv("GOGC", "")
+	if err := setGCPercent("300"); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetGCPercent(100); got != 300 {
+		t.Fatalf("GOGC %d after --gc-percent 300", got)
+	}
+	t.Setenv("GOGC", "150")
+	if err := setGCPercent("300"); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GOGC %d: --gc-percent overrode the GOGC variable", got)
 	}
 }
