@@ -91,10 +91,11 @@ func (m *Mount) mount() error {
 			// drops race the mount's own writes (the likely window: a drop
 			// between write(2) copying into a cached page and this server
 			// writing the backing file, then a read that caches the page as
-			// it was), and every later read gets the old bytes. Twice in 40 long power-loss runs a follower
-			// read the record it had just applied as zeros (2026-12-02);
-			// TestAReadRightAfterAWriteSeesIt read a write back as zeros in
-			// 3 of 8 runs with the invalidation on, in none of 20 with it off.
+			// it was), and every later read gets the old bytes. Twice in 40
+			// long power-loss runs a follower read the record it had just
+			// applied as zeros (2026-12-02); TestAReadRightAfterAWriteSeesIt
+			// read a write back as zeros in 3 of 8 runs with the
+			// invalidation on, in none of 20 with it off.
 			ExplicitDataCacheControl: true,
 			// go-fuse logs every EINTR and unknown opcode otherwise.
 			Logger: log.New(io.Discard, "", 0),
