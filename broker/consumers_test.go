@@ -83,30 +83,36 @@ func dialReplica(t *testing.T, g *group, i int) *grpc.ClientConn {
 	return conn
 }
 
+// heartbeatCG heartbeats (or unregisters) client in group cg over conn.
+func heartbeatCG(t *testing.T, conn *grpc.ClientConn, client string, unregister bool) {
+	t.Helper()
+	info := []*pb.ConsumerGroupInfo{{Group: "cg", Subscriptions: []*pb.Subscription{{Topic: "t", Expression: "*"}}}}
+	if _, err := pb.NewBrokerClient(conn).Heartbeat(context.Background(), &pb.HeartbeatRequest{ClientId: client, Groups: info, Unregister: unregister}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// consumerList is replica 0's member list of group cg.
+func consumerList(t *testing.T, g *group) *pb.GetConsumerListResponse {
+	t.Helper()
+	l, err := g.client(0).GetConsumerList(context.Background(), &pb.GetConsumerListRequest{ConsumerGroup: "cg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // A consumer whose gRPC connection ends (its process killed) leaves its
 // group at once, not when its heartbeats expire; the others stay. (That
 // the end of a connection a member has left for another does not drop it
 // is clientConns', TestRemotingClientsOfAClosedConnection.)
 func TestAConsumerLeavesWhenItsConnectionEnds(t *testing.T) {
 	g := newGroup(t, 1, func(c *Config) { c.ConsumerExpiry = time.Hour })
-	ctx := context.Background()
-	heartbeat := func(conn *grpc.ClientConn, client string) {
-		if _, err := pb.NewBrokerClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: client,
-			Groups: []*pb.ConsumerGroupInfo{{Group: "cg", Subscriptions: []*pb.Subscription{{Topic: "t", Expression: "*"}}}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	members := func() string {
-		l, err := g.client(0).GetConsumerList(ctx, &pb.GetConsumerListRequest{ConsumerGroup: "cg"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprint(l.ClientIds)
-	}
+	members := func() string { return fmt.Sprint(consumerList(t, g).ClientIds) }
 	killed, stays := dialReplica(t, g, 0), dialReplica(t, g, 0)
 	defer stays.Close()
-	heartbeat(killed, "killed")
-	heartbeat(stays, "stays")
+	heartbeatCG(t, killed, "killed", false)
+	heartbeatCG(t, stays, "stays", false)
 	if got := members(); got != "[killed stays]" {
 		t.Fatalf("members %s", got)
 	}
@@ -118,14 +124,7 @@ func TestAConsumerLeavesWhenItsConnectionEnds(t *testing.T) {
 // counted from the replica's start, so a restarted one says it is young.
 func TestAMemberListSaysHowLongItsReplicaHasHeard(t *testing.T) {
 	g := newGroup(t, 1, nil)
-	ctx := context.Background()
-	heard := func() time.Duration {
-		l, err := g.client(0).GetConsumerList(ctx, &pb.GetConsumerListRequest{ConsumerGroup: "cg"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return time.Duration(l.HeardForMs) * time.Millisecond
-	}
+	heard := func() time.Duration { return time.Duration(consumerList(t, g).HeardForMs) * time.Millisecond }
 	first := heard()
 	waitFor(t, 5*time.Second, func() bool { return heard() >= first+50*time.Millisecond })
 	up := heard()
@@ -140,31 +139,18 @@ func TestAMemberListSaysHowLongItsReplicaHasHeard(t *testing.T) {
 // named as departed until it heartbeats again.
 func TestAMemberListNamesWhoLeft(t *testing.T) {
 	g := newGroup(t, 1, func(c *Config) { c.ConsumerExpiry = time.Hour })
-	ctx := context.Background()
-	info := []*pb.ConsumerGroupInfo{{Group: "cg", Subscriptions: []*pb.Subscription{{Topic: "t", Expression: "*"}}}}
-	heartbeat := func(conn *grpc.ClientConn, client string, unregister bool) {
-		if _, err := pb.NewBrokerClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{ClientId: client, Groups: info, Unregister: unregister}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	departed := func() string {
-		l, err := g.client(0).GetConsumerList(ctx, &pb.GetConsumerListRequest{ConsumerGroup: "cg"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return fmt.Sprint(l.DepartedIds)
-	}
+	departed := func() string { return fmt.Sprint(consumerList(t, g).DepartedIds) }
 	killed, leaves := dialReplica(t, g, 0), dialReplica(t, g, 0)
 	defer leaves.Close()
-	heartbeat(killed, "killed", false)
-	heartbeat(leaves, "leaves", false)
+	heartbeatCG(t, killed, "killed", false)
+	heartbeatCG(t, leaves, "leaves", false)
 	if got := departed(); got != "[]" {
 		t.Fatalf("departed %s before anyone left", got)
 	}
 	killed.Close()
-	heartbeat(leaves, "leaves", true)
+	heartbeatCG(t, leaves, "leaves", true)
 	waitFor(t, 5*time.Second, func() bool { return departed() == "[killed leaves]" })
-	heartbeat(leaves, "leaves", false) // back
+	heartbeatCG(t, leaves, "leaves", false) // back
 	if got := departed(); got != "[killed]" {
 		t.Fatalf("departed %s after leaves came back", got)
 	}
