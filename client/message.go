@@ -126,21 +126,41 @@ func newUniqKey() string {
 	return uniqPrefix + strconv.FormatUint(uniqCounter.Add(1), 16)
 }
 
-// appendRecord appends m's record for queue id to records (the layout of
-// package message: the broker stores these bytes as they are), adding its
-// unique key, and returns that key.
-func (m *Message) appendRecord(records []byte, queueID int32) ([]byte, string, error) {
+// encodeRecords encodes msgs as the records of one send, for queue 0 (the
+// layout of package message: the broker stores these bytes as they are),
+// each with its unique key, and returns the keys. The buffer is allocated
+// once at the records' size: grown message by message, its copies and the
+// discarded buffers took a quarter of the batched bench client's CPU
+// (growslice, and the scavenger returning the memory).
+func encodeRecords(msgs []*Message) ([]byte, []string, error) {
+	recs := make([]message.Message, len(msgs))
+	sizes := make([]int, len(msgs))
+	keys := make([]string, len(msgs))
+	total := 0
+	for i, m := range msgs {
+		recs[i], keys[i] = m.record()
+		n, err := message.Size(&recs[i])
+		if err != nil {
+			return nil, nil, fmt.Errorf("client: %w", err)
+		}
+		sizes[i], total = n, total+n
+	}
+	records := make([]byte, 0, total)
+	for i := range recs {
+		records = message.AppendSized(records, &recs[i], sizes[i])
+	}
+	return records, keys, nil
+}
+
+// record is m as a record for queue 0, with its unique key (the one it
+// carries, else a new one), and that key.
+func (m *Message) record() (message.Message, string) {
 	props := message.CopyProperties(m.Properties, 1)
 	key := props[message.PropertyUniqKey]
 	if key == "" {
 		key = newUniqKey()
 		props[message.PropertyUniqKey] = key
 	}
-	rec := message.Message{Topic: m.Topic, QueueID: queueID, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
-		Properties: props, Body: m.Body, BornTime: time.Now().UnixMilli()}
-	records, err := message.Append(records, &rec)
-	if err != nil {
-		return records, "", fmt.Errorf("client: %w", err)
-	}
-	return records, key, nil
+	return message.Message{Topic: m.Topic, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
+		Properties: props, Body: m.Body, BornTime: time.Now().UnixMilli()}, key
 }

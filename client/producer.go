@@ -235,13 +235,11 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 	// Encoded once, for queue 0; an attempt on another queue rewrites only
 	// the queue ids (message.SetQueueID).
 	req := &pb.SendMessageRequest{Topic: topic, TimeoutMs: p.opts.sendTimeout.Milliseconds()}
-	keys := make([]string, len(msgs))
-	for i, m := range msgs {
-		var err error
-		if req.Records, keys[i], err = m.appendRecord(req.Records, 0); err != nil {
-			return nil, err
-		}
+	records, keys, err := encodeRecords(msgs)
+	if err != nil {
+		return nil, err
 	}
+	req.Records = records
 	var (
 		lastErr   error
 		avoid     string
