@@ -194,16 +194,14 @@ func driveDrill(t *testing.T, c drillCluster, fault func(h *History)) *History {
 // settled.
 func settled(t *testing.T, consumers []*client.PushConsumer, pc *client.PullConsumer, log *lastLines) {
 	t.Helper()
-	var last string // what the last look saw, for the failure to say
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ok, seen := split(consumers, pc)
 		if ok {
 			return
 		}
-		last = seen
 		if time.Now().After(deadline) {
-			t.Fatalf("the drill's consumers to split the queues: not within 30s; last seen: %s\nthe consumers' last log lines:\n%s", last, log)
+			t.Fatalf("the drill's consumers to split the queues: not within 30s; last seen: %s\nthe consumers' last log lines:\n%s", seen, log)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
