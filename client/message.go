@@ -87,6 +87,11 @@ type MessageExt struct {
 // UniqKey is the producer's unique key of the message (set on every send).
 func (m *MessageExt) UniqKey() string { return m.Properties[message.PropertyUniqKey] }
 
+// decodeMessage decodes a record of a pull's answer. The message's body is
+// the record's own bytes, not a copy: the answer's records are each their
+// own allocation (protobuf copies bytes fields out of gRPC's buffer), and
+// the copy was a tenth of the consume bench client's CPU (2026-12-03). The
+// body's capacity ends with it, so appending to it cannot reach past it.
 func decodeMessage(raw []byte, group string) (*MessageExt, error) {
 	r, err := message.Decode(raw)
 	if err != nil {
@@ -94,7 +99,7 @@ func decodeMessage(raw []byte, group string) (*MessageExt, error) {
 	}
 	m := &MessageExt{
 		Message: Message{Topic: r.Topic, Tags: r.Tags, Keys: r.Keys, Properties: r.Properties,
-			Body: append([]byte(nil), r.Body...), Flag: r.Flag},
+			Body: r.Body, Flag: r.Flag},
 		MsgID:       message.FormatID(group, r.Offset),
 		Queue:       MessageQueue{Topic: r.Topic, Group: group, QueueID: r.QueueID},
 		QueueOffset: r.QueueOffset,

@@ -50,3 +50,29 @@ func TestASendsRecordsAreEncodedIntoOneBufferOfTheirSize(t *testing.T) {
 		t.Error("tags too long for a record: no error")
 	}
 }
+
+// TestADecodedMessagesBodyIsItsRecordsBytes: a pulled message's body is
+// its record's bytes, not a copy (see decodeMessage), and appending to it
+// leaves the record as it was.
+func TestADecodedMessagesBodyIsItsRecordsBytes(t *testing.T) {
+	raw, err := message.Append(nil, &message.Message{Topic: "t", Body: []byte("body"),
+		Properties: map[string]string{"p": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := decodeMessage(raw, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(m.Body) != "body" || m.MsgID != "g@0000000000000000" {
+		t.Fatalf("decoded body %q, id %q", m.Body, m.MsgID)
+	}
+	if &m.Body[0] != &raw[len(raw)-len(m.Body)] {
+		t.Error("the body is a copy of the record's bytes")
+	}
+	before := bytes.Clone(raw)
+	m.Body = append(m.Body, "more"...)
+	if !bytes.Equal(raw, before) {
+		t.Error("appending to the body wrote into the record")
+	}
+}
