@@ -96,7 +96,12 @@ func driveDrill(t *testing.T, c drillCluster, fault func(h *History)) *History {
 		return append(append([]client.Option{client.WithNameServers(c.nameServers()...)}, c.clientOptions()...), o...)
 	}
 	var consumers []*client.PushConsumer
-	clientLog := &lastLines{max: 400} // the consumers' debug log, for a failure to settle
+	clientLog := &lastLines{max: 400} // the consumers' debug log, for a failed drill
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the drill consumers' last log lines:\n%s", clientLog)
+		}
+	})
 	t.Cleanup(func() {
 		for _, pc := range consumers {
 			pc.Shutdown()
@@ -134,7 +139,7 @@ func driveDrill(t *testing.T, c drillCluster, fault func(h *History)) *History {
 	}
 	reader.Start()
 	defer reader.Shutdown()
-	settled(t, consumers, reader, clientLog)
+	settled(t, consumers, reader)
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -192,19 +197,11 @@ func driveDrill(t *testing.T, c drillCluster, fault func(h *History)) *History {
 // fault, once counted such a duplicate when c2 joined after c1 had taken
 // every queue and begun. The drills measure faults, so the group starts
 // settled.
-func settled(t *testing.T, consumers []*client.PushConsumer, pc *client.PullConsumer, log *lastLines) {
+func settled(t *testing.T, consumers []*client.PushConsumer, pc *client.PullConsumer) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, seen := split(consumers, pc)
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the drill's consumers to split the queues: not within 30s; last seen: %s\nthe consumers' last log lines:\n%s", seen, log)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clustertest.WaitForState(t, 30*time.Second, "the drill's consumers to split the queues", func() (bool, string) {
+		return split(consumers, pc)
+	})
 }
 
 // split reports whether every queue of the drill topic is held by exactly

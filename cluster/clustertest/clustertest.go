@@ -63,9 +63,23 @@ func FreeAddrs(t testing.TB, n int) []string {
 // passes first.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	WaitForState(t, d, what, func() (bool, string) { return cond(), "" })
+}
+
+// WaitForState is WaitFor for a cond that also says what it saw: a failure
+// names what the last poll saw, where a bare timeout says nothing of why.
+func WaitForState(t testing.TB, d time.Duration, what string, cond func() (ok bool, seen string)) {
+	t.Helper()
 	deadline := time.Now().Add(d)
-	for !cond() {
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
+			if seen != "" {
+				t.Fatalf("%s: not within %v; last seen: %s", what, d, seen)
+			}
 			t.Fatalf("%s: not within %v", what, d)
 		}
 		time.Sleep(10 * time.Millisecond)
