@@ -21,7 +21,10 @@ import (
 // commitlog write). A lone sender gets an entry of its own at once. While
 // eagerEntries entries are in flight, sends wait and pile up, and the next
 // entry takes them all; only a full entry (EntryMaxMessages or
-// EntryMaxBytes) goes out beyond that, up to MaxInflightEntries.
+// EntryMaxBytes) goes out beyond that, up to MaxInflightEntries. Once an
+// entry finishes, the next waits up to GroupCommitWait for as many sends
+// as the company it expects (company): synchronous senders answered by the
+// entry come back, and would otherwise miss it.
 //
 // Why one: every entry costs each replica a log append with its fsync,
 // and the master ~0.7-0.9 ms of CPU, most of it in the kernel (socket
@@ -48,6 +51,7 @@ type batcher struct {
 	caps        entryCaps
 	maxInflight int32         // MaxInflightEntries, full entries included
 	timeout     time.Duration // SendTimeout: Raft's time to take an entry
+	companyWait time.Duration // GroupCommitWait: see company
 	// applySeconds and applyMessages observe each entry: its time from
 	// Apply to applied here, and its messages (metrics.go).
 	applySeconds, applyMessages prometheus.Observer
@@ -60,7 +64,17 @@ type batcher struct {
 	queued atomic.Int32
 	// released has a token when an entry finished since run last looked.
 	released chan struct{}
-	wg       sync.WaitGroup
+	// company is how many sends the next entry expects: those of the entry
+	// that finished last and those queued when it did (the senders of
+	// that entry come back with their next sends once answered). While
+	// fewer wait, and for at most companyWait after that entry finished,
+	// the next entry waits for them rather than going out with some: 16
+	// synchronous senders otherwise split into two cohorts that take
+	// turns, each entry carrying half of them. A lone sender's company is
+	// itself: it never waits. freedAt is when that entry finished (unix ns).
+	company atomic.Int32
+	freedAt atomic.Int64
+	wg      sync.WaitGroup
 }
 
 // eagerEntries is how many entries may be in flight before the batcher
@@ -92,6 +106,7 @@ func newBatcher(cfg Config, p proposer, m *metrics) *batcher {
 		caps:          entryCaps{messages: cfg.EntryMaxMessages, bytes: cfg.EntryMaxBytes},
 		maxInflight:   int32(cfg.MaxInflightEntries),
 		timeout:       cfg.SendTimeout,
+		companyWait:   cfg.GroupCommitWait,
 		applySeconds:  m.applySeconds,
 		applyMessages: m.applyMessages,
 		reqs:          make(chan *sendReq, cfg.MaxPendingSends),
@@ -104,7 +119,7 @@ func newBatcher(cfg Config, p proposer, m *metrics) *batcher {
 // proposes its own entry from the caller's goroutine and waits for it
 // there (proposeAlone); any other is queued for run.
 func (bt *batcher) submit(ctx context.Context, records []byte, n int, seq sendSeq) ([]storage.AppendResult, error) {
-	if bt.queued.Load() == 0 && bt.claim(eagerEntries) {
+	if bt.queued.Load() == 0 && bt.alone() && bt.claim(eagerEntries) {
 		return bt.proposeAlone(&sendReq{records: records, n: n, seq: seq})
 	}
 	r := &sendReq{records: records, n: n, seq: seq, done: make(chan sendOutcome, 1)}
@@ -142,6 +157,8 @@ func (bt *batcher) claim(limit int32) bool {
 func (bt *batcher) run(ctx context.Context) {
 	defer bt.wg.Wait()
 	var next entryBuild
+	lingers := time.NewTimer(time.Hour)
+	lingers.Stop()
 	for {
 		if next.empty() {
 			select {
@@ -162,27 +179,56 @@ func (bt *batcher) run(ctx context.Context) {
 				break drain
 			}
 		}
-		if bt.claim(eagerEntries) || (next.full(bt.caps) && bt.claim(bt.maxInflight)) {
+		wait := bt.companyLeft(&next)
+		if (wait <= 0 && bt.claim(eagerEntries)) || (next.full(bt.caps) && bt.claim(bt.maxInflight)) {
 			bt.queued.Add(-int32(len(next.batch)))
 			bt.propose(next.batch, next.n, next.bytes)
 			next = next.rest()
 			continue
 		}
-		// Wait for an entry to finish, or for more sends while the next
-		// entry has room.
+		// Wait for an entry to finish, for more sends while the next
+		// entry has room, or for the end of the wait for company.
 		var more <-chan *sendReq
 		if !next.full(bt.caps) {
 			more = bt.reqs
+		}
+		var waited <-chan time.Time
+		if wait > 0 && bt.inflight.Load() < eagerEntries {
+			lingers.Reset(wait)
+			waited = lingers.C
 		}
 		select {
 		case <-bt.released:
 		case r := <-more:
 			next.take(r, bt.caps)
+		case <-waited:
 		case <-ctx.Done():
 			bt.failQueued(next.all())
 			return
 		}
+		if waited != nil && !lingers.Stop() {
+			select { // fired, and not read above
+			case <-lingers.C:
+			default:
+			}
+		}
 	}
+}
+
+// alone says a send arriving to an empty queue expects no company: the
+// last entry was one sender's, or the wait for its senders is over.
+func (bt *batcher) alone() bool {
+	return bt.company.Load() <= 1 || bt.companyLeft(&entryBuild{}) <= 0
+}
+
+// companyLeft is how much longer the next entry waits for company: 0
+// once it holds as many sends as company expects, is full, or the wait
+// since the last entry finished is over.
+func (bt *batcher) companyLeft(next *entryBuild) time.Duration {
+	if len(next.batch) >= int(bt.company.Load()) || next.full(bt.caps) {
+		return 0
+	}
+	return max(0, time.Until(time.Unix(0, bt.freedAt.Load()).Add(bt.companyWait)))
 }
 
 // entryBuild is the next entry's sends, and a send that did not fit it
@@ -253,7 +299,7 @@ func (bt *batcher) propose(batch []*sendReq, n, bytes int) {
 	bt.wg.Add(1)
 	go func() {
 		defer bt.wg.Done()
-		res, err := bt.outcome(f, n, applied)
+		res, err := bt.outcome(f, n, len(batch), applied)
 		i := 0
 		for j, r := range batch {
 			switch {
@@ -300,7 +346,7 @@ func (bt *batcher) proposeAlone(r *sendReq) ([]storage.AppendResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := bt.outcome(f, r.n, applied)
+	res, err := bt.outcome(f, r.n, 1, applied)
 	switch {
 	case err != nil:
 		return nil, err
@@ -315,23 +361,24 @@ func (bt *batcher) proposeAlone(r *sendReq) ([]storage.AppendResult, error) {
 // outcome.
 func (bt *batcher) apply(data []byte, recordsAt int) (raft.ApplyFuture, time.Time, error) {
 	if err := message.SetStoreTime(data[recordsAt:], time.Now().UnixMilli()); err != nil {
-		bt.release()
+		bt.release(0)
 		return nil, time.Time{}, statusError(codes.Internal, pb.ErrorReason_STORE_ERROR, err.Error(), nil)
 	}
 	applied := time.Now()
 	f, err := bt.proposer.start(data, bt.timeout)
 	if err != nil {
-		bt.release()
+		bt.release(0)
 		return nil, time.Time{}, err
 	}
 	return f, applied, nil
 }
 
-// outcome waits for an applied entry of n messages, releases its slot and
-// returns the state machine's result, or the error a sender gets.
-func (bt *batcher) outcome(f raft.ApplyFuture, n int, applied time.Time) (*applyResult, error) {
+// outcome waits for an applied entry of n messages in sends sends,
+// releases its slot and returns the state machine's result, or the error
+// a sender gets.
+func (bt *batcher) outcome(f raft.ApplyFuture, n, sends int, applied time.Time) (*applyResult, error) {
 	err := bt.proposer.wait(f)
-	bt.release()
+	bt.release(sends)
 	if err != nil {
 		return nil, err
 	}
@@ -347,8 +394,12 @@ func (bt *batcher) outcome(f raft.ApplyFuture, n int, applied time.Time) (*apply
 	return res, nil
 }
 
-// release counts an entry finished and wakes run if it waits for one.
-func (bt *batcher) release() {
+// release counts an entry of sends finished (0: one that failed to
+// start), sets the company the next entry expects, and wakes run if it
+// waits for one.
+func (bt *batcher) release(sends int) {
+	bt.company.Store(int32(sends) + bt.queued.Load())
+	bt.freedAt.Store(time.Now().UnixNano())
 	bt.inflight.Add(-1)
 	select {
 	case bt.released <- struct{}{}:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -40,8 +41,17 @@ type fakeFuture struct {
 	n    int
 }
 
+// Error waits for the test's answer; one never given (a test that failed
+// before it) is an error after 10 s, so that the batcher's loop, which
+// waits for its entries' waiters, stops rather than hangs the test.
 func (f *fakeFuture) Error() error {
-	f.once.Do(func() { f.err = <-f.let })
+	f.once.Do(func() {
+		select {
+		case f.err = <-f.let:
+		case <-time.After(10 * time.Second):
+			f.err = errors.New("the test never answered this entry")
+		}
+	})
 	return f.err
 }
 func (f *fakeFuture) Index() uint64 { return 0 }
@@ -266,5 +276,91 @@ func TestBatcherFailuresReachEverySender(t *testing.T) {
 	e1.future.let <- raft.ErrLeadershipLost
 	if s := outcome(t, first); !errors.Is(s.err, raft.ErrLeadershipLost) || s.err.Error() != "replication: "+raft.ErrLeadershipLost.Error() {
 		t.Fatalf("the failed entry's sender: %v, want Raft's error mapped", s.err)
+	}
+}
+
+// Once an entry of several senders finishes, the next waits for as many
+// sends as that entry had and those queued with it (its senders come back
+// with their next), rather than going out with the ones already queued.
+func TestBatcherWaitsForTheLastEntrysSenders(t *testing.T) {
+	r := newFakeRaft()
+	bt := newTestBatcher(t, r, func(c *Config) { c.GroupCommitWait = time.Minute })
+	startRun(t, bt)
+	first := send(t, bt, "a")
+	e1 := r.next(t)
+	b, c := send(t, bt, "b"), send(t, bt, "c")
+	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 2 })
+	e1.future.let <- nil
+	outcome(t, first)
+	// Company: e1's one sender and the two queued with it.
+	r.none(t, 50*time.Millisecond)
+	again := send(t, bt, "a'")
+	e2 := r.next(t)
+	if got := slices.Sorted(slices.Values(e2.bodies)); fmt.Sprint(got) != "[a' b c]" {
+		t.Fatalf("the entry after the wait holds %v, want the three sends (in any order)", e2.bodies)
+	}
+	e2.future.let <- nil
+	for _, s := range []<-chan sent{b, c, again} {
+		if o := outcome(t, s); o.err != nil || len(o.res) != 1 {
+			t.Fatalf("a send of the merged entry: %d results, %v", len(o.res), o.err)
+		}
+	}
+}
+
+// Company that does not come back is waited for GroupCommitWait after the
+// entry finished, no longer: the sends queued then go out without it.
+func TestBatcherWaitsForCompanyNoLongerThanGroupCommitWait(t *testing.T) {
+	r := newFakeRaft()
+	bt := newTestBatcher(t, r, func(c *Config) { c.GroupCommitWait = 100 * time.Millisecond })
+	startRun(t, bt)
+	first := send(t, bt, "a")
+	e1 := r.next(t)
+	b := send(t, bt, "b")
+	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 1 })
+	e1.future.let <- nil
+	outcome(t, first)
+	r.none(t, 20*time.Millisecond) // well within the wait
+	e2 := r.next(t)
+	if fmt.Sprint(e2.bodies) != "[b]" {
+		t.Fatalf("the entry after the wait holds %v, want [b]", e2.bodies)
+	}
+	e2.future.let <- nil
+	outcome(t, b)
+}
+
+// A lone send waits for no company: after an entry of one sender, and
+// after an entry of several once the wait for them is over, it proposes
+// its own entry at once (on its own goroutine: the loop is not running).
+// While the wait lasts it queues.
+func TestBatcherLoneSendWaitsForNoCompany(t *testing.T) {
+	r := newFakeRaft()
+	bt := newTestBatcher(t, r, func(c *Config) { c.GroupCommitWait = time.Minute })
+	for _, tc := range []struct {
+		company int32
+		ago     time.Duration
+		alone   bool
+	}{
+		{company: 1, alone: true},
+		{company: 0, alone: true},
+		{company: 5, ago: 2 * time.Minute, alone: true},
+		{company: 5, alone: false},
+	} {
+		bt.company.Store(tc.company)
+		bt.freedAt.Store(time.Now().Add(-tc.ago).UnixNano())
+		c := send(t, bt, "x")
+		if !tc.alone {
+			waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 1 })
+			r.none(t, 20*time.Millisecond)
+			bt.failQueued(nil)
+			if s := outcome(t, c); !errors.Is(s.err, errShuttingDown) {
+				t.Fatalf("company %d: the queued send: %v", tc.company, s.err)
+			}
+			continue
+		}
+		e := r.next(t)
+		e.future.let <- nil
+		if s := outcome(t, c); s.err != nil {
+			t.Fatalf("company %d, the wait over %v ago: %v", tc.company, tc.ago, s.err)
+		}
 	}
 }

@@ -75,6 +75,13 @@ type Config struct {
 	// MaxInflightEntries is how many Raft entries group commit keeps in
 	// flight at once. Default 8.
 	MaxInflightEntries int
+	// GroupCommitWait bounds how long, after an entry finishes, the next
+	// one waits for the senders of the last to come back before it goes
+	// out with fewer (batcher.go, company). A lone sender never waits.
+	// Default 2 ms; negative: never wait. 16 synchronous senders of 3
+	// broker processes on 2 cores: 12-15 messages per entry against 6.9
+	// without it (2026-12-03, broker/README.md).
+	GroupCommitWait time.Duration
 	// MaxPendingSends caps sends waiting for group commit; more are refused
 	// with TOO_MANY_REQUESTS. Default 16384.
 	MaxPendingSends int
@@ -222,6 +229,7 @@ func (c Config) withDefaults() (Config, error) {
 	defaults.IfZero(&c.EntryMaxBytes, 4<<20)
 	defaults.IfZero(&c.MaxInflightEntries, 8)
 	defaults.IfZero(&c.MaxPendingSends, 16384)
+	defaults.IfZero(&c.GroupCommitWait, 2*time.Millisecond)
 	defaults.IfZero(&c.PullMaxMessages, 32)
 	defaults.IfZero(&c.PullMaxBytes, 4<<20)
 	defaults.IfZero(&c.MaxHeldPulls, 10000)

@@ -88,7 +88,9 @@
 //     the log rather than a replica's clock, so that every replica
 //     forgets alike; the table is in the snapshot.
 //   - Group commit keeps one entry in flight, and more only when they
-//     are full (batcher.go says why).
+//     are full (batcher.go says why). Once an entry finishes, the next
+//     waits up to GroupCommitWait (2 ms) for the senders it answered to
+//     come back, when it had several; a lone sender never waits.
 //   - A replica whose store fails (a write or fdatasync error, a full disk)
 //     stops for good, until restarted: its state machine applies nothing
 //     after the entry it could not store (so its commitlog stays a prefix

@@ -54,6 +54,7 @@ type brokerFlags struct {
 	StreamWorkers   string `yaml:"stream-workers"`
 	RaftInFlight    string `yaml:"raft-in-flight"`
 	GCPercent       string `yaml:"gc-percent"`
+	GroupCommitWait string `yaml:"group-commit-wait"`
 	nodeSecurity    `yaml:",inline"`
 }
 
@@ -115,6 +116,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.TimerPrecision, "timer-precision", "100ms", "a timer message is delivered at its time or up to this much later (the timer ladder's first step)")
 	fl.StringVar(&f.RaftInFlight, "raft-in-flight", "1", "AppendEntries the master has in flight to each follower (1: no pipelining)")
 	fl.StringVar(&f.StreamWorkers, "stream-workers", "64", "goroutines kept to run RPCs on warm stacks (more RPCs at once get their own); 0: none")
+	fl.StringVar(&f.GroupCommitWait, "group-commit-wait", "2ms", "how long, at most, the next Raft entry waits for the senders of the last one to come back with their next sends rather than go out with fewer (a lone sender never waits), or off")
 	fl.StringVar(&f.GCPercent, "gc-percent", "100", "Go's GOGC for this process: the heap grows this much (in %) over what is live before a collection; the GOGC variable, when set, wins")
 	f.nodeSecurity.flags(cmd)
 	return cmd
@@ -167,6 +169,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("stream-workers", &f.StreamWorkers, fromFile.StreamWorkers)
 	set("raft-in-flight", &f.RaftInFlight, fromFile.RaftInFlight)
 	set("gc-percent", &f.GCPercent, fromFile.GCPercent)
+	set("group-commit-wait", &f.GroupCommitWait, fromFile.GroupCommitWait)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
 		f.ID = fromFile.ID
 	}
@@ -282,6 +285,12 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	}
 	if cfg.TimerPrecision, err = time.ParseDuration(f.TimerPrecision); err != nil || cfg.TimerPrecision < time.Millisecond {
 		return fmt.Errorf("--timer-precision %q: want a duration of at least 1ms", f.TimerPrecision)
+	}
+	cfg.GroupCommitWait = -1
+	if f.GroupCommitWait != "off" {
+		if cfg.GroupCommitWait, err = time.ParseDuration(f.GroupCommitWait); err != nil || cfg.GroupCommitWait <= 0 || cfg.GroupCommitWait > time.Second {
+			return fmt.Errorf("--group-commit-wait %q: want a duration up to 1s, or off", f.GroupCommitWait)
+		}
 	}
 	cfg.DedupWindow = -1
 	if f.DedupWindow != "off" {
