@@ -157,7 +157,7 @@ func (bt *batcher) claim(limit int32) bool {
 func (bt *batcher) run(ctx context.Context) {
 	defer bt.wg.Wait()
 	var next entryBuild
-	lingers := time.NewTimer(time.Hour)
+	lingers := time.NewTimer(time.Hour) // reset before each use: Go 1.23 timers keep no stale tick
 	lingers.Stop()
 	for {
 		if next.empty() {
@@ -206,19 +206,13 @@ func (bt *batcher) run(ctx context.Context) {
 			bt.failQueued(next.all())
 			return
 		}
-		if waited != nil && !lingers.Stop() {
-			select { // fired, and not read above
-			case <-lingers.C:
-			default:
-			}
-		}
 	}
 }
 
 // alone says a send arriving to an empty queue expects no company: the
 // last entry was one sender's, or the wait for its senders is over.
 func (bt *batcher) alone() bool {
-	return bt.company.Load() <= 1 || bt.companyLeft(&entryBuild{}) <= 0
+	return bt.company.Load() <= 1 || bt.companyWaitLeft() == 0
 }
 
 // companyLeft is how much longer the next entry waits for company: 0
@@ -228,6 +222,12 @@ func (bt *batcher) companyLeft(next *entryBuild) time.Duration {
 	if len(next.batch) >= int(bt.company.Load()) || next.full(bt.caps) {
 		return 0
 	}
+	return bt.companyWaitLeft()
+}
+
+// companyWaitLeft is what is left of GroupCommitWait since the last entry
+// finished.
+func (bt *batcher) companyWaitLeft() time.Duration {
 	return max(0, time.Until(time.Unix(0, bt.freedAt.Load()).Add(bt.companyWait)))
 }
 
