@@ -15,6 +15,9 @@ var brokerAccess = map[string]cluster.AccessRule{
 	pb.Broker_SendMessage_FullMethodName: func(r any) cluster.Access {
 		return cluster.Access{Publish: []string{r.(*pb.SendMessageRequest).Topic}}
 	},
+	pb.Broker_SendMessageStream_FullMethodName: func(r any) cluster.Access {
+		return cluster.Access{Publish: []string{r.(*pb.SendStreamRequest).GetSend().GetTopic()}}
+	},
 	pb.Broker_InitProducer_FullMethodName: func(r any) cluster.Access {
 		return cluster.Access{Publish: []string{r.(*pb.InitProducerRequest).Topic}}
 	},

@@ -95,6 +95,16 @@ func (g *aclGroup) as(id cluster.Identity) pb.BrokerClient {
 	return pb.NewBrokerClient(conn)
 }
 
+// createTopics creates topics of queues queues each as admin.
+func createTopics(ctx context.Context, t *testing.T, admin pb.BrokerClient, queues int32, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if _, err := admin.CreateTopic(ctx, &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: name, ReadQueues: queues, WriteQueues: queues}}); err != nil {
+			t.Fatalf("the admin creating %s: %v", name, err)
+		}
+	}
+}
+
 func userID(name string) cluster.Identity {
 	return cluster.Identity{Cluster: "raftmq", Role: cluster.IdentityUser, ID: name}
 }
@@ -109,11 +119,7 @@ func TestAccessControlRefusesWhatTheCallerMayNotDo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	root := g.as(userID("root"))
-	for _, name := range []string{"orders", "payments"} {
-		if _, err := root.CreateTopic(ctx, &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: name, ReadQueues: 2, WriteQueues: 2}}); err != nil {
-			t.Fatalf("the admin creating %s: %v", name, err)
-		}
-	}
+	createTopics(ctx, t, root, 2, "orders", "payments")
 	app := g.as(userID("app"))
 	sent, err := app.SendMessage(ctx, &pb.SendMessageRequest{Topic: "orders", Messages: []*pb.Message{{Body: []byte("ok")}}})
 	if err != nil {

@@ -73,6 +73,9 @@ type Broker struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	// closing is closed when Close begins: it ends the send streams
+	// (sendstream.go), which would otherwise hold gRPC's graceful stop.
+	closing chan struct{}
 }
 
 // Start opens the replica's store, starts its Raft member (bootstrapping
@@ -107,6 +110,7 @@ func Start(cfg Config) (*Broker, error) {
 		locks:        newQueueLocks(),
 		resets:       newOffsetResets(),
 		checkStreams: newCheckStreams(),
+		closing:      make(chan struct{}),
 		delays:       delays,
 		ladder:       ladderFor(cfg),
 	}
@@ -154,7 +158,7 @@ func Start(cfg Config) (*Broker, error) {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		// Consumers leave their groups when their connection ends
 		// (clientconns.go).
-		grpc.StatsHandler(connTracker{ended: func(c *grpcConn) { b.connClosed(c); b.producerIDs.closed(c) }}),
+		grpc.StatsHandler(connTracker{ended: func(c *grpcConn) { b.connClosed(c); b.producerIDs.closed(c) }, streamedSends: cfg.MaxConcurrentStreams}),
 	)
 	pb.RegisterBrokerServer(b.grpc, &service{b: b})
 
@@ -244,6 +248,7 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.master.Store(false)
+	close(b.closing)
 	b.holds.wakeAll()
 	b.checkStreams.closeAll()
 	if b.ops != nil {

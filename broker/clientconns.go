@@ -39,7 +39,13 @@ type pusher interface{ Push(*remoting.Command) }
 // connection's context, which its RPCs' contexts derive from). It takes no
 // pushes. Not of size zero: pointers to distinct zero-size values may be
 // equal.
-type grpcConn struct{ _ byte }
+type grpcConn struct {
+	// streamedSends holds a token for each send in progress on the
+	// connection's send streams (sendstream.go): HTTP/2 caps a
+	// connection's RPCs, this its streamed sends, both at
+	// MaxConcurrentStreams.
+	streamedSends chan struct{}
+}
 
 func (*grpcConn) Push(*remoting.Command) {}
 
@@ -54,10 +60,13 @@ func grpcConnOf(ctx context.Context) *grpcConn {
 
 // connTracker is the broker's gRPC stats handler: it names each
 // connection, and calls ended when one ends.
-type connTracker struct{ ended func(*grpcConn) }
+type connTracker struct {
+	ended         func(*grpcConn)
+	streamedSends int // the cap of a connection's streamed sends in progress
+}
 
-func (connTracker) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, grpcConnKey{}, &grpcConn{})
+func (h connTracker) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return context.WithValue(ctx, grpcConnKey{}, &grpcConn{streamedSends: make(chan struct{}, h.streamedSends)})
 }
 
 func (h connTracker) HandleConn(ctx context.Context, s stats.ConnStats) {

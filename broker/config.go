@@ -99,7 +99,9 @@ type Config struct {
 	// polling. Default 2000.
 	MaxHeldPullsPerClient int
 	// MaxConcurrentStreams caps the RPCs in progress on one client
-	// connection (HTTP/2 streams; a held pull is one). Default 4096.
+	// connection (HTTP/2 streams; a held pull is one), and, apart, the
+	// sends in progress on its send streams (SendMessageStream). Default
+	// 4096.
 	MaxConcurrentStreams int
 	// StreamWorkers is how many goroutines gRPC keeps to run RPC handlers
 	// (grpc.NumStreamWorkers), so that a send runs on a stack already

@@ -2,7 +2,8 @@
 // store (fsm.go), the leader loop that makes the Raft leader the group's
 // master (broker.go), group commit of concurrent sends into Raft entries
 // (batcher.go), the send and pull services (sendservice.go,
-// pullservice.go), long polling: held pulls, their caps, and their
+// pullservice.go), a producer's sends on one stream, each checked and
+// answered on its own, bounded per connection (sendstream.go), long polling: held pulls, their caps, and their
 // wake-ups by arrival, periodic check, group or all at once
 // (holdservice.go), replicated metadata — topics, subscription groups,
 // consumer offsets (metadata.go, offsets.go)

@@ -22,6 +22,9 @@
 //   - producer.go: the Producer: sends, queue selection, retries (a try
 //     with an unknown outcome retried on its queue, for the broker's
 //     deduplication);
+//   - sendstream.go: a producer's small sends on one stream per broker
+//     (SendMessageStream) rather than an RPC each, answers matched by id;
+//     RPCs to a broker without it;
 //   - sequencer.go: the idempotent producer's id and epoch on each group
 //     and its sequence on each queue, which a send keeps on every try;
 //   - transaction.go: the TransactionProducer: half messages, their
@@ -70,6 +73,7 @@ type options struct {
 	retries           int
 	idempotentRetries bool // WithIdempotentRetries
 	producerIDs       bool // WithProducerIDs
+	sendStreams       bool // WithSendStreams
 	routeRefresh      time.Duration
 	maxMessageSize    int
 	group             string
@@ -89,6 +93,7 @@ func defaultOptions() options {
 		retries:           2,
 		idempotentRetries: true,
 		producerIDs:       true,
+		sendStreams:       true,
 		routeRefresh:      30 * time.Second,
 		maxMessageSize:    4 << 20,
 		logger:            slog.Default(),
@@ -162,6 +167,14 @@ func WithIdempotentRetries(on bool) Option { return func(o *options) { o.idempot
 // A group that issues no ids (an older broker, deduplication off) gets
 // the unique keys alone. Default true.
 func WithProducerIDs(on bool) Option { return func(o *options) { o.producerIDs = on } }
+
+// WithSendStreams sets whether a producer sends its small sends (up to
+// 32 KiB of records) on one SendMessageStream per broker rather than an
+// RPC each: the same answers for less of both sides' CPU (sendstream.go).
+// A broker without the stream gets RPCs; so does a producer that signs
+// with an access key (a signature covers one RPC's request). Default
+// true.
+func WithSendStreams(on bool) Option { return func(o *options) { o.sendStreams = on } }
 
 // WithRouteRefresh sets how long a cached route is used. Default 30 s.
 func WithRouteRefresh(d time.Duration) Option { return func(o *options) { o.routeRefresh = d } }

@@ -21,12 +21,13 @@ import (
 // Producer sends messages to the masters of the broker groups hosting
 // their topic. It is safe for concurrent use.
 type Producer struct {
-	opts   options
-	r      *router
-	seqs   *sequencer    // nil without WithIdempotentRetries
-	rr     atomic.Uint64 // round-robin position over a topic's queues
-	faults *brokerFaults
-	state  lifecycle
+	opts    options
+	r       *router
+	seqs    *sequencer    // nil without WithIdempotentRetries
+	rr      atomic.Uint64 // round-robin position over a topic's queues
+	faults  *brokerFaults
+	streams *sendStreams // nil: every send an RPC (WithSendStreams)
+	state   lifecycle
 	// accepting is held shared while an async or one-way send is taken
 	// (state checked, wg added) and exclusively by Shutdown while it
 	// stops taking them, so none is taken after Shutdown began to wait.
@@ -49,6 +50,9 @@ func NewProducer(opts ...Option) (*Producer, error) {
 		return nil, err
 	}
 	p := &Producer{opts: o, r: newRouter(o), faults: newBrokerFaults(o.faultIsolation)}
+	if o.sendStreams && o.signer == nil { // a signature covers one RPC's request
+		p.streams = newSendStreams()
+	}
 	if o.idempotentRetries && o.producerIDs {
 		p.seqs = newSequencer()
 	}
@@ -70,8 +74,23 @@ func (p *Producer) Shutdown() error {
 		return err
 	}
 	p.wg.Wait()
+	p.streams.close()
 	p.r.close()
 	return nil
+}
+
+// sendRequest is one try of a send: on the broker's send stream when it
+// is small and the producer streams (WithSendStreams), else as an RPC.
+func (p *Producer) sendRequest(ctx context.Context, addr string, b pb.BrokerClient, req *pb.SendMessageRequest) (*pb.SendMessageResponse, error) {
+	if p.streams != nil && len(req.Records) <= streamedSendMax {
+		if s := p.streams.of(addr); s != nil {
+			resp, err := s.send(ctx, b, req)
+			if !errors.Is(err, errNoSendStream) {
+				return resp, err
+			}
+		}
+	}
+	return b.SendMessage(ctx, req)
 }
 
 // Send sends one message and waits for it to be stored on a quorum of its
@@ -301,7 +320,7 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 		if numbers != nil {
 			req.ProducerId, req.ProducerEpoch, req.Sequence = numbers.numbers()
 		}
-		resp, err := b.SendMessage(actx, req)
+		resp, err := p.sendRequest(actx, addr, b, req)
 		acancel()
 		if err == nil {
 			out := make([]*SendResult, len(resp.Results))

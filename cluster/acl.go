@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"gopkg.in/yaml.v3"
 
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -336,8 +337,21 @@ func (s *checkedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.check(m)
+	if err := s.check(m); err != nil {
+		return &RefusedRequest{Err: err}
+	}
+	return nil
 }
+
+// RefusedRequest is what a checked stream's RecvMsg returns for a request
+// read whole that the policy refuses: a handler that answers each request
+// on its own (a send stream) refuses that one and reads on; any other
+// returns it, and the call ends with Err's status.
+type RefusedRequest struct{ Err error }
+
+func (e *RefusedRequest) Error() string              { return e.Err.Error() }
+func (e *RefusedRequest) Unwrap() error              { return e.Err }
+func (e *RefusedRequest) GRPCStatus() *status.Status { return status.Convert(e.Err) }
 
 // CheckAccessTable reports the methods of the service desc that table has
 // no rule for, and rules for methods desc does not have: a server's table

@@ -18,15 +18,18 @@ const MaxErrorMessage = 512
 // returned status to MaxErrorMessage bytes, keeping its code and details.
 func BoundErrors(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	resp, err := handler(ctx, req)
-	return resp, boundError(err)
+	return resp, BoundError(err)
 }
 
 // BoundStreamErrors is BoundErrors for streams.
 func BoundStreamErrors(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return boundError(handler(srv, ss))
+	return BoundError(handler(srv, ss))
 }
 
-func boundError(err error) error {
+// BoundError is err with its status message cut by BoundMessage: what
+// BoundErrors does to an RPC's error, for an answer that carries a status
+// inside a message (a send stream's).
+func BoundError(err error) error {
 	if err == nil {
 		return nil
 	}

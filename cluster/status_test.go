@@ -14,7 +14,7 @@ import (
 
 func TestBoundErrorCutsLongMessagesKeepingCodeAndReason(t *testing.T) {
 	long := "property " + strings.Repeat("é", 3<<20) + " too long"
-	err := boundError(pb.StatusError(codes.InvalidArgument, pb.ErrorReason_ILLEGAL_ARGUMENT, long, map[string]string{"k": "v"}))
+	err := BoundError(pb.StatusError(codes.InvalidArgument, pb.ErrorReason_ILLEGAL_ARGUMENT, long, map[string]string{"k": "v"}))
 	st, _ := status.FromError(err)
 	if st.Code() != codes.InvalidArgument || len(st.Message()) > MaxErrorMessage || !utf8.ValidString(st.Message()) {
 		t.Fatalf("code %v, %d bytes, valid UTF-8 %v", st.Code(), len(st.Message()), utf8.ValidString(st.Message()))
@@ -28,10 +28,10 @@ func TestBoundErrorCutsLongMessagesKeepingCodeAndReason(t *testing.T) {
 	// Short ones and plain errors pass as they are (a plain one stays
 	// Unknown, as gRPC would send it).
 	short := pb.StatusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "no topic", nil)
-	if boundError(short) != short {
+	if BoundError(short) != short {
 		t.Fatal("a short status changed")
 	}
-	if st, _ := status.FromError(boundError(errors.New(long))); st.Code() != codes.Unknown || len(st.Message()) > MaxErrorMessage {
+	if st, _ := status.FromError(BoundError(errors.New(long))); st.Code() != codes.Unknown || len(st.Message()) > MaxErrorMessage {
 		t.Fatalf("a long plain error: %v, %d bytes", st.Code(), len(st.Message()))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -52,7 +53,8 @@ func Methods(t testing.TB, service string) []Method {
 	return out
 }
 
-// Call invokes m with req on conn (a stream: until its first response).
+// Call invokes m with req on conn (a stream: until its first response;
+// a send stream's answer carrying a status is that status's error).
 func (m Method) Call(ctx context.Context, conn *grpc.ClientConn, req proto.Message) error {
 	if !m.Stream {
 		return conn.Invoke(ctx, m.Name, req, m.newResp())
@@ -67,7 +69,18 @@ func (m Method) Call(ctx context.Context, conn *grpc.ClientConn, req proto.Messa
 	if err := s.CloseSend(); err != nil {
 		return err
 	}
-	return s.RecvMsg(m.newResp())
+	resp := m.newResp()
+	if err := s.RecvMsg(resp); err != nil {
+		return err
+	}
+	if a, ok := resp.(*pb.SendStreamResponse); ok && len(a.Status) > 0 {
+		var st spb.Status
+		if err := proto.Unmarshal(a.Status, &st); err != nil {
+			return err
+		}
+		return status.FromProto(&st).Err()
+	}
+	return nil
 }
 
 // Signed is ctx carrying a request signature made by hand: with k, for

@@ -495,6 +495,124 @@ func (x *SendMessageRequest) GetSequence() int64 {
 	return 0
 }
 
+// One send on a SendMessageStream: id, chosen by the producer and unique
+// among its sends in progress on the stream, names the answer.
+type SendStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Send          *SendMessageRequest    `protobuf:"bytes,2,opt,name=send,proto3" json:"send,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendStreamRequest) Reset() {
+	*x = SendStreamRequest{}
+	mi := &file_raftmq_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendStreamRequest) ProtoMessage() {}
+
+func (x *SendStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendStreamRequest.ProtoReflect.Descriptor instead.
+func (*SendStreamRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SendStreamRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SendStreamRequest) GetSend() *SendMessageRequest {
+	if x != nil {
+		return x.Send
+	}
+	return nil
+}
+
+// The answer to the send with this id: its result, or the gRPC status
+// SendMessage would have ended with (a google.rpc.Status, serialized: its
+// ErrorInfo names the ErrorReason). Answers come in the order their sends
+// finish, not the order they were sent.
+type SendStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Result        *SendMessageResponse   `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	Status        []byte                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendStreamResponse) Reset() {
+	*x = SendStreamResponse{}
+	mi := &file_raftmq_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendStreamResponse) ProtoMessage() {}
+
+func (x *SendStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendStreamResponse.ProtoReflect.Descriptor instead.
+func (*SendStreamResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SendStreamResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SendStreamResponse) GetResult() *SendMessageResponse {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SendStreamResponse) GetStatus() []byte {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 // Asks the group for a producer id (producer_id 0) or a new epoch of one
 // it issued before (which fences sends of the older epochs).
 type InitProducerRequest struct {
@@ -507,7 +625,7 @@ type InitProducerRequest struct {
 
 func (x *InitProducerRequest) Reset() {
 	*x = InitProducerRequest{}
-	mi := &file_raftmq_proto_msgTypes[2]
+	mi := &file_raftmq_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +637,7 @@ func (x *InitProducerRequest) String() string {
 func (*InitProducerRequest) ProtoMessage() {}
 
 func (x *InitProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[2]
+	mi := &file_raftmq_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +650,7 @@ func (x *InitProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitProducerRequest.ProtoReflect.Descriptor instead.
 func (*InitProducerRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{2}
+	return file_raftmq_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *InitProducerRequest) GetTopic() string {
@@ -563,7 +681,7 @@ type InitProducerResponse struct {
 
 func (x *InitProducerResponse) Reset() {
 	*x = InitProducerResponse{}
-	mi := &file_raftmq_proto_msgTypes[3]
+	mi := &file_raftmq_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +693,7 @@ func (x *InitProducerResponse) String() string {
 func (*InitProducerResponse) ProtoMessage() {}
 
 func (x *InitProducerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[3]
+	mi := &file_raftmq_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +706,7 @@ func (x *InitProducerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitProducerResponse.ProtoReflect.Descriptor instead.
 func (*InitProducerResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{3}
+	return file_raftmq_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *InitProducerResponse) GetGroup() string {
@@ -630,7 +748,7 @@ type SendResult struct {
 
 func (x *SendResult) Reset() {
 	*x = SendResult{}
-	mi := &file_raftmq_proto_msgTypes[4]
+	mi := &file_raftmq_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +760,7 @@ func (x *SendResult) String() string {
 func (*SendResult) ProtoMessage() {}
 
 func (x *SendResult) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[4]
+	mi := &file_raftmq_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +773,7 @@ func (x *SendResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResult.ProtoReflect.Descriptor instead.
 func (*SendResult) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{4}
+	return file_raftmq_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SendResult) GetMsgId() string {
@@ -690,7 +808,7 @@ type SendMessageResponse struct {
 
 func (x *SendMessageResponse) Reset() {
 	*x = SendMessageResponse{}
-	mi := &file_raftmq_proto_msgTypes[5]
+	mi := &file_raftmq_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +820,7 @@ func (x *SendMessageResponse) String() string {
 func (*SendMessageResponse) ProtoMessage() {}
 
 func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[5]
+	mi := &file_raftmq_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +833,7 @@ func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageResponse.ProtoReflect.Descriptor instead.
 func (*SendMessageResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{5}
+	return file_raftmq_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SendMessageResponse) GetGroup() string {
@@ -762,7 +880,7 @@ type PullMessageRequest struct {
 
 func (x *PullMessageRequest) Reset() {
 	*x = PullMessageRequest{}
-	mi := &file_raftmq_proto_msgTypes[6]
+	mi := &file_raftmq_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +892,7 @@ func (x *PullMessageRequest) String() string {
 func (*PullMessageRequest) ProtoMessage() {}
 
 func (x *PullMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[6]
+	mi := &file_raftmq_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +905,7 @@ func (x *PullMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullMessageRequest.ProtoReflect.Descriptor instead.
 func (*PullMessageRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{6}
+	return file_raftmq_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PullMessageRequest) GetConsumerGroup() string {
@@ -884,7 +1002,7 @@ type PullMessageResponse struct {
 
 func (x *PullMessageResponse) Reset() {
 	*x = PullMessageResponse{}
-	mi := &file_raftmq_proto_msgTypes[7]
+	mi := &file_raftmq_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1014,7 @@ func (x *PullMessageResponse) String() string {
 func (*PullMessageResponse) ProtoMessage() {}
 
 func (x *PullMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[7]
+	mi := &file_raftmq_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1027,7 @@ func (x *PullMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullMessageResponse.ProtoReflect.Descriptor instead.
 func (*PullMessageResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{7}
+	return file_raftmq_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PullMessageResponse) GetStatus() PullStatus {
@@ -979,7 +1097,7 @@ type QueryConsumerOffsetRequest struct {
 
 func (x *QueryConsumerOffsetRequest) Reset() {
 	*x = QueryConsumerOffsetRequest{}
-	mi := &file_raftmq_proto_msgTypes[8]
+	mi := &file_raftmq_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1109,7 @@ func (x *QueryConsumerOffsetRequest) String() string {
 func (*QueryConsumerOffsetRequest) ProtoMessage() {}
 
 func (x *QueryConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[8]
+	mi := &file_raftmq_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1122,7 @@ func (x *QueryConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryConsumerOffsetRequest.ProtoReflect.Descriptor instead.
 func (*QueryConsumerOffsetRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{8}
+	return file_raftmq_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *QueryConsumerOffsetRequest) GetConsumerGroup() string {
@@ -1037,7 +1155,7 @@ type QueryConsumerOffsetResponse struct {
 
 func (x *QueryConsumerOffsetResponse) Reset() {
 	*x = QueryConsumerOffsetResponse{}
-	mi := &file_raftmq_proto_msgTypes[9]
+	mi := &file_raftmq_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1167,7 @@ func (x *QueryConsumerOffsetResponse) String() string {
 func (*QueryConsumerOffsetResponse) ProtoMessage() {}
 
 func (x *QueryConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[9]
+	mi := &file_raftmq_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1180,7 @@ func (x *QueryConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryConsumerOffsetResponse.ProtoReflect.Descriptor instead.
 func (*QueryConsumerOffsetResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{9}
+	return file_raftmq_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *QueryConsumerOffsetResponse) GetOffset() int64 {
@@ -1083,7 +1201,7 @@ type QueueOffset struct {
 
 func (x *QueueOffset) Reset() {
 	*x = QueueOffset{}
-	mi := &file_raftmq_proto_msgTypes[10]
+	mi := &file_raftmq_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1213,7 @@ func (x *QueueOffset) String() string {
 func (*QueueOffset) ProtoMessage() {}
 
 func (x *QueueOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[10]
+	mi := &file_raftmq_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1226,7 @@ func (x *QueueOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueOffset.ProtoReflect.Descriptor instead.
 func (*QueueOffset) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{10}
+	return file_raftmq_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueueOffset) GetTopic() string {
@@ -1142,7 +1260,7 @@ type UpdateConsumerOffsetRequest struct {
 
 func (x *UpdateConsumerOffsetRequest) Reset() {
 	*x = UpdateConsumerOffsetRequest{}
-	mi := &file_raftmq_proto_msgTypes[11]
+	mi := &file_raftmq_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1272,7 @@ func (x *UpdateConsumerOffsetRequest) String() string {
 func (*UpdateConsumerOffsetRequest) ProtoMessage() {}
 
 func (x *UpdateConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[11]
+	mi := &file_raftmq_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1285,7 @@ func (x *UpdateConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateConsumerOffsetRequest.ProtoReflect.Descriptor instead.
 func (*UpdateConsumerOffsetRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{11}
+	return file_raftmq_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateConsumerOffsetRequest) GetConsumerGroup() string {
@@ -1192,7 +1310,7 @@ type UpdateConsumerOffsetResponse struct {
 
 func (x *UpdateConsumerOffsetResponse) Reset() {
 	*x = UpdateConsumerOffsetResponse{}
-	mi := &file_raftmq_proto_msgTypes[12]
+	mi := &file_raftmq_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1322,7 @@ func (x *UpdateConsumerOffsetResponse) String() string {
 func (*UpdateConsumerOffsetResponse) ProtoMessage() {}
 
 func (x *UpdateConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[12]
+	mi := &file_raftmq_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1335,7 @@ func (x *UpdateConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateConsumerOffsetResponse.ProtoReflect.Descriptor instead.
 func (*UpdateConsumerOffsetResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{12}
+	return file_raftmq_proto_rawDescGZIP(), []int{14}
 }
 
 // ResetConsumerOffset moves a group's offsets on every queue of a topic on
@@ -1241,7 +1359,7 @@ type ResetConsumerOffsetRequest struct {
 
 func (x *ResetConsumerOffsetRequest) Reset() {
 	*x = ResetConsumerOffsetRequest{}
-	mi := &file_raftmq_proto_msgTypes[13]
+	mi := &file_raftmq_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1371,7 @@ func (x *ResetConsumerOffsetRequest) String() string {
 func (*ResetConsumerOffsetRequest) ProtoMessage() {}
 
 func (x *ResetConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[13]
+	mi := &file_raftmq_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1384,7 @@ func (x *ResetConsumerOffsetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConsumerOffsetRequest.ProtoReflect.Descriptor instead.
 func (*ResetConsumerOffsetRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{13}
+	return file_raftmq_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResetConsumerOffsetRequest) GetConsumerGroup() string {
@@ -1363,7 +1481,7 @@ type ResetConsumerOffsetResponse struct {
 
 func (x *ResetConsumerOffsetResponse) Reset() {
 	*x = ResetConsumerOffsetResponse{}
-	mi := &file_raftmq_proto_msgTypes[14]
+	mi := &file_raftmq_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1493,7 @@ func (x *ResetConsumerOffsetResponse) String() string {
 func (*ResetConsumerOffsetResponse) ProtoMessage() {}
 
 func (x *ResetConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[14]
+	mi := &file_raftmq_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1506,7 @@ func (x *ResetConsumerOffsetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConsumerOffsetResponse.ProtoReflect.Descriptor instead.
 func (*ResetConsumerOffsetResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{14}
+	return file_raftmq_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResetConsumerOffsetResponse) GetOffsets() []*QueueOffset {
@@ -1408,7 +1526,7 @@ type Subscription struct {
 
 func (x *Subscription) Reset() {
 	*x = Subscription{}
-	mi := &file_raftmq_proto_msgTypes[15]
+	mi := &file_raftmq_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1538,7 @@ func (x *Subscription) String() string {
 func (*Subscription) ProtoMessage() {}
 
 func (x *Subscription) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[15]
+	mi := &file_raftmq_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1551,7 @@ func (x *Subscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
 func (*Subscription) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{15}
+	return file_raftmq_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Subscription) GetTopic() string {
@@ -1464,7 +1582,7 @@ type ConsumerGroupInfo struct {
 
 func (x *ConsumerGroupInfo) Reset() {
 	*x = ConsumerGroupInfo{}
-	mi := &file_raftmq_proto_msgTypes[16]
+	mi := &file_raftmq_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1594,7 @@ func (x *ConsumerGroupInfo) String() string {
 func (*ConsumerGroupInfo) ProtoMessage() {}
 
 func (x *ConsumerGroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[16]
+	mi := &file_raftmq_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1607,7 @@ func (x *ConsumerGroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroupInfo.ProtoReflect.Descriptor instead.
 func (*ConsumerGroupInfo) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{16}
+	return file_raftmq_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ConsumerGroupInfo) GetGroup() string {
@@ -1531,7 +1649,7 @@ type HeldQueue struct {
 
 func (x *HeldQueue) Reset() {
 	*x = HeldQueue{}
-	mi := &file_raftmq_proto_msgTypes[17]
+	mi := &file_raftmq_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1661,7 @@ func (x *HeldQueue) String() string {
 func (*HeldQueue) ProtoMessage() {}
 
 func (x *HeldQueue) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[17]
+	mi := &file_raftmq_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1674,7 @@ func (x *HeldQueue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeldQueue.ProtoReflect.Descriptor instead.
 func (*HeldQueue) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{17}
+	return file_raftmq_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HeldQueue) GetTopic() string {
@@ -1593,7 +1711,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_raftmq_proto_msgTypes[18]
+	mi := &file_raftmq_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1605,7 +1723,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[18]
+	mi := &file_raftmq_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1618,7 +1736,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{18}
+	return file_raftmq_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HeartbeatRequest) GetClientId() string {
@@ -1652,7 +1770,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_raftmq_proto_msgTypes[19]
+	mi := &file_raftmq_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1782,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[19]
+	mi := &file_raftmq_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1795,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{19}
+	return file_raftmq_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HeartbeatResponse) GetChangedGroups() []string {
@@ -1696,7 +1814,7 @@ type GetConsumerListRequest struct {
 
 func (x *GetConsumerListRequest) Reset() {
 	*x = GetConsumerListRequest{}
-	mi := &file_raftmq_proto_msgTypes[20]
+	mi := &file_raftmq_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1826,7 @@ func (x *GetConsumerListRequest) String() string {
 func (*GetConsumerListRequest) ProtoMessage() {}
 
 func (x *GetConsumerListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[20]
+	mi := &file_raftmq_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1839,7 @@ func (x *GetConsumerListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConsumerListRequest.ProtoReflect.Descriptor instead.
 func (*GetConsumerListRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{20}
+	return file_raftmq_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetConsumerListRequest) GetConsumerGroup() string {
@@ -1747,7 +1865,7 @@ type GetConsumerListResponse struct {
 
 func (x *GetConsumerListResponse) Reset() {
 	*x = GetConsumerListResponse{}
-	mi := &file_raftmq_proto_msgTypes[21]
+	mi := &file_raftmq_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1877,7 @@ func (x *GetConsumerListResponse) String() string {
 func (*GetConsumerListResponse) ProtoMessage() {}
 
 func (x *GetConsumerListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[21]
+	mi := &file_raftmq_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1890,7 @@ func (x *GetConsumerListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConsumerListResponse.ProtoReflect.Descriptor instead.
 func (*GetConsumerListResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{21}
+	return file_raftmq_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetConsumerListResponse) GetClientIds() []string {
@@ -1806,7 +1924,7 @@ type DescribeConsumerGroupsRequest struct {
 
 func (x *DescribeConsumerGroupsRequest) Reset() {
 	*x = DescribeConsumerGroupsRequest{}
-	mi := &file_raftmq_proto_msgTypes[22]
+	mi := &file_raftmq_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1936,7 @@ func (x *DescribeConsumerGroupsRequest) String() string {
 func (*DescribeConsumerGroupsRequest) ProtoMessage() {}
 
 func (x *DescribeConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[22]
+	mi := &file_raftmq_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1949,7 @@ func (x *DescribeConsumerGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConsumerGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeConsumerGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{22}
+	return file_raftmq_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DescribeConsumerGroupsRequest) GetGroup() string {
@@ -1854,7 +1972,7 @@ type ConsumerMember struct {
 
 func (x *ConsumerMember) Reset() {
 	*x = ConsumerMember{}
-	mi := &file_raftmq_proto_msgTypes[23]
+	mi := &file_raftmq_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1984,7 @@ func (x *ConsumerMember) String() string {
 func (*ConsumerMember) ProtoMessage() {}
 
 func (x *ConsumerMember) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[23]
+	mi := &file_raftmq_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1997,7 @@ func (x *ConsumerMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerMember.ProtoReflect.Descriptor instead.
 func (*ConsumerMember) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{23}
+	return file_raftmq_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ConsumerMember) GetClientId() string {
@@ -1927,7 +2045,7 @@ type ConsumerGroupMembers struct {
 
 func (x *ConsumerGroupMembers) Reset() {
 	*x = ConsumerGroupMembers{}
-	mi := &file_raftmq_proto_msgTypes[24]
+	mi := &file_raftmq_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2057,7 @@ func (x *ConsumerGroupMembers) String() string {
 func (*ConsumerGroupMembers) ProtoMessage() {}
 
 func (x *ConsumerGroupMembers) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[24]
+	mi := &file_raftmq_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2070,7 @@ func (x *ConsumerGroupMembers) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerGroupMembers.ProtoReflect.Descriptor instead.
 func (*ConsumerGroupMembers) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{24}
+	return file_raftmq_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ConsumerGroupMembers) GetGroup() string {
@@ -1978,7 +2096,7 @@ type DescribeConsumerGroupsResponse struct {
 
 func (x *DescribeConsumerGroupsResponse) Reset() {
 	*x = DescribeConsumerGroupsResponse{}
-	mi := &file_raftmq_proto_msgTypes[25]
+	mi := &file_raftmq_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2108,7 @@ func (x *DescribeConsumerGroupsResponse) String() string {
 func (*DescribeConsumerGroupsResponse) ProtoMessage() {}
 
 func (x *DescribeConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[25]
+	mi := &file_raftmq_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2121,7 @@ func (x *DescribeConsumerGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeConsumerGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeConsumerGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{25}
+	return file_raftmq_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DescribeConsumerGroupsResponse) GetGroups() []*ConsumerGroupMembers {
@@ -2025,7 +2143,7 @@ type ConsumerSendBackRequest struct {
 
 func (x *ConsumerSendBackRequest) Reset() {
 	*x = ConsumerSendBackRequest{}
-	mi := &file_raftmq_proto_msgTypes[26]
+	mi := &file_raftmq_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2155,7 @@ func (x *ConsumerSendBackRequest) String() string {
 func (*ConsumerSendBackRequest) ProtoMessage() {}
 
 func (x *ConsumerSendBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[26]
+	mi := &file_raftmq_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2168,7 @@ func (x *ConsumerSendBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerSendBackRequest.ProtoReflect.Descriptor instead.
 func (*ConsumerSendBackRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{26}
+	return file_raftmq_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ConsumerSendBackRequest) GetConsumerGroup() string {
@@ -2089,7 +2207,7 @@ type ConsumerSendBackResponse struct {
 
 func (x *ConsumerSendBackResponse) Reset() {
 	*x = ConsumerSendBackResponse{}
-	mi := &file_raftmq_proto_msgTypes[27]
+	mi := &file_raftmq_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2219,7 @@ func (x *ConsumerSendBackResponse) String() string {
 func (*ConsumerSendBackResponse) ProtoMessage() {}
 
 func (x *ConsumerSendBackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[27]
+	mi := &file_raftmq_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2232,7 @@ func (x *ConsumerSendBackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsumerSendBackResponse.ProtoReflect.Descriptor instead.
 func (*ConsumerSendBackResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{27}
+	return file_raftmq_proto_rawDescGZIP(), []int{29}
 }
 
 type LockQueuesRequest struct {
@@ -2129,7 +2247,7 @@ type LockQueuesRequest struct {
 
 func (x *LockQueuesRequest) Reset() {
 	*x = LockQueuesRequest{}
-	mi := &file_raftmq_proto_msgTypes[28]
+	mi := &file_raftmq_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2259,7 @@ func (x *LockQueuesRequest) String() string {
 func (*LockQueuesRequest) ProtoMessage() {}
 
 func (x *LockQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[28]
+	mi := &file_raftmq_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2272,7 @@ func (x *LockQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueuesRequest.ProtoReflect.Descriptor instead.
 func (*LockQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{28}
+	return file_raftmq_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LockQueuesRequest) GetConsumerGroup() string {
@@ -2194,7 +2312,7 @@ type LockQueuesResponse struct {
 
 func (x *LockQueuesResponse) Reset() {
 	*x = LockQueuesResponse{}
-	mi := &file_raftmq_proto_msgTypes[29]
+	mi := &file_raftmq_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2324,7 @@ func (x *LockQueuesResponse) String() string {
 func (*LockQueuesResponse) ProtoMessage() {}
 
 func (x *LockQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[29]
+	mi := &file_raftmq_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2337,7 @@ func (x *LockQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockQueuesResponse.ProtoReflect.Descriptor instead.
 func (*LockQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{29}
+	return file_raftmq_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LockQueuesResponse) GetLockedQueueIds() []int32 {
@@ -2241,7 +2359,7 @@ type UnlockQueuesRequest struct {
 
 func (x *UnlockQueuesRequest) Reset() {
 	*x = UnlockQueuesRequest{}
-	mi := &file_raftmq_proto_msgTypes[30]
+	mi := &file_raftmq_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2371,7 @@ func (x *UnlockQueuesRequest) String() string {
 func (*UnlockQueuesRequest) ProtoMessage() {}
 
 func (x *UnlockQueuesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[30]
+	mi := &file_raftmq_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2384,7 @@ func (x *UnlockQueuesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlockQueuesRequest.ProtoReflect.Descriptor instead.
 func (*UnlockQueuesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{30}
+	return file_raftmq_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UnlockQueuesRequest) GetConsumerGroup() string {
@@ -2305,7 +2423,7 @@ type UnlockQueuesResponse struct {
 
 func (x *UnlockQueuesResponse) Reset() {
 	*x = UnlockQueuesResponse{}
-	mi := &file_raftmq_proto_msgTypes[31]
+	mi := &file_raftmq_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2435,7 @@ func (x *UnlockQueuesResponse) String() string {
 func (*UnlockQueuesResponse) ProtoMessage() {}
 
 func (x *UnlockQueuesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[31]
+	mi := &file_raftmq_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2448,7 @@ func (x *UnlockQueuesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlockQueuesResponse.ProtoReflect.Descriptor instead.
 func (*UnlockQueuesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{31}
+	return file_raftmq_proto_rawDescGZIP(), []int{33}
 }
 
 // Permission bits, as RocketMQ: 4 read, 2 write.
@@ -2346,7 +2464,7 @@ type TopicConfig struct {
 
 func (x *TopicConfig) Reset() {
 	*x = TopicConfig{}
-	mi := &file_raftmq_proto_msgTypes[32]
+	mi := &file_raftmq_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2476,7 @@ func (x *TopicConfig) String() string {
 func (*TopicConfig) ProtoMessage() {}
 
 func (x *TopicConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[32]
+	mi := &file_raftmq_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2489,7 @@ func (x *TopicConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicConfig.ProtoReflect.Descriptor instead.
 func (*TopicConfig) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{32}
+	return file_raftmq_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TopicConfig) GetName() string {
@@ -2412,7 +2530,7 @@ type CreateTopicRequest struct {
 
 func (x *CreateTopicRequest) Reset() {
 	*x = CreateTopicRequest{}
-	mi := &file_raftmq_proto_msgTypes[33]
+	mi := &file_raftmq_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2542,7 @@ func (x *CreateTopicRequest) String() string {
 func (*CreateTopicRequest) ProtoMessage() {}
 
 func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[33]
+	mi := &file_raftmq_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2555,7 @@ func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{33}
+	return file_raftmq_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateTopicRequest) GetTopic() *TopicConfig {
@@ -2462,7 +2580,7 @@ type CreateTopicResponse struct {
 
 func (x *CreateTopicResponse) Reset() {
 	*x = CreateTopicResponse{}
-	mi := &file_raftmq_proto_msgTypes[34]
+	mi := &file_raftmq_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2592,7 @@ func (x *CreateTopicResponse) String() string {
 func (*CreateTopicResponse) ProtoMessage() {}
 
 func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[34]
+	mi := &file_raftmq_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2605,7 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{34}
+	return file_raftmq_proto_rawDescGZIP(), []int{36}
 }
 
 type DeleteTopicRequest struct {
@@ -2499,7 +2617,7 @@ type DeleteTopicRequest struct {
 
 func (x *DeleteTopicRequest) Reset() {
 	*x = DeleteTopicRequest{}
-	mi := &file_raftmq_proto_msgTypes[35]
+	mi := &file_raftmq_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2629,7 @@ func (x *DeleteTopicRequest) String() string {
 func (*DeleteTopicRequest) ProtoMessage() {}
 
 func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[35]
+	mi := &file_raftmq_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2642,7 @@ func (x *DeleteTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{35}
+	return file_raftmq_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeleteTopicRequest) GetName() string {
@@ -2542,7 +2660,7 @@ type DeleteTopicResponse struct {
 
 func (x *DeleteTopicResponse) Reset() {
 	*x = DeleteTopicResponse{}
-	mi := &file_raftmq_proto_msgTypes[36]
+	mi := &file_raftmq_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +2672,7 @@ func (x *DeleteTopicResponse) String() string {
 func (*DeleteTopicResponse) ProtoMessage() {}
 
 func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[36]
+	mi := &file_raftmq_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +2685,7 @@ func (x *DeleteTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{36}
+	return file_raftmq_proto_rawDescGZIP(), []int{38}
 }
 
 type ListTopicsRequest struct {
@@ -2578,7 +2696,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_raftmq_proto_msgTypes[37]
+	mi := &file_raftmq_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2590,7 +2708,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[37]
+	mi := &file_raftmq_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2603,7 +2721,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{37}
+	return file_raftmq_proto_rawDescGZIP(), []int{39}
 }
 
 type ListTopicsResponse struct {
@@ -2616,7 +2734,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_raftmq_proto_msgTypes[38]
+	mi := &file_raftmq_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2746,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[38]
+	mi := &file_raftmq_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2759,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{38}
+	return file_raftmq_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicConfig {
@@ -2671,7 +2789,7 @@ type SubscriptionGroupConfig struct {
 
 func (x *SubscriptionGroupConfig) Reset() {
 	*x = SubscriptionGroupConfig{}
-	mi := &file_raftmq_proto_msgTypes[39]
+	mi := &file_raftmq_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2801,7 @@ func (x *SubscriptionGroupConfig) String() string {
 func (*SubscriptionGroupConfig) ProtoMessage() {}
 
 func (x *SubscriptionGroupConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[39]
+	mi := &file_raftmq_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2814,7 @@ func (x *SubscriptionGroupConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionGroupConfig.ProtoReflect.Descriptor instead.
 func (*SubscriptionGroupConfig) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{39}
+	return file_raftmq_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SubscriptionGroupConfig) GetName() string {
@@ -2736,7 +2854,7 @@ type UpsertSubscriptionGroupRequest struct {
 
 func (x *UpsertSubscriptionGroupRequest) Reset() {
 	*x = UpsertSubscriptionGroupRequest{}
-	mi := &file_raftmq_proto_msgTypes[40]
+	mi := &file_raftmq_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2866,7 @@ func (x *UpsertSubscriptionGroupRequest) String() string {
 func (*UpsertSubscriptionGroupRequest) ProtoMessage() {}
 
 func (x *UpsertSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[40]
+	mi := &file_raftmq_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2879,7 @@ func (x *UpsertSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertSubscriptionGroupRequest.ProtoReflect.Descriptor instead.
 func (*UpsertSubscriptionGroupRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{40}
+	return file_raftmq_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpsertSubscriptionGroupRequest) GetGroup() *SubscriptionGroupConfig {
@@ -2779,7 +2897,7 @@ type UpsertSubscriptionGroupResponse struct {
 
 func (x *UpsertSubscriptionGroupResponse) Reset() {
 	*x = UpsertSubscriptionGroupResponse{}
-	mi := &file_raftmq_proto_msgTypes[41]
+	mi := &file_raftmq_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2909,7 @@ func (x *UpsertSubscriptionGroupResponse) String() string {
 func (*UpsertSubscriptionGroupResponse) ProtoMessage() {}
 
 func (x *UpsertSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[41]
+	mi := &file_raftmq_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2922,7 @@ func (x *UpsertSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpsertSubscriptionGroupResponse.ProtoReflect.Descriptor instead.
 func (*UpsertSubscriptionGroupResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{41}
+	return file_raftmq_proto_rawDescGZIP(), []int{43}
 }
 
 type DeleteSubscriptionGroupRequest struct {
@@ -2816,7 +2934,7 @@ type DeleteSubscriptionGroupRequest struct {
 
 func (x *DeleteSubscriptionGroupRequest) Reset() {
 	*x = DeleteSubscriptionGroupRequest{}
-	mi := &file_raftmq_proto_msgTypes[42]
+	mi := &file_raftmq_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2946,7 @@ func (x *DeleteSubscriptionGroupRequest) String() string {
 func (*DeleteSubscriptionGroupRequest) ProtoMessage() {}
 
 func (x *DeleteSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[42]
+	mi := &file_raftmq_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +2959,7 @@ func (x *DeleteSubscriptionGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionGroupRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionGroupRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{42}
+	return file_raftmq_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteSubscriptionGroupRequest) GetName() string {
@@ -2859,7 +2977,7 @@ type DeleteSubscriptionGroupResponse struct {
 
 func (x *DeleteSubscriptionGroupResponse) Reset() {
 	*x = DeleteSubscriptionGroupResponse{}
-	mi := &file_raftmq_proto_msgTypes[43]
+	mi := &file_raftmq_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +2989,7 @@ func (x *DeleteSubscriptionGroupResponse) String() string {
 func (*DeleteSubscriptionGroupResponse) ProtoMessage() {}
 
 func (x *DeleteSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[43]
+	mi := &file_raftmq_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3002,7 @@ func (x *DeleteSubscriptionGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSubscriptionGroupResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSubscriptionGroupResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{43}
+	return file_raftmq_proto_rawDescGZIP(), []int{45}
 }
 
 type ListSubscriptionGroupsRequest struct {
@@ -2895,7 +3013,7 @@ type ListSubscriptionGroupsRequest struct {
 
 func (x *ListSubscriptionGroupsRequest) Reset() {
 	*x = ListSubscriptionGroupsRequest{}
-	mi := &file_raftmq_proto_msgTypes[44]
+	mi := &file_raftmq_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3025,7 @@ func (x *ListSubscriptionGroupsRequest) String() string {
 func (*ListSubscriptionGroupsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[44]
+	mi := &file_raftmq_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3038,7 @@ func (x *ListSubscriptionGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{44}
+	return file_raftmq_proto_rawDescGZIP(), []int{46}
 }
 
 type ListSubscriptionGroupsResponse struct {
@@ -2932,7 +3050,7 @@ type ListSubscriptionGroupsResponse struct {
 
 func (x *ListSubscriptionGroupsResponse) Reset() {
 	*x = ListSubscriptionGroupsResponse{}
-	mi := &file_raftmq_proto_msgTypes[45]
+	mi := &file_raftmq_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3062,7 @@ func (x *ListSubscriptionGroupsResponse) String() string {
 func (*ListSubscriptionGroupsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[45]
+	mi := &file_raftmq_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3075,7 @@ func (x *ListSubscriptionGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{45}
+	return file_raftmq_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListSubscriptionGroupsResponse) GetGroups() []*SubscriptionGroupConfig {
@@ -2977,7 +3095,7 @@ type GetQueueOffsetsRequest struct {
 
 func (x *GetQueueOffsetsRequest) Reset() {
 	*x = GetQueueOffsetsRequest{}
-	mi := &file_raftmq_proto_msgTypes[46]
+	mi := &file_raftmq_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2989,7 +3107,7 @@ func (x *GetQueueOffsetsRequest) String() string {
 func (*GetQueueOffsetsRequest) ProtoMessage() {}
 
 func (x *GetQueueOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[46]
+	mi := &file_raftmq_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3002,7 +3120,7 @@ func (x *GetQueueOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*GetQueueOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{46}
+	return file_raftmq_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetQueueOffsetsRequest) GetTopic() string {
@@ -3029,7 +3147,7 @@ type GetQueueOffsetsResponse struct {
 
 func (x *GetQueueOffsetsResponse) Reset() {
 	*x = GetQueueOffsetsResponse{}
-	mi := &file_raftmq_proto_msgTypes[47]
+	mi := &file_raftmq_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3041,7 +3159,7 @@ func (x *GetQueueOffsetsResponse) String() string {
 func (*GetQueueOffsetsResponse) ProtoMessage() {}
 
 func (x *GetQueueOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[47]
+	mi := &file_raftmq_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3054,7 +3172,7 @@ func (x *GetQueueOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetQueueOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*GetQueueOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{47}
+	return file_raftmq_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetQueueOffsetsResponse) GetMinOffset() int64 {
@@ -3082,7 +3200,7 @@ type SearchOffsetByTimeRequest struct {
 
 func (x *SearchOffsetByTimeRequest) Reset() {
 	*x = SearchOffsetByTimeRequest{}
-	mi := &file_raftmq_proto_msgTypes[48]
+	mi := &file_raftmq_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3094,7 +3212,7 @@ func (x *SearchOffsetByTimeRequest) String() string {
 func (*SearchOffsetByTimeRequest) ProtoMessage() {}
 
 func (x *SearchOffsetByTimeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[48]
+	mi := &file_raftmq_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3107,7 +3225,7 @@ func (x *SearchOffsetByTimeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchOffsetByTimeRequest.ProtoReflect.Descriptor instead.
 func (*SearchOffsetByTimeRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{48}
+	return file_raftmq_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SearchOffsetByTimeRequest) GetTopic() string {
@@ -3140,7 +3258,7 @@ type SearchOffsetByTimeResponse struct {
 
 func (x *SearchOffsetByTimeResponse) Reset() {
 	*x = SearchOffsetByTimeResponse{}
-	mi := &file_raftmq_proto_msgTypes[49]
+	mi := &file_raftmq_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3152,7 +3270,7 @@ func (x *SearchOffsetByTimeResponse) String() string {
 func (*SearchOffsetByTimeResponse) ProtoMessage() {}
 
 func (x *SearchOffsetByTimeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[49]
+	mi := &file_raftmq_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3165,7 +3283,7 @@ func (x *SearchOffsetByTimeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchOffsetByTimeResponse.ProtoReflect.Descriptor instead.
 func (*SearchOffsetByTimeResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{49}
+	return file_raftmq_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SearchOffsetByTimeResponse) GetOffset() int64 {
@@ -3184,7 +3302,7 @@ type QueryMessageByIdRequest struct {
 
 func (x *QueryMessageByIdRequest) Reset() {
 	*x = QueryMessageByIdRequest{}
-	mi := &file_raftmq_proto_msgTypes[50]
+	mi := &file_raftmq_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3196,7 +3314,7 @@ func (x *QueryMessageByIdRequest) String() string {
 func (*QueryMessageByIdRequest) ProtoMessage() {}
 
 func (x *QueryMessageByIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[50]
+	mi := &file_raftmq_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3209,7 +3327,7 @@ func (x *QueryMessageByIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageByIdRequest.ProtoReflect.Descriptor instead.
 func (*QueryMessageByIdRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{50}
+	return file_raftmq_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *QueryMessageByIdRequest) GetMsgId() string {
@@ -3232,7 +3350,7 @@ type QueryMessageByKeyRequest struct {
 
 func (x *QueryMessageByKeyRequest) Reset() {
 	*x = QueryMessageByKeyRequest{}
-	mi := &file_raftmq_proto_msgTypes[51]
+	mi := &file_raftmq_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3244,7 +3362,7 @@ func (x *QueryMessageByKeyRequest) String() string {
 func (*QueryMessageByKeyRequest) ProtoMessage() {}
 
 func (x *QueryMessageByKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[51]
+	mi := &file_raftmq_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3257,7 +3375,7 @@ func (x *QueryMessageByKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageByKeyRequest.ProtoReflect.Descriptor instead.
 func (*QueryMessageByKeyRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{51}
+	return file_raftmq_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *QueryMessageByKeyRequest) GetTopic() string {
@@ -3304,7 +3422,7 @@ type QueryMessageResponse struct {
 
 func (x *QueryMessageResponse) Reset() {
 	*x = QueryMessageResponse{}
-	mi := &file_raftmq_proto_msgTypes[52]
+	mi := &file_raftmq_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3316,7 +3434,7 @@ func (x *QueryMessageResponse) String() string {
 func (*QueryMessageResponse) ProtoMessage() {}
 
 func (x *QueryMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[52]
+	mi := &file_raftmq_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3329,7 +3447,7 @@ func (x *QueryMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueryMessageResponse.ProtoReflect.Descriptor instead.
 func (*QueryMessageResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{52}
+	return file_raftmq_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *QueryMessageResponse) GetRecords() [][]byte {
@@ -3347,7 +3465,7 @@ type DescribeBrokerRequest struct {
 
 func (x *DescribeBrokerRequest) Reset() {
 	*x = DescribeBrokerRequest{}
-	mi := &file_raftmq_proto_msgTypes[53]
+	mi := &file_raftmq_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3359,7 +3477,7 @@ func (x *DescribeBrokerRequest) String() string {
 func (*DescribeBrokerRequest) ProtoMessage() {}
 
 func (x *DescribeBrokerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[53]
+	mi := &file_raftmq_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3372,7 +3490,7 @@ func (x *DescribeBrokerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeBrokerRequest.ProtoReflect.Descriptor instead.
 func (*DescribeBrokerRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{53}
+	return file_raftmq_proto_rawDescGZIP(), []int{55}
 }
 
 type ReplicaInfo struct {
@@ -3387,7 +3505,7 @@ type ReplicaInfo struct {
 
 func (x *ReplicaInfo) Reset() {
 	*x = ReplicaInfo{}
-	mi := &file_raftmq_proto_msgTypes[54]
+	mi := &file_raftmq_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3399,7 +3517,7 @@ func (x *ReplicaInfo) String() string {
 func (*ReplicaInfo) ProtoMessage() {}
 
 func (x *ReplicaInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[54]
+	mi := &file_raftmq_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3412,7 +3530,7 @@ func (x *ReplicaInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaInfo.ProtoReflect.Descriptor instead.
 func (*ReplicaInfo) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{54}
+	return file_raftmq_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReplicaInfo) GetId() int32 {
@@ -3463,7 +3581,7 @@ type DescribeBrokerResponse struct {
 
 func (x *DescribeBrokerResponse) Reset() {
 	*x = DescribeBrokerResponse{}
-	mi := &file_raftmq_proto_msgTypes[55]
+	mi := &file_raftmq_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3475,7 +3593,7 @@ func (x *DescribeBrokerResponse) String() string {
 func (*DescribeBrokerResponse) ProtoMessage() {}
 
 func (x *DescribeBrokerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[55]
+	mi := &file_raftmq_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3488,7 +3606,7 @@ func (x *DescribeBrokerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeBrokerResponse.ProtoReflect.Descriptor instead.
 func (*DescribeBrokerResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{55}
+	return file_raftmq_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DescribeBrokerResponse) GetGroup() string {
@@ -3585,7 +3703,7 @@ type CopyCommitlogRequest struct {
 
 func (x *CopyCommitlogRequest) Reset() {
 	*x = CopyCommitlogRequest{}
-	mi := &file_raftmq_proto_msgTypes[56]
+	mi := &file_raftmq_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3715,7 @@ func (x *CopyCommitlogRequest) String() string {
 func (*CopyCommitlogRequest) ProtoMessage() {}
 
 func (x *CopyCommitlogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[56]
+	mi := &file_raftmq_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3728,7 @@ func (x *CopyCommitlogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyCommitlogRequest.ProtoReflect.Descriptor instead.
 func (*CopyCommitlogRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{56}
+	return file_raftmq_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CopyCommitlogRequest) GetFromOffset() int64 {
@@ -3637,7 +3755,7 @@ type CommitlogChunk struct {
 
 func (x *CommitlogChunk) Reset() {
 	*x = CommitlogChunk{}
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3767,7 @@ func (x *CommitlogChunk) String() string {
 func (*CommitlogChunk) ProtoMessage() {}
 
 func (x *CommitlogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[57]
+	mi := &file_raftmq_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3780,7 @@ func (x *CommitlogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitlogChunk.ProtoReflect.Descriptor instead.
 func (*CommitlogChunk) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{57}
+	return file_raftmq_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CommitlogChunk) GetOffset() int64 {
@@ -3692,7 +3810,7 @@ type ChecksumCommitlogRequest struct {
 
 func (x *ChecksumCommitlogRequest) Reset() {
 	*x = ChecksumCommitlogRequest{}
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3704,7 +3822,7 @@ func (x *ChecksumCommitlogRequest) String() string {
 func (*ChecksumCommitlogRequest) ProtoMessage() {}
 
 func (x *ChecksumCommitlogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[58]
+	mi := &file_raftmq_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3717,7 +3835,7 @@ func (x *ChecksumCommitlogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumCommitlogRequest.ProtoReflect.Descriptor instead.
 func (*ChecksumCommitlogRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{58}
+	return file_raftmq_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ChecksumCommitlogRequest) GetFromOffset() int64 {
@@ -3751,7 +3869,7 @@ type AddReplicaRequest struct {
 
 func (x *AddReplicaRequest) Reset() {
 	*x = AddReplicaRequest{}
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3763,7 +3881,7 @@ func (x *AddReplicaRequest) String() string {
 func (*AddReplicaRequest) ProtoMessage() {}
 
 func (x *AddReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[59]
+	mi := &file_raftmq_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3776,7 +3894,7 @@ func (x *AddReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddReplicaRequest.ProtoReflect.Descriptor instead.
 func (*AddReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{59}
+	return file_raftmq_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *AddReplicaRequest) GetId() int32 {
@@ -3818,7 +3936,7 @@ type RemoveReplicaRequest struct {
 
 func (x *RemoveReplicaRequest) Reset() {
 	*x = RemoveReplicaRequest{}
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +3948,7 @@ func (x *RemoveReplicaRequest) String() string {
 func (*RemoveReplicaRequest) ProtoMessage() {}
 
 func (x *RemoveReplicaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[60]
+	mi := &file_raftmq_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +3961,7 @@ func (x *RemoveReplicaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveReplicaRequest.ProtoReflect.Descriptor instead.
 func (*RemoveReplicaRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{60}
+	return file_raftmq_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RemoveReplicaRequest) GetId() int32 {
@@ -3864,7 +3982,7 @@ type TransferLeaderRequest struct {
 
 func (x *TransferLeaderRequest) Reset() {
 	*x = TransferLeaderRequest{}
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3876,7 +3994,7 @@ func (x *TransferLeaderRequest) String() string {
 func (*TransferLeaderRequest) ProtoMessage() {}
 
 func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[61]
+	mi := &file_raftmq_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3889,7 +4007,7 @@ func (x *TransferLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeaderRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{61}
+	return file_raftmq_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *TransferLeaderRequest) GetToId() int32 {
@@ -3910,7 +4028,7 @@ type MembershipResponse struct {
 
 func (x *MembershipResponse) Reset() {
 	*x = MembershipResponse{}
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3922,7 +4040,7 @@ func (x *MembershipResponse) String() string {
 func (*MembershipResponse) ProtoMessage() {}
 
 func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[62]
+	mi := &file_raftmq_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3935,7 +4053,7 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{62}
+	return file_raftmq_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MembershipResponse) GetVoters() []*ReplicaInfo {
@@ -3970,7 +4088,7 @@ type ChecksumCommitlogResponse struct {
 
 func (x *ChecksumCommitlogResponse) Reset() {
 	*x = ChecksumCommitlogResponse{}
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4100,7 @@ func (x *ChecksumCommitlogResponse) String() string {
 func (*ChecksumCommitlogResponse) ProtoMessage() {}
 
 func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[63]
+	mi := &file_raftmq_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4113,7 @@ func (x *ChecksumCommitlogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChecksumCommitlogResponse.ProtoReflect.Descriptor instead.
 func (*ChecksumCommitlogResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{63}
+	return file_raftmq_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ChecksumCommitlogResponse) GetFromOffset() int64 {
@@ -4032,7 +4150,7 @@ type EndTransactionRequest struct {
 
 func (x *EndTransactionRequest) Reset() {
 	*x = EndTransactionRequest{}
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4044,7 +4162,7 @@ func (x *EndTransactionRequest) String() string {
 func (*EndTransactionRequest) ProtoMessage() {}
 
 func (x *EndTransactionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[64]
+	mi := &file_raftmq_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4057,7 +4175,7 @@ func (x *EndTransactionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndTransactionRequest.ProtoReflect.Descriptor instead.
 func (*EndTransactionRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{64}
+	return file_raftmq_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *EndTransactionRequest) GetProducerGroup() string {
@@ -4107,7 +4225,7 @@ type EndTransactionResponse struct {
 
 func (x *EndTransactionResponse) Reset() {
 	*x = EndTransactionResponse{}
-	mi := &file_raftmq_proto_msgTypes[65]
+	mi := &file_raftmq_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4237,7 @@ func (x *EndTransactionResponse) String() string {
 func (*EndTransactionResponse) ProtoMessage() {}
 
 func (x *EndTransactionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[65]
+	mi := &file_raftmq_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4250,7 @@ func (x *EndTransactionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndTransactionResponse.ProtoReflect.Descriptor instead.
 func (*EndTransactionResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{65}
+	return file_raftmq_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *EndTransactionResponse) GetOutcome() TransactionOutcome {
@@ -4164,7 +4282,7 @@ type TransactionCheckStreamRequest struct {
 
 func (x *TransactionCheckStreamRequest) Reset() {
 	*x = TransactionCheckStreamRequest{}
-	mi := &file_raftmq_proto_msgTypes[66]
+	mi := &file_raftmq_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4176,7 +4294,7 @@ func (x *TransactionCheckStreamRequest) String() string {
 func (*TransactionCheckStreamRequest) ProtoMessage() {}
 
 func (x *TransactionCheckStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[66]
+	mi := &file_raftmq_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4189,7 +4307,7 @@ func (x *TransactionCheckStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionCheckStreamRequest.ProtoReflect.Descriptor instead.
 func (*TransactionCheckStreamRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{66}
+	return file_raftmq_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *TransactionCheckStreamRequest) GetProducerGroup() string {
@@ -4234,7 +4352,7 @@ type TransactionCheck struct {
 
 func (x *TransactionCheck) Reset() {
 	*x = TransactionCheck{}
-	mi := &file_raftmq_proto_msgTypes[67]
+	mi := &file_raftmq_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4364,7 @@ func (x *TransactionCheck) String() string {
 func (*TransactionCheck) ProtoMessage() {}
 
 func (x *TransactionCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[67]
+	mi := &file_raftmq_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4377,7 @@ func (x *TransactionCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionCheck.ProtoReflect.Descriptor instead.
 func (*TransactionCheck) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{67}
+	return file_raftmq_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *TransactionCheck) GetMsgId() string {
@@ -4319,7 +4437,7 @@ type RaftCommand struct {
 
 func (x *RaftCommand) Reset() {
 	*x = RaftCommand{}
-	mi := &file_raftmq_proto_msgTypes[68]
+	mi := &file_raftmq_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4331,7 +4449,7 @@ func (x *RaftCommand) String() string {
 func (*RaftCommand) ProtoMessage() {}
 
 func (x *RaftCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[68]
+	mi := &file_raftmq_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4344,7 +4462,7 @@ func (x *RaftCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftCommand.ProtoReflect.Descriptor instead.
 func (*RaftCommand) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{68}
+	return file_raftmq_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *RaftCommand) GetCommand() isRaftCommand_Command {
@@ -4504,7 +4622,7 @@ type InitProducer struct {
 
 func (x *InitProducer) Reset() {
 	*x = InitProducer{}
-	mi := &file_raftmq_proto_msgTypes[69]
+	mi := &file_raftmq_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4516,7 +4634,7 @@ func (x *InitProducer) String() string {
 func (*InitProducer) ProtoMessage() {}
 
 func (x *InitProducer) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[69]
+	mi := &file_raftmq_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4529,7 +4647,7 @@ func (x *InitProducer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitProducer.ProtoReflect.Descriptor instead.
 func (*InitProducer) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{69}
+	return file_raftmq_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *InitProducer) GetProducerId() int64 {
@@ -4563,7 +4681,7 @@ type TransactionUpdate struct {
 
 func (x *TransactionUpdate) Reset() {
 	*x = TransactionUpdate{}
-	mi := &file_raftmq_proto_msgTypes[70]
+	mi := &file_raftmq_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4575,7 +4693,7 @@ func (x *TransactionUpdate) String() string {
 func (*TransactionUpdate) ProtoMessage() {}
 
 func (x *TransactionUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[70]
+	mi := &file_raftmq_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4588,7 +4706,7 @@ func (x *TransactionUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionUpdate.ProtoReflect.Descriptor instead.
 func (*TransactionUpdate) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{70}
+	return file_raftmq_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *TransactionUpdate) GetStoreTimestamp() int64 {
@@ -4628,7 +4746,7 @@ type TransactionEnd struct {
 
 func (x *TransactionEnd) Reset() {
 	*x = TransactionEnd{}
-	mi := &file_raftmq_proto_msgTypes[71]
+	mi := &file_raftmq_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4640,7 +4758,7 @@ func (x *TransactionEnd) String() string {
 func (*TransactionEnd) ProtoMessage() {}
 
 func (x *TransactionEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[71]
+	mi := &file_raftmq_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4653,7 +4771,7 @@ func (x *TransactionEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionEnd.ProtoReflect.Descriptor instead.
 func (*TransactionEnd) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{71}
+	return file_raftmq_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *TransactionEnd) GetHalfOffset() int64 {
@@ -4696,7 +4814,7 @@ type TransactionState struct {
 
 func (x *TransactionState) Reset() {
 	*x = TransactionState{}
-	mi := &file_raftmq_proto_msgTypes[72]
+	mi := &file_raftmq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4708,7 +4826,7 @@ func (x *TransactionState) String() string {
 func (*TransactionState) ProtoMessage() {}
 
 func (x *TransactionState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[72]
+	mi := &file_raftmq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4721,7 +4839,7 @@ func (x *TransactionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionState.ProtoReflect.Descriptor instead.
 func (*TransactionState) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{72}
+	return file_raftmq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *TransactionState) GetCursor() int64 {
@@ -4749,7 +4867,7 @@ type HalfState struct {
 
 func (x *HalfState) Reset() {
 	*x = HalfState{}
-	mi := &file_raftmq_proto_msgTypes[73]
+	mi := &file_raftmq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4761,7 +4879,7 @@ func (x *HalfState) String() string {
 func (*HalfState) ProtoMessage() {}
 
 func (x *HalfState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[73]
+	mi := &file_raftmq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4774,7 +4892,7 @@ func (x *HalfState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HalfState.ProtoReflect.Descriptor instead.
 func (*HalfState) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{73}
+	return file_raftmq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *HalfState) GetOutcome() TransactionOutcome {
@@ -4810,7 +4928,7 @@ type MasterAnnounce struct {
 
 func (x *MasterAnnounce) Reset() {
 	*x = MasterAnnounce{}
-	mi := &file_raftmq_proto_msgTypes[74]
+	mi := &file_raftmq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4822,7 +4940,7 @@ func (x *MasterAnnounce) String() string {
 func (*MasterAnnounce) ProtoMessage() {}
 
 func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[74]
+	mi := &file_raftmq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4835,7 +4953,7 @@ func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterAnnounce.ProtoReflect.Descriptor instead.
 func (*MasterAnnounce) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{74}
+	return file_raftmq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MasterAnnounce) GetReplicaId() int32 {
@@ -4876,7 +4994,7 @@ type SendBatch struct {
 
 func (x *SendBatch) Reset() {
 	*x = SendBatch{}
-	mi := &file_raftmq_proto_msgTypes[75]
+	mi := &file_raftmq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4888,7 +5006,7 @@ func (x *SendBatch) String() string {
 func (*SendBatch) ProtoMessage() {}
 
 func (x *SendBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[75]
+	mi := &file_raftmq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4901,7 +5019,7 @@ func (x *SendBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatch.ProtoReflect.Descriptor instead.
 func (*SendBatch) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{75}
+	return file_raftmq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *SendBatch) GetStoreTimestamp() int64 {
@@ -4949,7 +5067,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_raftmq_proto_msgTypes[76]
+	mi := &file_raftmq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4961,7 +5079,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[76]
+	mi := &file_raftmq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4974,7 +5092,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{76}
+	return file_raftmq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -5001,7 +5119,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_raftmq_proto_msgTypes[77]
+	mi := &file_raftmq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5013,7 +5131,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[77]
+	mi := &file_raftmq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5026,7 +5144,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{77}
+	return file_raftmq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *OffsetCommit) GetConsumerGroup() string {
@@ -5063,7 +5181,7 @@ type BrokerSnapshot struct {
 
 func (x *BrokerSnapshot) Reset() {
 	*x = BrokerSnapshot{}
-	mi := &file_raftmq_proto_msgTypes[78]
+	mi := &file_raftmq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +5193,7 @@ func (x *BrokerSnapshot) String() string {
 func (*BrokerSnapshot) ProtoMessage() {}
 
 func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[78]
+	mi := &file_raftmq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +5206,7 @@ func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerSnapshot.ProtoReflect.Descriptor instead.
 func (*BrokerSnapshot) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{78}
+	return file_raftmq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *BrokerSnapshot) GetStoreRaftIndex() uint64 {
@@ -5173,7 +5291,7 @@ type ProducerTable struct {
 
 func (x *ProducerTable) Reset() {
 	*x = ProducerTable{}
-	mi := &file_raftmq_proto_msgTypes[79]
+	mi := &file_raftmq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5185,7 +5303,7 @@ func (x *ProducerTable) String() string {
 func (*ProducerTable) ProtoMessage() {}
 
 func (x *ProducerTable) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[79]
+	mi := &file_raftmq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5198,7 +5316,7 @@ func (x *ProducerTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerTable.ProtoReflect.Descriptor instead.
 func (*ProducerTable) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{79}
+	return file_raftmq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ProducerTable) GetNextId() int64 {
@@ -5234,7 +5352,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_raftmq_proto_msgTypes[80]
+	mi := &file_raftmq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5246,7 +5364,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[80]
+	mi := &file_raftmq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5259,7 +5377,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{80}
+	return file_raftmq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ProducerState) GetId() int64 {
@@ -5302,7 +5420,7 @@ type QueueSequences struct {
 
 func (x *QueueSequences) Reset() {
 	*x = QueueSequences{}
-	mi := &file_raftmq_proto_msgTypes[81]
+	mi := &file_raftmq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5314,7 +5432,7 @@ func (x *QueueSequences) String() string {
 func (*QueueSequences) ProtoMessage() {}
 
 func (x *QueueSequences) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[81]
+	mi := &file_raftmq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5327,7 +5445,7 @@ func (x *QueueSequences) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSequences.ProtoReflect.Descriptor instead.
 func (*QueueSequences) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{81}
+	return file_raftmq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *QueueSequences) GetTopic() string {
@@ -5367,7 +5485,7 @@ type GetRouteRequest struct {
 
 func (x *GetRouteRequest) Reset() {
 	*x = GetRouteRequest{}
-	mi := &file_raftmq_proto_msgTypes[82]
+	mi := &file_raftmq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5379,7 +5497,7 @@ func (x *GetRouteRequest) String() string {
 func (*GetRouteRequest) ProtoMessage() {}
 
 func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[82]
+	mi := &file_raftmq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5392,7 +5510,7 @@ func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRouteRequest.ProtoReflect.Descriptor instead.
 func (*GetRouteRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{82}
+	return file_raftmq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetRouteRequest) GetTopic() string {
@@ -5418,7 +5536,7 @@ type GroupRoute struct {
 
 func (x *GroupRoute) Reset() {
 	*x = GroupRoute{}
-	mi := &file_raftmq_proto_msgTypes[83]
+	mi := &file_raftmq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5430,7 +5548,7 @@ func (x *GroupRoute) String() string {
 func (*GroupRoute) ProtoMessage() {}
 
 func (x *GroupRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[83]
+	mi := &file_raftmq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5443,7 +5561,7 @@ func (x *GroupRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
 func (*GroupRoute) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{83}
+	return file_raftmq_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GroupRoute) GetGroup() string {
@@ -5505,7 +5623,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_raftmq_proto_msgTypes[84]
+	mi := &file_raftmq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5517,7 +5635,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[84]
+	mi := &file_raftmq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5530,7 +5648,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{84}
+	return file_raftmq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RouteResponse) GetTopic() string {
@@ -5555,7 +5673,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_raftmq_proto_msgTypes[85]
+	mi := &file_raftmq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5567,7 +5685,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[85]
+	mi := &file_raftmq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5580,7 +5698,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{85}
+	return file_raftmq_proto_rawDescGZIP(), []int{87}
 }
 
 type ClusterGroup struct {
@@ -5597,7 +5715,7 @@ type ClusterGroup struct {
 
 func (x *ClusterGroup) Reset() {
 	*x = ClusterGroup{}
-	mi := &file_raftmq_proto_msgTypes[86]
+	mi := &file_raftmq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5609,7 +5727,7 @@ func (x *ClusterGroup) String() string {
 func (*ClusterGroup) ProtoMessage() {}
 
 func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[86]
+	mi := &file_raftmq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5622,7 +5740,7 @@ func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterGroup.ProtoReflect.Descriptor instead.
 func (*ClusterGroup) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{86}
+	return file_raftmq_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ClusterGroup) GetGroup() string {
@@ -5678,7 +5796,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_raftmq_proto_msgTypes[87]
+	mi := &file_raftmq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5690,7 +5808,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[87]
+	mi := &file_raftmq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5703,7 +5821,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{87}
+	return file_raftmq_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ClusterInfoResponse) GetCluster() string {
@@ -5736,7 +5854,7 @@ type ListTopicNamesResponse struct {
 
 func (x *ListTopicNamesResponse) Reset() {
 	*x = ListTopicNamesResponse{}
-	mi := &file_raftmq_proto_msgTypes[88]
+	mi := &file_raftmq_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5748,7 +5866,7 @@ func (x *ListTopicNamesResponse) String() string {
 func (*ListTopicNamesResponse) ProtoMessage() {}
 
 func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[88]
+	mi := &file_raftmq_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5761,7 +5879,7 @@ func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicNamesResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicNamesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{88}
+	return file_raftmq_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListTopicNamesResponse) GetTopics() []string {
@@ -5780,7 +5898,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_raftmq_proto_msgTypes[89]
+	mi := &file_raftmq_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5792,7 +5910,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[89]
+	mi := &file_raftmq_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5805,7 +5923,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{89}
+	return file_raftmq_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *WatchRoutesRequest) GetTopics() []string {
@@ -5843,7 +5961,14 @@ const file_raftmq_proto_rawDesc = "" +
 	"\vproducer_id\x18\x06 \x01(\x03R\n" +
 	"producerId\x12%\n" +
 	"\x0eproducer_epoch\x18\a \x01(\x05R\rproducerEpoch\x12\x1a\n" +
-	"\bsequence\x18\b \x01(\x03R\bsequence\"L\n" +
+	"\bsequence\x18\b \x01(\x03R\bsequence\"V\n" +
+	"\x11SendStreamRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
+	"\x04send\x18\x02 \x01(\v2\x1d.raftmq.v1.SendMessageRequestR\x04send\"t\n" +
+	"\x12SendStreamResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
+	"\x06result\x18\x02 \x01(\v2\x1e.raftmq.v1.SendMessageResponseR\x06result\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\fR\x06status\"L\n" +
 	"\x13InitProducerRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x03R\n" +
@@ -6261,9 +6386,10 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x12TransactionOutcome\x12\x17\n" +
 	"\x13TRANSACTION_UNKNOWN\x10\x00\x12\x16\n" +
 	"\x12TRANSACTION_COMMIT\x10\x01\x12\x18\n" +
-	"\x14TRANSACTION_ROLLBACK\x10\x022\x8b\x15\n" +
+	"\x14TRANSACTION_ROLLBACK\x10\x022\xe1\x15\n" +
 	"\x06Broker\x12L\n" +
-	"\vSendMessage\x12\x1d.raftmq.v1.SendMessageRequest\x1a\x1e.raftmq.v1.SendMessageResponse\x12L\n" +
+	"\vSendMessage\x12\x1d.raftmq.v1.SendMessageRequest\x1a\x1e.raftmq.v1.SendMessageResponse\x12T\n" +
+	"\x11SendMessageStream\x12\x1c.raftmq.v1.SendStreamRequest\x1a\x1d.raftmq.v1.SendStreamResponse(\x010\x01\x12L\n" +
 	"\vPullMessage\x12\x1d.raftmq.v1.PullMessageRequest\x1a\x1e.raftmq.v1.PullMessageResponse\x12d\n" +
 	"\x13QueryConsumerOffset\x12%.raftmq.v1.QueryConsumerOffsetRequest\x1a&.raftmq.v1.QueryConsumerOffsetResponse\x12g\n" +
 	"\x14UpdateConsumerOffset\x12&.raftmq.v1.UpdateConsumerOffsetRequest\x1a'.raftmq.v1.UpdateConsumerOffsetResponse\x12d\n" +
@@ -6317,7 +6443,7 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 }
 
 var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
@@ -6325,232 +6451,238 @@ var file_raftmq_proto_goTypes = []any{
 	(TransactionOutcome)(0),                 // 3: raftmq.v1.TransactionOutcome
 	(*Message)(nil),                         // 4: raftmq.v1.Message
 	(*SendMessageRequest)(nil),              // 5: raftmq.v1.SendMessageRequest
-	(*InitProducerRequest)(nil),             // 6: raftmq.v1.InitProducerRequest
-	(*InitProducerResponse)(nil),            // 7: raftmq.v1.InitProducerResponse
-	(*SendResult)(nil),                      // 8: raftmq.v1.SendResult
-	(*SendMessageResponse)(nil),             // 9: raftmq.v1.SendMessageResponse
-	(*PullMessageRequest)(nil),              // 10: raftmq.v1.PullMessageRequest
-	(*PullMessageResponse)(nil),             // 11: raftmq.v1.PullMessageResponse
-	(*QueryConsumerOffsetRequest)(nil),      // 12: raftmq.v1.QueryConsumerOffsetRequest
-	(*QueryConsumerOffsetResponse)(nil),     // 13: raftmq.v1.QueryConsumerOffsetResponse
-	(*QueueOffset)(nil),                     // 14: raftmq.v1.QueueOffset
-	(*UpdateConsumerOffsetRequest)(nil),     // 15: raftmq.v1.UpdateConsumerOffsetRequest
-	(*UpdateConsumerOffsetResponse)(nil),    // 16: raftmq.v1.UpdateConsumerOffsetResponse
-	(*ResetConsumerOffsetRequest)(nil),      // 17: raftmq.v1.ResetConsumerOffsetRequest
-	(*ResetConsumerOffsetResponse)(nil),     // 18: raftmq.v1.ResetConsumerOffsetResponse
-	(*Subscription)(nil),                    // 19: raftmq.v1.Subscription
-	(*ConsumerGroupInfo)(nil),               // 20: raftmq.v1.ConsumerGroupInfo
-	(*HeldQueue)(nil),                       // 21: raftmq.v1.HeldQueue
-	(*HeartbeatRequest)(nil),                // 22: raftmq.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),               // 23: raftmq.v1.HeartbeatResponse
-	(*GetConsumerListRequest)(nil),          // 24: raftmq.v1.GetConsumerListRequest
-	(*GetConsumerListResponse)(nil),         // 25: raftmq.v1.GetConsumerListResponse
-	(*DescribeConsumerGroupsRequest)(nil),   // 26: raftmq.v1.DescribeConsumerGroupsRequest
-	(*ConsumerMember)(nil),                  // 27: raftmq.v1.ConsumerMember
-	(*ConsumerGroupMembers)(nil),            // 28: raftmq.v1.ConsumerGroupMembers
-	(*DescribeConsumerGroupsResponse)(nil),  // 29: raftmq.v1.DescribeConsumerGroupsResponse
-	(*ConsumerSendBackRequest)(nil),         // 30: raftmq.v1.ConsumerSendBackRequest
-	(*ConsumerSendBackResponse)(nil),        // 31: raftmq.v1.ConsumerSendBackResponse
-	(*LockQueuesRequest)(nil),               // 32: raftmq.v1.LockQueuesRequest
-	(*LockQueuesResponse)(nil),              // 33: raftmq.v1.LockQueuesResponse
-	(*UnlockQueuesRequest)(nil),             // 34: raftmq.v1.UnlockQueuesRequest
-	(*UnlockQueuesResponse)(nil),            // 35: raftmq.v1.UnlockQueuesResponse
-	(*TopicConfig)(nil),                     // 36: raftmq.v1.TopicConfig
-	(*CreateTopicRequest)(nil),              // 37: raftmq.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),             // 38: raftmq.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),              // 39: raftmq.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),             // 40: raftmq.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),               // 41: raftmq.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),              // 42: raftmq.v1.ListTopicsResponse
-	(*SubscriptionGroupConfig)(nil),         // 43: raftmq.v1.SubscriptionGroupConfig
-	(*UpsertSubscriptionGroupRequest)(nil),  // 44: raftmq.v1.UpsertSubscriptionGroupRequest
-	(*UpsertSubscriptionGroupResponse)(nil), // 45: raftmq.v1.UpsertSubscriptionGroupResponse
-	(*DeleteSubscriptionGroupRequest)(nil),  // 46: raftmq.v1.DeleteSubscriptionGroupRequest
-	(*DeleteSubscriptionGroupResponse)(nil), // 47: raftmq.v1.DeleteSubscriptionGroupResponse
-	(*ListSubscriptionGroupsRequest)(nil),   // 48: raftmq.v1.ListSubscriptionGroupsRequest
-	(*ListSubscriptionGroupsResponse)(nil),  // 49: raftmq.v1.ListSubscriptionGroupsResponse
-	(*GetQueueOffsetsRequest)(nil),          // 50: raftmq.v1.GetQueueOffsetsRequest
-	(*GetQueueOffsetsResponse)(nil),         // 51: raftmq.v1.GetQueueOffsetsResponse
-	(*SearchOffsetByTimeRequest)(nil),       // 52: raftmq.v1.SearchOffsetByTimeRequest
-	(*SearchOffsetByTimeResponse)(nil),      // 53: raftmq.v1.SearchOffsetByTimeResponse
-	(*QueryMessageByIdRequest)(nil),         // 54: raftmq.v1.QueryMessageByIdRequest
-	(*QueryMessageByKeyRequest)(nil),        // 55: raftmq.v1.QueryMessageByKeyRequest
-	(*QueryMessageResponse)(nil),            // 56: raftmq.v1.QueryMessageResponse
-	(*DescribeBrokerRequest)(nil),           // 57: raftmq.v1.DescribeBrokerRequest
-	(*ReplicaInfo)(nil),                     // 58: raftmq.v1.ReplicaInfo
-	(*DescribeBrokerResponse)(nil),          // 59: raftmq.v1.DescribeBrokerResponse
-	(*CopyCommitlogRequest)(nil),            // 60: raftmq.v1.CopyCommitlogRequest
-	(*CommitlogChunk)(nil),                  // 61: raftmq.v1.CommitlogChunk
-	(*ChecksumCommitlogRequest)(nil),        // 62: raftmq.v1.ChecksumCommitlogRequest
-	(*AddReplicaRequest)(nil),               // 63: raftmq.v1.AddReplicaRequest
-	(*RemoveReplicaRequest)(nil),            // 64: raftmq.v1.RemoveReplicaRequest
-	(*TransferLeaderRequest)(nil),           // 65: raftmq.v1.TransferLeaderRequest
-	(*MembershipResponse)(nil),              // 66: raftmq.v1.MembershipResponse
-	(*ChecksumCommitlogResponse)(nil),       // 67: raftmq.v1.ChecksumCommitlogResponse
-	(*EndTransactionRequest)(nil),           // 68: raftmq.v1.EndTransactionRequest
-	(*EndTransactionResponse)(nil),          // 69: raftmq.v1.EndTransactionResponse
-	(*TransactionCheckStreamRequest)(nil),   // 70: raftmq.v1.TransactionCheckStreamRequest
-	(*TransactionCheck)(nil),                // 71: raftmq.v1.TransactionCheck
-	(*RaftCommand)(nil),                     // 72: raftmq.v1.RaftCommand
-	(*InitProducer)(nil),                    // 73: raftmq.v1.InitProducer
-	(*TransactionUpdate)(nil),               // 74: raftmq.v1.TransactionUpdate
-	(*TransactionEnd)(nil),                  // 75: raftmq.v1.TransactionEnd
-	(*TransactionState)(nil),                // 76: raftmq.v1.TransactionState
-	(*HalfState)(nil),                       // 77: raftmq.v1.HalfState
-	(*MasterAnnounce)(nil),                  // 78: raftmq.v1.MasterAnnounce
-	(*SendBatch)(nil),                       // 79: raftmq.v1.SendBatch
-	(*StoredMessage)(nil),                   // 80: raftmq.v1.StoredMessage
-	(*OffsetCommit)(nil),                    // 81: raftmq.v1.OffsetCommit
-	(*BrokerSnapshot)(nil),                  // 82: raftmq.v1.BrokerSnapshot
-	(*ProducerTable)(nil),                   // 83: raftmq.v1.ProducerTable
-	(*ProducerState)(nil),                   // 84: raftmq.v1.ProducerState
-	(*QueueSequences)(nil),                  // 85: raftmq.v1.QueueSequences
-	(*GetRouteRequest)(nil),                 // 86: raftmq.v1.GetRouteRequest
-	(*GroupRoute)(nil),                      // 87: raftmq.v1.GroupRoute
-	(*RouteResponse)(nil),                   // 88: raftmq.v1.RouteResponse
-	(*GetClusterInfoRequest)(nil),           // 89: raftmq.v1.GetClusterInfoRequest
-	(*ClusterGroup)(nil),                    // 90: raftmq.v1.ClusterGroup
-	(*ClusterInfoResponse)(nil),             // 91: raftmq.v1.ClusterInfoResponse
-	(*ListTopicNamesResponse)(nil),          // 92: raftmq.v1.ListTopicNamesResponse
-	(*WatchRoutesRequest)(nil),              // 93: raftmq.v1.WatchRoutesRequest
-	nil,                                     // 94: raftmq.v1.Message.PropertiesEntry
-	nil,                                     // 95: raftmq.v1.TransactionState.HalvesEntry
-	nil,                                     // 96: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 97: raftmq.v1.SendBatch.ScheduleFromEntry
-	nil,                                     // 98: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	(*SendStreamRequest)(nil),               // 6: raftmq.v1.SendStreamRequest
+	(*SendStreamResponse)(nil),              // 7: raftmq.v1.SendStreamResponse
+	(*InitProducerRequest)(nil),             // 8: raftmq.v1.InitProducerRequest
+	(*InitProducerResponse)(nil),            // 9: raftmq.v1.InitProducerResponse
+	(*SendResult)(nil),                      // 10: raftmq.v1.SendResult
+	(*SendMessageResponse)(nil),             // 11: raftmq.v1.SendMessageResponse
+	(*PullMessageRequest)(nil),              // 12: raftmq.v1.PullMessageRequest
+	(*PullMessageResponse)(nil),             // 13: raftmq.v1.PullMessageResponse
+	(*QueryConsumerOffsetRequest)(nil),      // 14: raftmq.v1.QueryConsumerOffsetRequest
+	(*QueryConsumerOffsetResponse)(nil),     // 15: raftmq.v1.QueryConsumerOffsetResponse
+	(*QueueOffset)(nil),                     // 16: raftmq.v1.QueueOffset
+	(*UpdateConsumerOffsetRequest)(nil),     // 17: raftmq.v1.UpdateConsumerOffsetRequest
+	(*UpdateConsumerOffsetResponse)(nil),    // 18: raftmq.v1.UpdateConsumerOffsetResponse
+	(*ResetConsumerOffsetRequest)(nil),      // 19: raftmq.v1.ResetConsumerOffsetRequest
+	(*ResetConsumerOffsetResponse)(nil),     // 20: raftmq.v1.ResetConsumerOffsetResponse
+	(*Subscription)(nil),                    // 21: raftmq.v1.Subscription
+	(*ConsumerGroupInfo)(nil),               // 22: raftmq.v1.ConsumerGroupInfo
+	(*HeldQueue)(nil),                       // 23: raftmq.v1.HeldQueue
+	(*HeartbeatRequest)(nil),                // 24: raftmq.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),               // 25: raftmq.v1.HeartbeatResponse
+	(*GetConsumerListRequest)(nil),          // 26: raftmq.v1.GetConsumerListRequest
+	(*GetConsumerListResponse)(nil),         // 27: raftmq.v1.GetConsumerListResponse
+	(*DescribeConsumerGroupsRequest)(nil),   // 28: raftmq.v1.DescribeConsumerGroupsRequest
+	(*ConsumerMember)(nil),                  // 29: raftmq.v1.ConsumerMember
+	(*ConsumerGroupMembers)(nil),            // 30: raftmq.v1.ConsumerGroupMembers
+	(*DescribeConsumerGroupsResponse)(nil),  // 31: raftmq.v1.DescribeConsumerGroupsResponse
+	(*ConsumerSendBackRequest)(nil),         // 32: raftmq.v1.ConsumerSendBackRequest
+	(*ConsumerSendBackResponse)(nil),        // 33: raftmq.v1.ConsumerSendBackResponse
+	(*LockQueuesRequest)(nil),               // 34: raftmq.v1.LockQueuesRequest
+	(*LockQueuesResponse)(nil),              // 35: raftmq.v1.LockQueuesResponse
+	(*UnlockQueuesRequest)(nil),             // 36: raftmq.v1.UnlockQueuesRequest
+	(*UnlockQueuesResponse)(nil),            // 37: raftmq.v1.UnlockQueuesResponse
+	(*TopicConfig)(nil),                     // 38: raftmq.v1.TopicConfig
+	(*CreateTopicRequest)(nil),              // 39: raftmq.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),             // 40: raftmq.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),              // 41: raftmq.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),             // 42: raftmq.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),               // 43: raftmq.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),              // 44: raftmq.v1.ListTopicsResponse
+	(*SubscriptionGroupConfig)(nil),         // 45: raftmq.v1.SubscriptionGroupConfig
+	(*UpsertSubscriptionGroupRequest)(nil),  // 46: raftmq.v1.UpsertSubscriptionGroupRequest
+	(*UpsertSubscriptionGroupResponse)(nil), // 47: raftmq.v1.UpsertSubscriptionGroupResponse
+	(*DeleteSubscriptionGroupRequest)(nil),  // 48: raftmq.v1.DeleteSubscriptionGroupRequest
+	(*DeleteSubscriptionGroupResponse)(nil), // 49: raftmq.v1.DeleteSubscriptionGroupResponse
+	(*ListSubscriptionGroupsRequest)(nil),   // 50: raftmq.v1.ListSubscriptionGroupsRequest
+	(*ListSubscriptionGroupsResponse)(nil),  // 51: raftmq.v1.ListSubscriptionGroupsResponse
+	(*GetQueueOffsetsRequest)(nil),          // 52: raftmq.v1.GetQueueOffsetsRequest
+	(*GetQueueOffsetsResponse)(nil),         // 53: raftmq.v1.GetQueueOffsetsResponse
+	(*SearchOffsetByTimeRequest)(nil),       // 54: raftmq.v1.SearchOffsetByTimeRequest
+	(*SearchOffsetByTimeResponse)(nil),      // 55: raftmq.v1.SearchOffsetByTimeResponse
+	(*QueryMessageByIdRequest)(nil),         // 56: raftmq.v1.QueryMessageByIdRequest
+	(*QueryMessageByKeyRequest)(nil),        // 57: raftmq.v1.QueryMessageByKeyRequest
+	(*QueryMessageResponse)(nil),            // 58: raftmq.v1.QueryMessageResponse
+	(*DescribeBrokerRequest)(nil),           // 59: raftmq.v1.DescribeBrokerRequest
+	(*ReplicaInfo)(nil),                     // 60: raftmq.v1.ReplicaInfo
+	(*DescribeBrokerResponse)(nil),          // 61: raftmq.v1.DescribeBrokerResponse
+	(*CopyCommitlogRequest)(nil),            // 62: raftmq.v1.CopyCommitlogRequest
+	(*CommitlogChunk)(nil),                  // 63: raftmq.v1.CommitlogChunk
+	(*ChecksumCommitlogRequest)(nil),        // 64: raftmq.v1.ChecksumCommitlogRequest
+	(*AddReplicaRequest)(nil),               // 65: raftmq.v1.AddReplicaRequest
+	(*RemoveReplicaRequest)(nil),            // 66: raftmq.v1.RemoveReplicaRequest
+	(*TransferLeaderRequest)(nil),           // 67: raftmq.v1.TransferLeaderRequest
+	(*MembershipResponse)(nil),              // 68: raftmq.v1.MembershipResponse
+	(*ChecksumCommitlogResponse)(nil),       // 69: raftmq.v1.ChecksumCommitlogResponse
+	(*EndTransactionRequest)(nil),           // 70: raftmq.v1.EndTransactionRequest
+	(*EndTransactionResponse)(nil),          // 71: raftmq.v1.EndTransactionResponse
+	(*TransactionCheckStreamRequest)(nil),   // 72: raftmq.v1.TransactionCheckStreamRequest
+	(*TransactionCheck)(nil),                // 73: raftmq.v1.TransactionCheck
+	(*RaftCommand)(nil),                     // 74: raftmq.v1.RaftCommand
+	(*InitProducer)(nil),                    // 75: raftmq.v1.InitProducer
+	(*TransactionUpdate)(nil),               // 76: raftmq.v1.TransactionUpdate
+	(*TransactionEnd)(nil),                  // 77: raftmq.v1.TransactionEnd
+	(*TransactionState)(nil),                // 78: raftmq.v1.TransactionState
+	(*HalfState)(nil),                       // 79: raftmq.v1.HalfState
+	(*MasterAnnounce)(nil),                  // 80: raftmq.v1.MasterAnnounce
+	(*SendBatch)(nil),                       // 81: raftmq.v1.SendBatch
+	(*StoredMessage)(nil),                   // 82: raftmq.v1.StoredMessage
+	(*OffsetCommit)(nil),                    // 83: raftmq.v1.OffsetCommit
+	(*BrokerSnapshot)(nil),                  // 84: raftmq.v1.BrokerSnapshot
+	(*ProducerTable)(nil),                   // 85: raftmq.v1.ProducerTable
+	(*ProducerState)(nil),                   // 86: raftmq.v1.ProducerState
+	(*QueueSequences)(nil),                  // 87: raftmq.v1.QueueSequences
+	(*GetRouteRequest)(nil),                 // 88: raftmq.v1.GetRouteRequest
+	(*GroupRoute)(nil),                      // 89: raftmq.v1.GroupRoute
+	(*RouteResponse)(nil),                   // 90: raftmq.v1.RouteResponse
+	(*GetClusterInfoRequest)(nil),           // 91: raftmq.v1.GetClusterInfoRequest
+	(*ClusterGroup)(nil),                    // 92: raftmq.v1.ClusterGroup
+	(*ClusterInfoResponse)(nil),             // 93: raftmq.v1.ClusterInfoResponse
+	(*ListTopicNamesResponse)(nil),          // 94: raftmq.v1.ListTopicNamesResponse
+	(*WatchRoutesRequest)(nil),              // 95: raftmq.v1.WatchRoutesRequest
+	nil,                                     // 96: raftmq.v1.Message.PropertiesEntry
+	nil,                                     // 97: raftmq.v1.TransactionState.HalvesEntry
+	nil,                                     // 98: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 99: raftmq.v1.SendBatch.ScheduleFromEntry
+	nil,                                     // 100: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
-	94, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
-	4,  // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
-	8,  // 2: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
-	1,  // 3: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
-	14, // 4: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
-	14, // 5: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
-	2,  // 6: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
-	19, // 7: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
-	21, // 8: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
-	20, // 9: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
-	2,  // 10: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
-	19, // 11: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
-	21, // 12: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
-	27, // 13: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
-	28, // 14: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
-	36, // 15: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
-	36, // 16: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
-	43, // 17: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	43, // 18: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	58, // 19: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
-	36, // 20: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
-	58, // 21: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
-	58, // 22: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
-	3,  // 23: raftmq.v1.EndTransactionRequest.outcome:type_name -> raftmq.v1.TransactionOutcome
-	3,  // 24: raftmq.v1.EndTransactionResponse.outcome:type_name -> raftmq.v1.TransactionOutcome
-	8,  // 25: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
-	68, // 26: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
-	4,  // 27: raftmq.v1.TransactionCheck.message:type_name -> raftmq.v1.Message
-	79, // 28: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
-	36, // 29: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
-	81, // 30: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
-	43, // 31: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	78, // 32: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
-	74, // 33: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
-	73, // 34: raftmq.v1.RaftCommand.init_producer:type_name -> raftmq.v1.InitProducer
-	75, // 35: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
-	3,  // 36: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
-	95, // 37: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
-	3,  // 38: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
-	80, // 39: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	96, // 40: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	97, // 41: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
-	4,  // 42: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	14, // 43: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	36, // 44: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	81, // 45: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	43, // 46: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	78, // 47: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	98, // 48: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	76, // 49: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
-	83, // 50: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
-	84, // 51: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
-	85, // 52: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
-	58, // 53: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	87, // 54: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	58, // 55: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	90, // 56: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	77, // 57: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
-	5,  // 58: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	10, // 59: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	12, // 60: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	15, // 61: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	17, // 62: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
-	22, // 63: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	24, // 64: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	26, // 65: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
-	30, // 66: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	32, // 67: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	34, // 68: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	37, // 69: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	39, // 70: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	41, // 71: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	44, // 72: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	46, // 73: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	48, // 74: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	50, // 75: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	52, // 76: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	54, // 77: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	55, // 78: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	57, // 79: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	60, // 80: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	62, // 81: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	63, // 82: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
-	64, // 83: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
-	65, // 84: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
-	68, // 85: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
-	70, // 86: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
-	6,  // 87: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
-	86, // 88: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	89, // 89: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	41, // 90: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	93, // 91: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	9,  // 92: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	11, // 93: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	13, // 94: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	16, // 95: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	18, // 96: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
-	23, // 97: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	25, // 98: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	29, // 99: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
-	31, // 100: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	33, // 101: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	35, // 102: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	38, // 103: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	40, // 104: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	42, // 105: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	45, // 106: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	47, // 107: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	49, // 108: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	51, // 109: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	53, // 110: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	56, // 111: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	56, // 112: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	59, // 113: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	61, // 114: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	67, // 115: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	66, // 116: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
-	66, // 117: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
-	66, // 118: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
-	69, // 119: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
-	71, // 120: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
-	7,  // 121: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
-	88, // 122: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	91, // 123: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	92, // 124: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	88, // 125: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	92, // [92:126] is the sub-list for method output_type
-	58, // [58:92] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	96,  // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
+	4,   // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
+	5,   // 2: raftmq.v1.SendStreamRequest.send:type_name -> raftmq.v1.SendMessageRequest
+	11,  // 3: raftmq.v1.SendStreamResponse.result:type_name -> raftmq.v1.SendMessageResponse
+	10,  // 4: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
+	1,   // 5: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
+	16,  // 6: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
+	16,  // 7: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
+	2,   // 8: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
+	21,  // 9: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
+	23,  // 10: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
+	22,  // 11: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
+	2,   // 12: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
+	21,  // 13: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
+	23,  // 14: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
+	29,  // 15: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
+	30,  // 16: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
+	38,  // 17: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
+	38,  // 18: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
+	45,  // 19: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	45,  // 20: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	60,  // 21: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
+	38,  // 22: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
+	60,  // 23: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
+	60,  // 24: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
+	3,   // 25: raftmq.v1.EndTransactionRequest.outcome:type_name -> raftmq.v1.TransactionOutcome
+	3,   // 26: raftmq.v1.EndTransactionResponse.outcome:type_name -> raftmq.v1.TransactionOutcome
+	10,  // 27: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
+	70,  // 28: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
+	4,   // 29: raftmq.v1.TransactionCheck.message:type_name -> raftmq.v1.Message
+	81,  // 30: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
+	38,  // 31: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
+	83,  // 32: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
+	45,  // 33: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	80,  // 34: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
+	76,  // 35: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
+	75,  // 36: raftmq.v1.RaftCommand.init_producer:type_name -> raftmq.v1.InitProducer
+	77,  // 37: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
+	3,   // 38: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
+	97,  // 39: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
+	3,   // 40: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
+	82,  // 41: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	98,  // 42: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	99,  // 43: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
+	4,   // 44: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	16,  // 45: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	38,  // 46: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	83,  // 47: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	45,  // 48: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	80,  // 49: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	100, // 50: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	78,  // 51: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
+	85,  // 52: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
+	86,  // 53: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
+	87,  // 54: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
+	60,  // 55: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	89,  // 56: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	60,  // 57: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	92,  // 58: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	79,  // 59: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
+	5,   // 60: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	6,   // 61: raftmq.v1.Broker.SendMessageStream:input_type -> raftmq.v1.SendStreamRequest
+	12,  // 62: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	14,  // 63: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	17,  // 64: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	19,  // 65: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
+	24,  // 66: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	26,  // 67: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	28,  // 68: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	32,  // 69: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	34,  // 70: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	36,  // 71: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	39,  // 72: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	41,  // 73: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	43,  // 74: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	46,  // 75: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	48,  // 76: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	50,  // 77: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	52,  // 78: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	54,  // 79: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	56,  // 80: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	57,  // 81: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	59,  // 82: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	62,  // 83: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	64,  // 84: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	65,  // 85: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
+	66,  // 86: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
+	67,  // 87: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
+	70,  // 88: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
+	72,  // 89: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
+	8,   // 90: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
+	88,  // 91: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	91,  // 92: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	43,  // 93: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	95,  // 94: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	11,  // 95: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	7,   // 96: raftmq.v1.Broker.SendMessageStream:output_type -> raftmq.v1.SendStreamResponse
+	13,  // 97: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	15,  // 98: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	18,  // 99: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	20,  // 100: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
+	25,  // 101: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	27,  // 102: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	31,  // 103: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	33,  // 104: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	35,  // 105: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	37,  // 106: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	40,  // 107: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	42,  // 108: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	44,  // 109: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	47,  // 110: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	49,  // 111: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	51,  // 112: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	53,  // 113: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	55,  // 114: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	58,  // 115: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	58,  // 116: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	61,  // 117: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	63,  // 118: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	69,  // 119: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	68,  // 120: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
+	68,  // 121: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
+	68,  // 122: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
+	71,  // 123: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
+	73,  // 124: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
+	9,   // 125: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
+	90,  // 126: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	93,  // 127: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	94,  // 128: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	90,  // 129: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	95,  // [95:130] is the sub-list for method output_type
+	60,  // [60:95] is the sub-list for method input_type
+	60,  // [60:60] is the sub-list for extension type_name
+	60,  // [60:60] is the sub-list for extension extendee
+	0,   // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -6558,13 +6690,13 @@ func file_raftmq_proto_init() {
 	if File_raftmq_proto != nil {
 		return
 	}
-	file_raftmq_proto_msgTypes[13].OneofWrappers = []any{
+	file_raftmq_proto_msgTypes[15].OneofWrappers = []any{
 		(*ResetConsumerOffsetRequest_Earliest)(nil),
 		(*ResetConsumerOffsetRequest_Latest)(nil),
 		(*ResetConsumerOffsetRequest_TimestampMs)(nil),
 		(*ResetConsumerOffsetRequest_Offset)(nil),
 	}
-	file_raftmq_proto_msgTypes[68].OneofWrappers = []any{
+	file_raftmq_proto_msgTypes[70].OneofWrappers = []any{
 		(*RaftCommand_Send)(nil),
 		(*RaftCommand_UpsertTopic)(nil),
 		(*RaftCommand_DeleteTopic)(nil),
@@ -6581,7 +6713,7 @@ func file_raftmq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   95,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

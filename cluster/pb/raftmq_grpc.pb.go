@@ -31,6 +31,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Broker_SendMessage_FullMethodName             = "/raftmq.v1.Broker/SendMessage"
+	Broker_SendMessageStream_FullMethodName       = "/raftmq.v1.Broker/SendMessageStream"
 	Broker_PullMessage_FullMethodName             = "/raftmq.v1.Broker/PullMessage"
 	Broker_QueryConsumerOffset_FullMethodName     = "/raftmq.v1.Broker/QueryConsumerOffset"
 	Broker_UpdateConsumerOffset_FullMethodName    = "/raftmq.v1.Broker/UpdateConsumerOffset"
@@ -67,6 +68,11 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type BrokerClient interface {
 	SendMessage(ctx context.Context, in *SendMessageRequest, opts ...grpc.CallOption) (*SendMessageResponse, error)
+	// Sends as SendMessage, many on one stream: a synchronous producer's
+	// sends without an RPC each (broker/sendstream.go). The broker reads the
+	// next send while the connection has fewer than its MaxConcurrentStreams
+	// sends and RPCs in progress; each is checked and answered on its own.
+	SendMessageStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SendStreamRequest, SendStreamResponse], error)
 	PullMessage(ctx context.Context, in *PullMessageRequest, opts ...grpc.CallOption) (*PullMessageResponse, error)
 	QueryConsumerOffset(ctx context.Context, in *QueryConsumerOffsetRequest, opts ...grpc.CallOption) (*QueryConsumerOffsetResponse, error)
 	UpdateConsumerOffset(ctx context.Context, in *UpdateConsumerOffsetRequest, opts ...grpc.CallOption) (*UpdateConsumerOffsetResponse, error)
@@ -123,6 +129,19 @@ func (c *brokerClient) SendMessage(ctx context.Context, in *SendMessageRequest, 
 	}
 	return out, nil
 }
+
+func (c *brokerClient) SendMessageStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SendStreamRequest, SendStreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Broker_ServiceDesc.Streams[0], Broker_SendMessageStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SendStreamRequest, SendStreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Broker_SendMessageStreamClient = grpc.BidiStreamingClient[SendStreamRequest, SendStreamResponse]
 
 func (c *brokerClient) PullMessage(ctx context.Context, in *PullMessageRequest, opts ...grpc.CallOption) (*PullMessageResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -336,7 +355,7 @@ func (c *brokerClient) DescribeBroker(ctx context.Context, in *DescribeBrokerReq
 
 func (c *brokerClient) CopyCommitlog(ctx context.Context, in *CopyCommitlogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CommitlogChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Broker_ServiceDesc.Streams[0], Broker_CopyCommitlog_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Broker_ServiceDesc.Streams[1], Broker_CopyCommitlog_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -405,7 +424,7 @@ func (c *brokerClient) EndTransaction(ctx context.Context, in *EndTransactionReq
 
 func (c *brokerClient) CheckTransactions(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TransactionCheckStreamRequest, TransactionCheck], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Broker_ServiceDesc.Streams[1], Broker_CheckTransactions_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Broker_ServiceDesc.Streams[2], Broker_CheckTransactions_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -431,6 +450,11 @@ func (c *brokerClient) InitProducer(ctx context.Context, in *InitProducerRequest
 // for forward compatibility.
 type BrokerServer interface {
 	SendMessage(context.Context, *SendMessageRequest) (*SendMessageResponse, error)
+	// Sends as SendMessage, many on one stream: a synchronous producer's
+	// sends without an RPC each (broker/sendstream.go). The broker reads the
+	// next send while the connection has fewer than its MaxConcurrentStreams
+	// sends and RPCs in progress; each is checked and answered on its own.
+	SendMessageStream(grpc.BidiStreamingServer[SendStreamRequest, SendStreamResponse]) error
 	PullMessage(context.Context, *PullMessageRequest) (*PullMessageResponse, error)
 	QueryConsumerOffset(context.Context, *QueryConsumerOffsetRequest) (*QueryConsumerOffsetResponse, error)
 	UpdateConsumerOffset(context.Context, *UpdateConsumerOffsetRequest) (*UpdateConsumerOffsetResponse, error)
@@ -480,6 +504,9 @@ type UnimplementedBrokerServer struct{}
 
 func (UnimplementedBrokerServer) SendMessage(context.Context, *SendMessageRequest) (*SendMessageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SendMessage not implemented")
+}
+func (UnimplementedBrokerServer) SendMessageStream(grpc.BidiStreamingServer[SendStreamRequest, SendStreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method SendMessageStream not implemented")
 }
 func (UnimplementedBrokerServer) PullMessage(context.Context, *PullMessageRequest) (*PullMessageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PullMessage not implemented")
@@ -606,6 +633,13 @@ func _Broker_SendMessage_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	return interceptor(ctx, in, info, handler)
 }
+
+func _Broker_SendMessageStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(BrokerServer).SendMessageStream(&grpc.GenericServerStream[SendStreamRequest, SendStreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Broker_SendMessageStreamServer = grpc.BidiStreamingServer[SendStreamRequest, SendStreamResponse]
 
 func _Broker_PullMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PullMessageRequest)
@@ -1232,6 +1266,12 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "SendMessageStream",
+			Handler:       _Broker_SendMessageStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 		{
 			StreamName:    "CopyCommitlog",
 			Handler:       _Broker_CopyCommitlog_Handler,

@@ -26,6 +26,7 @@ type benchFlags struct {
 	duration               time.Duration
 	json                   bool
 	producerIDs            bool   // --producer-ids
+	sendStreams            bool   // --send-streams
 	cpuProfile             string // --cpuprofile
 }
 
@@ -53,6 +54,7 @@ sent, failed (consume reports received as sent).`,
 	fl.StringVar(&f.group, "group", "bench", "consumer group (consume, e2e)")
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the bench's own CPU profile to this file (go tool pprof)")
 	fl.BoolVar(&f.producerIDs, "producer-ids", true, "producers ask for producer ids and number their sends (false: retries are known by unique keys only)")
+	fl.BoolVar(&f.sendStreams, "send-streams", true, "producers send sends of up to 32 KiB on a stream per broker rather than an RPC each (client.WithSendStreams)")
 	cmd.AddCommand(
 		&cobra.Command{Use: "produce", Short: "send messages as fast as they are acknowledged",
 			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, true, false) }},
@@ -207,7 +209,7 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 		defer consumer.Shutdown()
 	}
 	if produce {
-		p, err := startBenchProducer(nsAddrs, f.producerIDs)
+		p, err := startBenchProducer(nsAddrs, f)
 		if err != nil {
 			return err
 		}
@@ -259,8 +261,8 @@ loop:
 
 // startBenchProducer starts the producer the bench commands share among
 // their sending goroutines.
-func startBenchProducer(nsAddrs []string, producerIDs bool) (*client.Producer, error) {
-	opts, err := clientOptions(nsAddrs, client.WithSendTimeout(10*time.Second), client.WithProducerIDs(producerIDs))
+func startBenchProducer(nsAddrs []string, f benchFlags) (*client.Producer, error) {
+	opts, err := clientOptions(nsAddrs, client.WithSendTimeout(10*time.Second), client.WithProducerIDs(f.producerIDs), client.WithSendStreams(f.sendStreams))
 	if err != nil {
 		return nil, err
 	}

@@ -134,7 +134,7 @@ func runTimerBench(ctx context.Context, f benchFlags, tb timerBench) error {
 	}
 	defer consumer.Shutdown()
 
-	p, err := startBenchProducer(nsAddrs, f.producerIDs)
+	p, err := startBenchProducer(nsAddrs, f)
 	if err != nil {
 		return err
 	}
