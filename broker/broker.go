@@ -47,6 +47,8 @@ type Broker struct {
 	calls    raftCalls
 	proposer proposer // Raft entries through node, counted in calls
 	holds    *holdService
+	// sendWorkers run streamed sends (sendworkers.go).
+	sendWorkers *sendWorkers
 	// producerIDs counts the producer ids issued per connection
 	// (producers.go).
 	producerIDs *producerIDs
@@ -160,6 +162,7 @@ func Start(cfg Config) (*Broker, error) {
 		// (clientconns.go).
 		grpc.StatsHandler(connTracker{ended: func(c *grpcConn) { b.connClosed(c); b.producerIDs.closed(c) }, streamedSends: cfg.MaxConcurrentStreams}),
 	)
+	b.sendWorkers = b.startSendWorkers(max(cfg.StreamWorkers, 0)) // stopped by b.cancel, on every path from here
 	pb.RegisterBrokerServer(b.grpc, &service{b: b})
 
 	raftStarted := time.Now()

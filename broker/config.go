@@ -104,7 +104,8 @@ type Config struct {
 	// 4096.
 	MaxConcurrentStreams int
 	// StreamWorkers is how many goroutines gRPC keeps to run RPC handlers
-	// (grpc.NumStreamWorkers), so that a send runs on a stack already
+	// (grpc.NumStreamWorkers), and the broker to run the sends read from
+	// send streams (sendworkers.go), so that a send runs on a stack already
 	// grown rather than a new goroutine's: growing a new handler's stack
 	// was 8% of the master's CPU under 16 sync senders (pprof,
 	// runtime.copystack, 2026-12-02). RPCs beyond this many at once get

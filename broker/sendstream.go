@@ -55,14 +55,14 @@ func (s *service) SendMessageStream(stream pb.Broker_SendMessageStreamServer) er
 				continue
 			}
 			inProgress.Add(1)
-			go func() {
+			s.b.sendWorkers.do(func() {
 				defer inProgress.Done()
 				defer func() { <-slots }()
 				resp, err := s.streamedSend(ctx, r.req)
 				// An answer that cannot be sent belongs to a stream that
 				// has ended: the receiver says so to the loop.
 				_ = answers.send(r.req.Id, resp, err)
-			}()
+			})
 		}
 	}
 }
