@@ -37,8 +37,7 @@ type pusher interface{ Push(*remoting.Command) }
 
 // grpcConn is a gRPC connection's identity (connTracker puts it in the
 // connection's context, which its RPCs' contexts derive from). It takes no
-// pushes. Not of size zero: pointers to distinct zero-size values may be
-// equal.
+// pushes.
 type grpcConn struct {
 	// streamedSends holds a token for each send in progress on the
 	// connection's send streams (sendstream.go): HTTP/2 caps a

@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -23,8 +22,8 @@ import (
 // 30 on a stream (README, 2026-12-03 night).
 //
 // Each request is checked on its own: the access policy (a refused one
-// is answered with its refusal and the stream reads on), a failed store,
-// and everything SendMessage checks. The stream reads its next request
+// is answered with its refusal and the stream reads on) and everything
+// SendMessage checks, a failed store first. The stream reads its next request
 // while its connection has fewer than MaxConcurrentStreams streamed sends
 // in progress; past that, HTTP/2's flow control holds the producer back.
 // The stream ends when the producer ends it or the broker closes (a
@@ -92,12 +91,11 @@ func receiveSends(stream pb.Broker_SendMessageStreamServer, slots chan struct{},
 		switch {
 		case errors.As(err, &refused):
 			r.refused = refused.Err
-		case errors.Is(err, io.EOF):
-			<-slots
-			ended <- nil
-			return
 		case err != nil:
 			<-slots
+			if errors.Is(err, io.EOF) { // the producer sends no more
+				err = nil
+			}
 			ended <- err
 			return
 		}
@@ -114,7 +112,7 @@ func receiveSends(stream pb.Broker_SendMessageStreamServer, slots chan struct{},
 // streamedSendSlots is the channel whose tokens count the streamed sends
 // in progress on the stream's connection (clientconns.go).
 func (s *service) streamedSendSlots(ctx context.Context) chan struct{} {
-	if c := grpcConnOf(ctx); c != nil && c.streamedSends != nil {
+	if c := grpcConnOf(ctx); c != nil {
 		return c.streamedSends
 	}
 	return make(chan struct{}, s.b.cfg.MaxConcurrentStreams)
@@ -124,10 +122,7 @@ func (s *service) streamedSend(ctx context.Context, req *pb.SendStreamRequest) (
 	if req.Send == nil {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a streamed send carries no send")
 	}
-	if err := s.b.failedError(); err != nil { // storefail.go: what refuseUnaryWhenFailed does to an RPC
-		return nil, err
-	}
-	return s.SendMessage(ctx, req.Send)
+	return s.SendMessage(ctx, req.Send) // refuses on a failed store first, as refuseUnaryWhenFailed does an RPC (requireMaster)
 }
 
 // streamAnswers sends a stream's answers one at a time: a gRPC stream's
@@ -138,14 +133,7 @@ type streamAnswers struct {
 }
 
 func (a *streamAnswers) send(id uint64, resp *pb.SendMessageResponse, err error) error {
-	out := &pb.SendStreamResponse{Id: id, Result: resp}
-	if err != nil {
-		st, _ := status.FromError(cluster.BoundError(err)) // a non-status error is Unknown with its text
-		if out.Status, err = proto.Marshal(st.Proto()); err != nil {
-			return err
-		}
-		out.Result = nil
-	}
+	out := pb.SendStreamAnswer(id, resp, cluster.BoundError(err))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.stream.Send(out)

@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -41,17 +39,14 @@ func readStreamAnswers(t *testing.T, s pb.Broker_SendMessageStreamClient) map[ui
 // streamStatus is the status an answer carries, nil for a result.
 func streamStatus(t *testing.T, a *pb.SendStreamResponse) *status.Status {
 	t.Helper()
-	if len(a.Status) == 0 {
-		if a.Result == nil {
-			t.Fatalf("send %d: an answer with neither a result nor a status", a.Id)
-		}
+	err := a.Err()
+	if err == nil {
 		return nil
 	}
-	var p spb.Status
-	if err := proto.Unmarshal(a.Status, &p); err != nil {
-		t.Fatalf("send %d: status: %v", a.Id, err)
+	if status.Code(err) == codes.Internal { // no result nor status, or one that does not decode
+		t.Fatalf("send %d: a malformed answer: %v", a.Id, err)
 	}
-	return status.FromProto(&p)
+	return status.Convert(err)
 }
 
 // Each send on a stream is checked and answered on its own, by its id: a

@@ -7,10 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster/pb"
 )
@@ -220,11 +218,9 @@ func (s *sendStream) read(o *openStream) {
 			return
 		}
 		answered = true
-		a := streamAnswer{resp: resp.Result}
-		if len(resp.Status) > 0 {
-			a.resp, a.err = nil, decodeStatus(resp.Status)
-		} else if a.resp == nil {
-			a.err = status.Error(codes.Internal, "client: a send stream's answer has neither a result nor a status")
+		a := streamAnswer{err: resp.Err()}
+		if a.err == nil {
+			a.resp = resp.Result
 		}
 		s.mu.Lock()
 		ch := o.pending[resp.Id]
@@ -266,15 +262,4 @@ func (s *sendStream) close() {
 	if s.cur != nil {
 		s.cur.cancel() // its reader answers its pending sends
 	}
-}
-
-func decodeStatus(b []byte) error {
-	var p spb.Status
-	if err := proto.Unmarshal(b, &p); err != nil {
-		return status.Errorf(codes.Internal, "client: a send stream's status does not decode: %v", err)
-	}
-	if p.Code == int32(codes.OK) {
-		return status.Error(codes.Internal, "client: a send stream's status is OK without a result")
-	}
-	return status.FromProto(&p).Err()
 }

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster/pb"
 )
@@ -175,8 +174,7 @@ func TestSendStreamCarriesStatusesAndHonoursContexts(t *testing.T) {
 			if r.Send.QueueId == 9 { // never answered
 				continue
 			}
-			b, _ := proto.Marshal(status.New(codes.InvalidArgument, "queue 1 is bad").Proto())
-			if err := s.Send(&pb.SendStreamResponse{Id: r.Id, Status: b}); err != nil {
+			if err := s.Send(pb.SendStreamAnswer(r.Id, nil, status.Error(codes.InvalidArgument, "queue 1 is bad"))); err != nil {
 				return err
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -73,12 +72,8 @@ func (m Method) Call(ctx context.Context, conn *grpc.ClientConn, req proto.Messa
 	if err := s.RecvMsg(resp); err != nil {
 		return err
 	}
-	if a, ok := resp.(*pb.SendStreamResponse); ok && len(a.Status) > 0 {
-		var st spb.Status
-		if err := proto.Unmarshal(a.Status, &st); err != nil {
-			return err
-		}
-		return status.FromProto(&st).Err()
+	if a, ok := resp.(*pb.SendStreamResponse); ok {
+		return a.Err()
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 // Package pb is raftmq's gRPC contract: the Broker service, its messages,
 // and the broker group's Raft commands and snapshot, generated from
-// raftmq.proto, and (status.go) the error statuses every server sends: a
+// raftmq.proto, and (status.go) the error statuses every server sends, also
+// inside a send stream's answers: a
 // gRPC status with an ErrorInfo naming an ErrorReason, and (accesskey.go)
 // how a request is signed with an access key. The SDK imports
 // this package and message, nothing else of raftmq. The generated files
