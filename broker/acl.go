@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"slices"
+
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"google.golang.org/grpc"
@@ -16,7 +18,15 @@ var brokerAccess = map[string]cluster.AccessRule{
 		return cluster.Access{Publish: []string{r.(*pb.SendMessageRequest).Topic}}
 	},
 	pb.Broker_SendMessageStream_FullMethodName: func(r any) cluster.Access {
-		return cluster.Access{Publish: []string{r.(*pb.SendStreamRequest).GetSend().GetTopic()}}
+		// A message's batched sends are checked together: one refused
+		// topic refuses them all (the SDK batches sends to one topic).
+		var a cluster.Access
+		for _, s := range r.(*pb.SendStreamRequest).Sends() {
+			if t := s.GetSend().GetTopic(); !slices.Contains(a.Publish, t) {
+				a.Publish = append(a.Publish, t)
+			}
+		}
+		return a
 	},
 	pb.Broker_InitProducer_FullMethodName: func(r any) cluster.Access {
 		return cluster.Access{Publish: []string{r.(*pb.InitProducerRequest).Topic}}

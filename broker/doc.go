@@ -3,7 +3,9 @@
 // master (broker.go), group commit of concurrent sends into Raft entries
 // (batcher.go), the send and pull services (sendservice.go,
 // pullservice.go), a producer's sends on one stream, each checked and
-// answered on its own, bounded per connection (sendstream.go), long polling: held pulls, their caps, and their
+// answered on its own, bounded per connection, the sends a producer
+// batched in one message and the answers that finish together sent in
+// one (sendstream.go), long polling: held pulls, their caps, and their
 // wake-ups by arrival, periodic check, group or all at once
 // (holdservice.go), replicated metadata — topics, subscription groups,
 // consumer offsets (metadata.go, offsets.go)

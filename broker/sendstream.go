@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc/codes"
+	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/cluster"
@@ -22,22 +25,32 @@ import (
 // 30 on a stream (README, 2026-12-03 night).
 //
 // Each request is checked on its own: the access policy (a refused one
-// is answered with its refusal and the stream reads on) and everything
-// SendMessage checks, a failed store first. The stream reads its next request
+// is answered with its refusal, each send batched in it too, and the
+// stream reads on), then each send for everything SendMessage checks, a
+// failed store first. The stream reads its next request
 // while its connection has fewer than MaxConcurrentStreams streamed sends
 // in progress; past that, HTTP/2's flow control holds the producer back.
+// A request may batch sends (pb.SendBatchesKey: the stream's header says
+// this broker reads them), each served as if it came alone, with a slot
+// of its own; to a producer that asked, the answers that finish while one
+// is being sent go together in the next message.
 // The stream ends when the producer ends it or the broker closes (a
 // stream open would hold gRPC's graceful stop); a replica that stops
 // being master answers each send NOT_LEADER, as SendMessage does.
 func (s *service) SendMessageStream(stream pb.Broker_SendMessageStreamServer) error {
 	ctx := stream.Context()
+	// Say at once that this broker reads batched sends: the producer
+	// batches none before it knows.
+	if err := stream.SendHeader(grpcmd.Pairs(pb.SendBatchesKey, "1")); err != nil {
+		return err
+	}
 	slots := s.streamedSendSlots(ctx)
 	read := make(chan streamedSend)
 	ended := make(chan error, 1)
 	go receiveSends(stream, slots, read, ended)
 	var inProgress sync.WaitGroup
 	defer inProgress.Wait() // nothing is sent on the stream once this returns
-	answers := &streamAnswers{stream: stream}
+	answers := &streamAnswers{stream: stream, batches: readsBatches(ctx)}
 	for {
 		select {
 		case <-s.b.closing:
@@ -74,23 +87,28 @@ type streamedSend struct {
 }
 
 // receiveSends reads the stream's requests while a slot is free and hands
-// each to read with its slot taken; it says on ended (nil: the producer
-// sends no more) why it stopped, once the stream ended.
+// each send in them to read with a slot taken for it; it says on ended
+// (nil: the producer sends no more) why it stopped, once the stream ended.
+// The sends batched in a request wait for slots one by one, each handed on
+// as it gets one, so a batch larger than the bound is served as the sends
+// before it finish.
 func receiveSends(stream pb.Broker_SendMessageStreamServer, slots chan struct{}, read chan<- streamedSend, ended chan<- error) {
 	ctx := stream.Context()
+	stop := func() { ended <- status.FromContextError(ctx.Err()).Err() }
 	for {
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			ended <- status.FromContextError(ctx.Err()).Err()
+			stop()
 			return
 		}
-		r := streamedSend{req: new(pb.SendStreamRequest)}
-		err := stream.RecvMsg(r.req)
+		req := new(pb.SendStreamRequest)
+		err := stream.RecvMsg(req)
 		var refused *cluster.RefusedRequest
+		var refusal error
 		switch {
 		case errors.As(err, &refused):
-			r.refused = refused.Err
+			refusal = refused.Err
 		case err != nil:
 			<-slots
 			if errors.Is(err, io.EOF) { // the producer sends no more
@@ -99,14 +117,31 @@ func receiveSends(stream pb.Broker_SendMessageStreamServer, slots chan struct{},
 			ended <- err
 			return
 		}
-		select {
-		case read <- r:
-		case <-ctx.Done():
-			<-slots
-			ended <- status.FromContextError(ctx.Err()).Err()
-			return
+		for i, send := range req.Sends() {
+			if i > 0 { // the first has the slot taken before reading
+				select {
+				case slots <- struct{}{}:
+				case <-ctx.Done():
+					stop()
+					return
+				}
+			}
+			select {
+			case read <- streamedSend{req: send, refused: refusal}:
+			case <-ctx.Done():
+				<-slots
+				stop()
+				return
+			}
 		}
 	}
+}
+
+// readsBatches is whether the producer on the stream of ctx reads answers
+// batched (pb.SendBatchesKey in its request metadata).
+func readsBatches(ctx context.Context) bool {
+	md, _ := grpcmd.FromIncomingContext(ctx)
+	return slices.Contains(md.Get(pb.SendBatchesKey), "1")
 }
 
 // streamedSendSlots is the channel whose tokens count the streamed sends
@@ -125,16 +160,50 @@ func (s *service) streamedSend(ctx context.Context, req *pb.SendStreamRequest) (
 	return s.SendMessage(ctx, req.Send) // refuses on a failed store first, as refuseUnaryWhenFailed does an RPC (requireMaster)
 }
 
-// streamAnswers sends a stream's answers one at a time: a gRPC stream's
-// Send is not safe for concurrent use.
+// streamAnswers sends a stream's answers, one message at a time: a gRPC
+// stream's Send is not safe for concurrent use. To a producer that reads
+// batches, answers that come while one is being sent wait for it and go
+// together in the next message, sent by the sender that finds none in
+// progress (the sends of one Raft entry finish together); a lone answer
+// goes at once, as before.
 type streamAnswers struct {
-	mu     sync.Mutex
-	stream pb.Broker_SendMessageStreamServer
+	mu      sync.Mutex
+	stream  pb.Broker_SendMessageStreamServer
+	batches bool // the producer reads batched answers
+	queued  []*pb.SendStreamResponse
+	sending bool  // a sender is sending what is queued
+	err     error // the stream's Send failed: it has ended
 }
 
+// send sends the answer to the send with id, or queues it for the sender
+// in progress; an error says the stream has ended.
 func (a *streamAnswers) send(id uint64, resp *pb.SendMessageResponse, err error) error {
 	out := pb.SendStreamAnswer(id, resp, cluster.BoundError(err))
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.stream.Send(out)
+	if !a.batches {
+		return a.stream.Send(out)
+	}
+	a.queued = append(a.queued, out)
+	if a.sending {
+		return a.err
+	}
+	a.sending = true
+	// Let the other sends of the same entry, woken with this one, queue
+	// their answers first: a message carried about 7.6 answers with this
+	// yield under 16 synchronous senders (2026-12-04).
+	a.mu.Unlock()
+	runtime.Gosched()
+	a.mu.Lock()
+	for len(a.queued) > 0 && a.err == nil {
+		first := a.queued[0]
+		first.More = a.queued[1:]
+		a.queued = nil
+		a.mu.Unlock()
+		err := a.stream.Send(first)
+		a.mu.Lock()
+		a.err = err
+	}
+	a.sending = false
+	return a.err
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	grpcmd "google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/cluster"
@@ -140,7 +142,8 @@ func TestSendStreamRefusesSendsOnAFailedStore(t *testing.T) {
 // Under access control each streamed send is checked on its own: one to
 // a topic the caller may not publish to is refused alone, and the stream
 // goes on serving the caller's other sends; a caller without a
-// certificate gets nothing stored.
+// certificate gets nothing stored. The sends batched in one request are
+// checked together (the SDK batches sends to one topic).
 func TestSendStreamChecksEachSendsAccess(t *testing.T) {
 	g := newACLGroup(t)
 	waitFor(t, 10*time.Second, g.brokers[0].IsMaster)
@@ -179,7 +182,38 @@ func TestSendStreamChecksEachSendsAccess(t *testing.T) {
 			}
 		}
 	}
-	for topic, want := range map[string]int64{"orders": 2, "payments": 0} {
+	// A request's batched sends are checked together: one to a topic the
+	// caller may not publish to refuses them all.
+	s, err := g.as(userID("app")).SendMessageStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mixed := send(11, "orders")
+	mixed.More = []*pb.SendStreamRequest{send(12, "payments"), send(13, "orders")}
+	allowed := send(14, "orders")
+	allowed.More = []*pb.SendStreamRequest{send(15, "orders")}
+	for _, r := range []*pb.SendStreamRequest{mixed, allowed} {
+		if err := s.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	answers := readStreamAnswers(t, s)
+	if len(answers) != 5 {
+		t.Fatalf("%d answers to 5 batched sends", len(answers))
+	}
+	for id, a := range answers {
+		st := streamStatus(t, a)
+		switch {
+		case id >= 14 && st != nil:
+			t.Fatalf("batched send %d refused: %v", id, st)
+		case id < 14 && (st == nil || st.Code() != codes.PermissionDenied):
+			t.Fatalf("send %d, batched with a refused topic: %v, want PermissionDenied", id, st)
+		}
+	}
+	for topic, want := range map[string]int64{"orders": 4, "payments": 0} {
 		offs, err := root.GetQueueOffsets(ctx, &pb.GetQueueOffsetsRequest{Topic: topic})
 		if err != nil {
 			t.Fatal(err)
@@ -190,49 +224,136 @@ func TestSendStreamChecksEachSendsAccess(t *testing.T) {
 	}
 }
 
+// A broker says in its stream's header that it reads batched sends; each
+// send batched in a request is served on its own and answered by its id;
+// to a producer that asked for batched answers (pb.SendBatchesKey) they
+// may come batched, to one that did not, one a message.
+func TestSendStreamServesBatchedSends(t *testing.T) {
+	g := newGroup(t, 1, nil)
+	g.createTopic("streamed", 1)
+	for _, asks := range []bool{true, false} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if asks {
+			ctx = grpcmd.AppendToOutgoingContext(ctx, pb.SendBatchesKey, "1")
+		}
+		s, err := g.client(g.master()).SendMessageStream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		md, err := s.Header()
+		if err != nil || !slices.Contains(md.Get(pb.SendBatchesKey), "1") {
+			t.Fatalf("the stream's header: %v, %v; want %s", md, err, pb.SendBatchesKey)
+		}
+		batch := &pb.SendStreamRequest{Id: 1, Send: &pb.SendMessageRequest{Topic: "streamed", Records: records(t, "streamed", 0, "a")}, More: []*pb.SendStreamRequest{
+			{Id: 2, Send: &pb.SendMessageRequest{Topic: "streamed", Records: records(t, "streamed", 0, "b")}},
+			{Id: 3},
+			{Id: 4, Send: &pb.SendMessageRequest{Topic: "streamed", Records: records(t, "streamed", 0, "c", "d")}},
+		}}
+		if err := s.Send(batch); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		answers := map[uint64]*pb.SendStreamResponse{}
+		for {
+			m, err := s.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.More) > 0 && !asks {
+				t.Fatal("batched answers to a producer that did not ask for them")
+			}
+			for _, a := range m.Answers() {
+				answers[a.Id] = a
+			}
+		}
+		if len(answers) != 4 {
+			t.Fatalf("%d answers to 4 sends: %v", len(answers), answers)
+		}
+		if st := streamStatus(t, answers[3]); st == nil || st.Code() != codes.InvalidArgument {
+			t.Fatalf("send 3, which carries nothing: %v, want InvalidArgument", st)
+		}
+		var offsets []int64
+		for _, id := range []uint64{1, 2, 4} {
+			a := answers[id]
+			if st := streamStatus(t, a); st != nil {
+				t.Fatalf("send %d: %v", id, st)
+			}
+			for _, r := range a.Result.Results {
+				offsets = append(offsets, r.QueueOffset)
+			}
+		}
+		slices.Sort(offsets)
+		base := offsets[0]
+		if want := []int64{base, base + 1, base + 2, base + 3}; !slices.Equal(offsets, want) {
+			t.Fatalf("the batch's 4 messages stored at %v", offsets)
+		}
+	}
+}
+
 // fakeSendStream is a send stream's server side in a unit test: RecvMsg
 // hands out requests with ids 1, 2, ... and counts its calls.
+// With batch > 1, each request batches that many sends (ids 1, 2, ...
+// across requests).
 type fakeSendStream struct {
 	pb.Broker_SendMessageStreamServer
 	ctx   context.Context
+	batch int
 	reads atomic.Int32
 }
 
 func (f *fakeSendStream) Context() context.Context { return f.ctx }
 
 func (f *fakeSendStream) RecvMsg(m any) error {
-	m.(*pb.SendStreamRequest).Id = uint64(f.reads.Add(1))
+	n := max(f.batch, 1)
+	first := uint64(int(f.reads.Add(1)-1)*n + 1)
+	r := m.(*pb.SendStreamRequest)
+	r.Id = first
+	for i := 1; i < n; i++ {
+		r.More = append(r.More, &pb.SendStreamRequest{Id: first + uint64(i)})
+	}
 	return nil
 }
 
 // A stream reads no request while its connection's streamed sends in
-// progress are at the bound, and reads the next as soon as one ends.
+// progress are at the bound, and reads the next as soon as one ends. The
+// sends batched in one request take a slot each: past the bound the rest
+// of the batch waits for sends in progress to end.
 func TestSendStreamReadsNoMoreThanItsConnectionsBound(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	stream := &fakeSendStream{ctx: ctx}
-	slots := make(chan struct{}, 2)
-	read := make(chan streamedSend)
-	ended := make(chan error, 1)
-	go receiveSends(stream, slots, read, ended)
-	defer func() {
+	for batch, wantReads := range map[int]int32{1: 3, 3: 1} {
+		ctx, cancel := context.WithCancel(context.Background())
+		stream := &fakeSendStream{ctx: ctx, batch: batch}
+		slots := make(chan struct{}, 2)
+		read := make(chan streamedSend)
+		ended := make(chan error, 1)
+		go receiveSends(stream, slots, read, ended)
+		for want := uint64(1); want <= 2; want++ {
+			if r := <-read; r.req.Id != want {
+				t.Fatalf("batches of %d: read send %d, want %d", batch, r.req.Id, want)
+			}
+		}
+		// Both slots are taken: an absence, so a bounded wait rather than a poll.
+		select {
+		case r := <-read:
+			t.Fatalf("batches of %d: send %d handed on with 2 sends in progress and a bound of 2", batch, r.req.Id)
+		case <-time.After(100 * time.Millisecond):
+		}
+		<-slots // a send ends
+		if r := <-read; r.req.Id != 3 {
+			t.Fatalf("batches of %d: read send %d after one ended, want 3", batch, r.req.Id)
+		}
+		if n := stream.reads.Load(); n != wantReads {
+			t.Fatalf("batches of %d: %d requests read, want %d", batch, n, wantReads)
+		}
 		cancel()
 		if err := <-ended; status.Code(err) != codes.Canceled {
-			t.Errorf("the receiver ended with %v, want Canceled", err)
+			t.Fatalf("batches of %d: the receiver ended with %v, want Canceled", batch, err)
 		}
-	}()
-	for want := uint64(1); want <= 2; want++ {
-		if r := <-read; r.req.Id != want {
-			t.Fatalf("read send %d, want %d", r.req.Id, want)
-		}
-	}
-	// Both slots are taken: an absence, so a bounded wait rather than a poll.
-	time.Sleep(100 * time.Millisecond)
-	if n := stream.reads.Load(); n != 2 {
-		t.Fatalf("%d requests read with 2 sends in progress and a bound of 2", n)
-	}
-	<-slots // a send ends
-	if r := <-read; r.req.Id != 3 {
-		t.Fatalf("read send %d after one ended, want 3", r.req.Id)
 	}
 }
 
@@ -262,5 +383,75 @@ func TestSendStreamEndsWhenTheBrokerCloses(t *testing.T) {
 	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// heldAnswerStream is a send stream's server side in a unit test: its
+// first Send waits for release; every Send's message goes to sent.
+type heldAnswerStream struct {
+	pb.Broker_SendMessageStreamServer
+	release chan struct{}
+	sent    chan *pb.SendStreamResponse
+	calls   atomic.Int32
+}
+
+func (h *heldAnswerStream) Send(m *pb.SendStreamResponse) error {
+	h.sent <- m
+	if h.calls.Add(1) == 1 {
+		<-h.release
+	}
+	return nil
+}
+
+// Answers that finish while one is being sent go together in the next
+// message to a producer that reads batches, one a message to one that
+// does not.
+func TestSendStreamBatchesAnswersThatWait(t *testing.T) {
+	for _, batches := range []bool{true, false} {
+		h := &heldAnswerStream{release: make(chan struct{}), sent: make(chan *pb.SendStreamResponse, 8)}
+		a := &streamAnswers{stream: h, batches: batches}
+		done := make(chan error, 1)
+		go func() { done <- a.send(1, &pb.SendMessageResponse{}, nil) }()
+		if first := <-h.sent; first.Id != 1 || len(first.More) != 0 {
+			t.Fatalf("the first message: %v", first.Answers())
+		}
+		if batches {
+			for id := uint64(2); id <= 4; id++ { // queued behind the first
+				if err := a.send(id, nil, status.Error(codes.InvalidArgument, "bad")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(h.release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			m := <-h.sent
+			var ids []uint64
+			for _, r := range m.Answers() {
+				ids = append(ids, r.Id)
+				if st := streamStatus(t, r); st == nil || st.Code() != codes.InvalidArgument {
+					t.Fatalf("answer %d: %v, want its own status", r.Id, st)
+				}
+			}
+			if !slices.Equal(ids, []uint64{2, 3, 4}) || len(h.sent) != 0 {
+				t.Fatalf("the answers queued behind the first went in messages %v (and %d more), want one of [2 3 4]", ids, len(h.sent))
+			}
+			continue
+		}
+		// Without batches the next answer waits for the first's Send.
+		second := make(chan error, 1)
+		go func() { second <- a.send(2, &pb.SendMessageResponse{}, nil) }()
+		select {
+		case m := <-h.sent:
+			t.Fatalf("answer %d sent while another was being sent", m.Id)
+		case <-time.After(50 * time.Millisecond):
+		}
+		close(h.release)
+		if m := <-h.sent; m.Id != 2 || len(m.More) != 0 {
+			t.Fatalf("the second message: %v", m.Answers())
+		}
+		if err := errors.Join(<-done, <-second); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -23,8 +23,9 @@
 //     with an unknown outcome retried on its queue, for the broker's
 //     deduplication);
 //   - sendstream.go: a producer's small sends on one stream per broker
-//     (SendMessageStream) rather than an RPC each, answers matched by id;
-//     RPCs to a broker without it;
+//     (SendMessageStream) rather than an RPC each, answers matched by id,
+//     the sends that queue while one message is written batched in the
+//     next (to a broker that reads batches); RPCs to a broker without it;
 //   - sequencer.go: the idempotent producer's id and epoch on each group
 //     and its sequence on each queue, which a send keeps on every try;
 //   - transaction.go: the TransactionProducer: half messages, their

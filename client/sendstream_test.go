@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -72,6 +74,9 @@ func TestSendStreamMatchesAnswersToSends(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			if len(r.More) > 0 { // this broker did not say it reads batches
+				return status.Error(codes.InvalidArgument, "a batch to a broker that reads none")
+			}
 			got = append(got, r)
 		}
 		for i := n - 1; i >= 0; i-- { // the last sent is answered first
@@ -82,16 +87,25 @@ func TestSendStreamMatchesAnswersToSends(t *testing.T) {
 		return nil
 	}}
 	b := serveFake(t, f)
+	sendAtOnce(t, b, n)
+	if f.unary.Load() != 0 {
+		t.Fatalf("%d sends went as RPCs", f.unary.Load())
+	}
+}
+
+// sendAtOnce sends n sends to topic t at once on a stream to b, to queues
+// 0 to n-1; the fake broker answers each with its queue, and each sender
+// must get its own answer.
+func sendAtOnce(t *testing.T, b pb.BrokerClient, n int32) {
+	t.Helper()
 	ctx := testContext(t)
 	ss := newSendStreams()
 	defer ss.close()
 	s := ss.of("fake")
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
-	for q := range int32(n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for q := range n {
+		wg.Go(func() {
 			resp, err := s.send(ctx, b, &pb.SendMessageRequest{Topic: "t", QueueId: q})
 			switch {
 			case err != nil:
@@ -99,15 +113,12 @@ func TestSendStreamMatchesAnswersToSends(t *testing.T) {
 			case resp.QueueId != q:
 				errs <- errors.New("a send got another's answer")
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
-	}
-	if f.unary.Load() != 0 {
-		t.Fatalf("%d sends went as RPCs", f.unary.Load())
 	}
 }
 
@@ -194,4 +205,137 @@ func TestSendStreamCarriesStatusesAndHonoursContexts(t *testing.T) {
 	if _, err := s.send(testContext(t), b, &pb.SendMessageRequest{Topic: "t", QueueId: 1}); !errors.Is(err, errClosed) {
 		t.Fatalf("a send after close: %v", err)
 	}
+}
+
+// A broker that reads batches (its header says pb.SendBatchesKey) may
+// answer many sends in one message: each sender gets its own answer. The
+// producer asked for batched answers in its stream's metadata.
+func TestSendStreamTakesBatchedAnswers(t *testing.T) {
+	const n = 32
+	asked := make(chan bool, 1)
+	f := &fakeStreamBroker{stream: func(s pb.Broker_SendMessageStreamServer) error {
+		md, _ := metadata.FromIncomingContext(s.Context())
+		asked <- slices.Contains(md.Get(pb.SendBatchesKey), "1")
+		if err := s.SendHeader(metadata.Pairs(pb.SendBatchesKey, "1")); err != nil {
+			return err
+		}
+		var got []*pb.SendStreamRequest
+		for len(got) < n {
+			r, err := s.Recv()
+			if err != nil {
+				return err
+			}
+			got = append(got, r.Sends()...)
+		}
+		var answers []*pb.SendStreamResponse // all of them in one message
+		for _, r := range got {
+			answers = append(answers, &pb.SendStreamResponse{Id: r.Id, Result: &pb.SendMessageResponse{QueueId: r.Send.QueueId}})
+		}
+		answers[0].More = answers[1:]
+		return s.Send(answers[0])
+	}}
+	b := serveFake(t, f)
+	sendAtOnce(t, b, n)
+	if !<-asked {
+		t.Fatal("the producer did not ask for batched answers")
+	}
+}
+
+// heldSendStream is a send stream's client side in a unit test: its first
+// Send waits for release; every Send's message goes to sent.
+type heldSendStream struct {
+	pb.Broker_SendMessageStreamClient
+	release chan struct{}
+	sent    chan *pb.SendStreamRequest
+	calls   atomic.Int32
+}
+
+func (h *heldSendStream) Send(m *pb.SendStreamRequest) error {
+	h.sent <- m
+	if h.calls.Add(1) == 1 {
+		<-h.release
+	}
+	return nil
+}
+
+// streamedSends are n sends to topic with ids from first, their records
+// size bytes each.
+func streamedSends(first uint64, n int, topic string, size int) []*pb.SendStreamRequest {
+	var out []*pb.SendStreamRequest
+	for i := range n {
+		out = append(out, &pb.SendStreamRequest{Id: first + uint64(i), Send: &pb.SendMessageRequest{Topic: topic, Records: make([]byte, size)}})
+	}
+	return out
+}
+
+// The sends queued while one message is being written go in the next
+// messages, batched to a broker that reads batches: only sends of one
+// topic together, at most batchSends of them and batchBytes of records;
+// to a broker that reads none, one a message.
+func TestSendStreamBatchesWhatQueuesWhileOneIsWritten(t *testing.T) {
+	queue := func() []*pb.SendStreamRequest { // a batch's first send carries the batch: new sends for each case
+		return slices.Concat(
+			streamedSends(2, 3, "a", 100),
+			streamedSends(5, 1, "b", 100),
+			streamedSends(6, batchSends+2, "a", 10),
+			streamedSends(100, 3, "a", batchBytes/2),
+		)
+	}
+	for _, tc := range []struct {
+		name    string
+		batches bool
+		want    [][]uint64 // each message's ids, after the first
+	}{
+		{"a broker that reads batches", true, [][]uint64{
+			{2, 3, 4}, {5}, idRange(6, 6+batchSends), {6 + batchSends, 7 + batchSends, 100}, {101, 102},
+		}},
+		{"a broker that reads none", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			queued := queue()
+			h := &heldSendStream{release: make(chan struct{}), sent: make(chan *pb.SendStreamRequest, len(queued)+1)}
+			o := &openStream{stream: h, cancel: func() {}}
+			o.batches.Store(tc.batches)
+			ctx := testContext(t)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				o.write(ctx, streamedSends(1, 1, "a", 100)[0])
+			}()
+			if first := <-h.sent; first.Id != 1 || len(first.More) != 0 {
+				t.Fatalf("the first message: %v", first.Sends())
+			}
+			for _, r := range queued { // each queued behind the one being written
+				o.write(ctx, r)
+			}
+			close(h.release)
+			<-done
+			close(h.sent)
+			var got [][]uint64
+			for m := range h.sent {
+				var ids []uint64
+				for _, r := range m.Sends() {
+					ids = append(ids, r.Id)
+				}
+				got = append(got, ids)
+			}
+			want := tc.want
+			if !tc.batches {
+				for _, r := range queued {
+					want = append(want, []uint64{r.Id})
+				}
+			}
+			if !slices.EqualFunc(got, want, slices.Equal) {
+				t.Fatalf("messages %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func idRange(from, to uint64) []uint64 {
+	var out []uint64
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
 }

@@ -3,7 +3,8 @@
 // raftmq.proto, and (status.go) the error statuses every server sends, also
 // inside a send stream's answers: a
 // gRPC status with an ErrorInfo naming an ErrorReason, and (accesskey.go)
-// how a request is signed with an access key. The SDK imports
+// how a request is signed with an access key, and (sendstream.go) the
+// batching of sends and answers on a send stream. The SDK imports
 // this package and message, nothing else of raftmq. The generated files
 // are committed; regenerate them with
 // `go generate ./cluster/pb` after installing protoc (Debian:

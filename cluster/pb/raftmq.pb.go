@@ -498,9 +498,15 @@ func (x *SendMessageRequest) GetSequence() int64 {
 // One send on a SendMessageStream: id, chosen by the producer and unique
 // among its sends in progress on the stream, names the answer.
 type SendStreamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Send          *SendMessageRequest    `protobuf:"bytes,2,opt,name=send,proto3" json:"send,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Send  *SendMessageRequest    `protobuf:"bytes,2,opt,name=send,proto3" json:"send,omitempty"`
+	// Sends queued behind this one at the producer, each with its own id,
+	// carried in the same message: one write, and one read, for many. Only
+	// to a broker that announced it reads them (the stream's header
+	// raftmq-send-batches: cluster/pb/sendstream.go). The access policy
+	// checks a message's sends together (the SDK batches sends to one topic).
+	More          []*SendStreamRequest `protobuf:"bytes,3,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -549,15 +555,26 @@ func (x *SendStreamRequest) GetSend() *SendMessageRequest {
 	return nil
 }
 
+func (x *SendStreamRequest) GetMore() []*SendStreamRequest {
+	if x != nil {
+		return x.More
+	}
+	return nil
+}
+
 // The answer to the send with this id: its result, or the gRPC status
 // SendMessage would have ended with (a google.rpc.Status, serialized: its
 // ErrorInfo names the ErrorReason). Answers come in the order their sends
 // finish, not the order they were sent.
 type SendStreamResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Result        *SendMessageResponse   `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
-	Status        []byte                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Result *SendMessageResponse   `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	Status []byte                 `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	// Answers that finished with this one, carried in the same message. Only
+	// to a producer that asked for them (the stream's request metadata
+	// raftmq-send-batches).
+	More          []*SendStreamResponse `protobuf:"bytes,4,rep,name=more,proto3" json:"more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -609,6 +626,13 @@ func (x *SendStreamResponse) GetResult() *SendMessageResponse {
 func (x *SendStreamResponse) GetStatus() []byte {
 	if x != nil {
 		return x.Status
+	}
+	return nil
+}
+
+func (x *SendStreamResponse) GetMore() []*SendStreamResponse {
+	if x != nil {
+		return x.More
 	}
 	return nil
 }
@@ -5961,14 +5985,16 @@ const file_raftmq_proto_rawDesc = "" +
 	"\vproducer_id\x18\x06 \x01(\x03R\n" +
 	"producerId\x12%\n" +
 	"\x0eproducer_epoch\x18\a \x01(\x05R\rproducerEpoch\x12\x1a\n" +
-	"\bsequence\x18\b \x01(\x03R\bsequence\"V\n" +
+	"\bsequence\x18\b \x01(\x03R\bsequence\"\x88\x01\n" +
 	"\x11SendStreamRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
-	"\x04send\x18\x02 \x01(\v2\x1d.raftmq.v1.SendMessageRequestR\x04send\"t\n" +
+	"\x04send\x18\x02 \x01(\v2\x1d.raftmq.v1.SendMessageRequestR\x04send\x120\n" +
+	"\x04more\x18\x03 \x03(\v2\x1c.raftmq.v1.SendStreamRequestR\x04more\"\xa7\x01\n" +
 	"\x12SendStreamResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x126\n" +
 	"\x06result\x18\x02 \x01(\v2\x1e.raftmq.v1.SendMessageResponseR\x06result\x12\x16\n" +
-	"\x06status\x18\x03 \x01(\fR\x06status\"L\n" +
+	"\x06status\x18\x03 \x01(\fR\x06status\x121\n" +
+	"\x04more\x18\x04 \x03(\v2\x1d.raftmq.v1.SendStreamResponseR\x04more\"L\n" +
 	"\x13InitProducerRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x01(\x03R\n" +
@@ -6551,138 +6577,140 @@ var file_raftmq_proto_depIdxs = []int32{
 	96,  // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
 	4,   // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
 	5,   // 2: raftmq.v1.SendStreamRequest.send:type_name -> raftmq.v1.SendMessageRequest
-	11,  // 3: raftmq.v1.SendStreamResponse.result:type_name -> raftmq.v1.SendMessageResponse
-	10,  // 4: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
-	1,   // 5: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
-	16,  // 6: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
-	16,  // 7: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
-	2,   // 8: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
-	21,  // 9: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
-	23,  // 10: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
-	22,  // 11: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
-	2,   // 12: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
-	21,  // 13: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
-	23,  // 14: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
-	29,  // 15: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
-	30,  // 16: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
-	38,  // 17: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
-	38,  // 18: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
-	45,  // 19: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	45,  // 20: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	60,  // 21: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
-	38,  // 22: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
-	60,  // 23: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
-	60,  // 24: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
-	3,   // 25: raftmq.v1.EndTransactionRequest.outcome:type_name -> raftmq.v1.TransactionOutcome
-	3,   // 26: raftmq.v1.EndTransactionResponse.outcome:type_name -> raftmq.v1.TransactionOutcome
-	10,  // 27: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
-	70,  // 28: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
-	4,   // 29: raftmq.v1.TransactionCheck.message:type_name -> raftmq.v1.Message
-	81,  // 30: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
-	38,  // 31: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
-	83,  // 32: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
-	45,  // 33: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	80,  // 34: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
-	76,  // 35: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
-	75,  // 36: raftmq.v1.RaftCommand.init_producer:type_name -> raftmq.v1.InitProducer
-	77,  // 37: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
-	3,   // 38: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
-	97,  // 39: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
-	3,   // 40: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
-	82,  // 41: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	98,  // 42: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	99,  // 43: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
-	4,   // 44: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	16,  // 45: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	38,  // 46: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	83,  // 47: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	45,  // 48: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	80,  // 49: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	100, // 50: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	78,  // 51: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
-	85,  // 52: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
-	86,  // 53: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
-	87,  // 54: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
-	60,  // 55: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	89,  // 56: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	60,  // 57: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	92,  // 58: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	79,  // 59: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
-	5,   // 60: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	6,   // 61: raftmq.v1.Broker.SendMessageStream:input_type -> raftmq.v1.SendStreamRequest
-	12,  // 62: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	14,  // 63: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	17,  // 64: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	19,  // 65: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
-	24,  // 66: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	26,  // 67: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	28,  // 68: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
-	32,  // 69: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	34,  // 70: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	36,  // 71: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	39,  // 72: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	41,  // 73: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	43,  // 74: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	46,  // 75: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	48,  // 76: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	50,  // 77: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	52,  // 78: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	54,  // 79: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	56,  // 80: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	57,  // 81: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	59,  // 82: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	62,  // 83: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	64,  // 84: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	65,  // 85: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
-	66,  // 86: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
-	67,  // 87: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
-	70,  // 88: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
-	72,  // 89: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
-	8,   // 90: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
-	88,  // 91: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	91,  // 92: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	43,  // 93: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	95,  // 94: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	11,  // 95: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	7,   // 96: raftmq.v1.Broker.SendMessageStream:output_type -> raftmq.v1.SendStreamResponse
-	13,  // 97: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	15,  // 98: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	18,  // 99: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	20,  // 100: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
-	25,  // 101: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	27,  // 102: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	31,  // 103: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
-	33,  // 104: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	35,  // 105: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	37,  // 106: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	40,  // 107: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	42,  // 108: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	44,  // 109: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	47,  // 110: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	49,  // 111: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	51,  // 112: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	53,  // 113: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	55,  // 114: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	58,  // 115: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	58,  // 116: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	61,  // 117: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	63,  // 118: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	69,  // 119: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	68,  // 120: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
-	68,  // 121: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
-	68,  // 122: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
-	71,  // 123: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
-	73,  // 124: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
-	9,   // 125: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
-	90,  // 126: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	93,  // 127: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	94,  // 128: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	90,  // 129: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	95,  // [95:130] is the sub-list for method output_type
-	60,  // [60:95] is the sub-list for method input_type
-	60,  // [60:60] is the sub-list for extension type_name
-	60,  // [60:60] is the sub-list for extension extendee
-	0,   // [0:60] is the sub-list for field type_name
+	6,   // 3: raftmq.v1.SendStreamRequest.more:type_name -> raftmq.v1.SendStreamRequest
+	11,  // 4: raftmq.v1.SendStreamResponse.result:type_name -> raftmq.v1.SendMessageResponse
+	7,   // 5: raftmq.v1.SendStreamResponse.more:type_name -> raftmq.v1.SendStreamResponse
+	10,  // 6: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
+	1,   // 7: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
+	16,  // 8: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
+	16,  // 9: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
+	2,   // 10: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
+	21,  // 11: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
+	23,  // 12: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
+	22,  // 13: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
+	2,   // 14: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
+	21,  // 15: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
+	23,  // 16: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
+	29,  // 17: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
+	30,  // 18: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
+	38,  // 19: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
+	38,  // 20: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
+	45,  // 21: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	45,  // 22: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	60,  // 23: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
+	38,  // 24: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
+	60,  // 25: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
+	60,  // 26: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
+	3,   // 27: raftmq.v1.EndTransactionRequest.outcome:type_name -> raftmq.v1.TransactionOutcome
+	3,   // 28: raftmq.v1.EndTransactionResponse.outcome:type_name -> raftmq.v1.TransactionOutcome
+	10,  // 29: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
+	70,  // 30: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
+	4,   // 31: raftmq.v1.TransactionCheck.message:type_name -> raftmq.v1.Message
+	81,  // 32: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
+	38,  // 33: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
+	83,  // 34: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
+	45,  // 35: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	80,  // 36: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
+	76,  // 37: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
+	75,  // 38: raftmq.v1.RaftCommand.init_producer:type_name -> raftmq.v1.InitProducer
+	77,  // 39: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
+	3,   // 40: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
+	97,  // 41: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
+	3,   // 42: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
+	82,  // 43: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	98,  // 44: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	99,  // 45: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
+	4,   // 46: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	16,  // 47: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	38,  // 48: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	83,  // 49: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	45,  // 50: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	80,  // 51: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	100, // 52: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	78,  // 53: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
+	85,  // 54: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
+	86,  // 55: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
+	87,  // 56: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
+	60,  // 57: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	89,  // 58: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	60,  // 59: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	92,  // 60: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	79,  // 61: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
+	5,   // 62: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	6,   // 63: raftmq.v1.Broker.SendMessageStream:input_type -> raftmq.v1.SendStreamRequest
+	12,  // 64: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	14,  // 65: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	17,  // 66: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	19,  // 67: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
+	24,  // 68: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	26,  // 69: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	28,  // 70: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	32,  // 71: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	34,  // 72: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	36,  // 73: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	39,  // 74: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	41,  // 75: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	43,  // 76: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	46,  // 77: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	48,  // 78: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	50,  // 79: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	52,  // 80: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	54,  // 81: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	56,  // 82: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	57,  // 83: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	59,  // 84: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	62,  // 85: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	64,  // 86: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	65,  // 87: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
+	66,  // 88: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
+	67,  // 89: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
+	70,  // 90: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
+	72,  // 91: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
+	8,   // 92: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
+	88,  // 93: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	91,  // 94: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	43,  // 95: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	95,  // 96: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	11,  // 97: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	7,   // 98: raftmq.v1.Broker.SendMessageStream:output_type -> raftmq.v1.SendStreamResponse
+	13,  // 99: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	15,  // 100: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	18,  // 101: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	20,  // 102: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
+	25,  // 103: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	27,  // 104: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	31,  // 105: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	33,  // 106: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	35,  // 107: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	37,  // 108: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	40,  // 109: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	42,  // 110: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	44,  // 111: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	47,  // 112: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	49,  // 113: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	51,  // 114: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	53,  // 115: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	55,  // 116: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	58,  // 117: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	58,  // 118: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	61,  // 119: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	63,  // 120: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	69,  // 121: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	68,  // 122: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
+	68,  // 123: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
+	68,  // 124: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
+	71,  // 125: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
+	73,  // 126: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
+	9,   // 127: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
+	90,  // 128: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	93,  // 129: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	94,  // 130: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	90,  // 131: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	97,  // [97:132] is the sub-list for method output_type
+	62,  // [62:97] is the sub-list for method input_type
+	62,  // [62:62] is the sub-list for extension type_name
+	62,  // [62:62] is the sub-list for extension extendee
+	0,   // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
