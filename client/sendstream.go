@@ -103,8 +103,14 @@ type openStream struct {
 	// A gRPC stream's Send is not safe for concurrent use: one sender at a
 	// time sends what is queued, its own send and those queued meanwhile.
 	writeMu sync.Mutex
-	queued  []*pb.SendStreamRequest
+	queued  []queuedSend
 	writing bool
+}
+
+// queuedSend is a send waiting to be written, with its sender's context.
+type queuedSend struct {
+	ctx context.Context
+	req *pb.SendStreamRequest
 }
 
 // giveUp ends the stream whose broker stopped reading it.
@@ -126,7 +132,7 @@ func (s *sendStream) send(ctx context.Context, b pb.BrokerClient, req *pb.SendMe
 	if err != nil {
 		return nil, err
 	}
-	o.write(ctx, &pb.SendStreamRequest{Id: id, Send: req})
+	o.write(queuedSend{ctx, &pb.SendStreamRequest{Id: id, Send: req}})
 	select {
 	case a := <-answer:
 		return a.resp, a.err
@@ -136,17 +142,18 @@ func (s *sendStream) send(ctx context.Context, b pb.BrokerClient, req *pb.SendMe
 	}
 }
 
-// write sends r on the stream, with the sends queued meanwhile, or, when
-// another sender is writing, queues r for it. Send blocks only while
+// write sends q on the stream, with the sends queued meanwhile, or, when
+// another sender is writing, queues q for it. Send blocks only while
 // HTTP/2's flow control holds the stream: the broker reads no more (its
-// sends in progress at its bound, or it is frozen). Past the writer's
-// context the stream is given up, so that neither it nor the senders whose
-// sends it holds wait on a broker that does not read. A Send error means
-// the stream ended (Send says io.EOF): its reader answers every pending
-// send with why.
-func (o *openStream) write(ctx context.Context, r *pb.SendStreamRequest) {
+// sends in progress at its bound, or it is frozen). Past the context of
+// the first send in the message being written the stream is given up, so
+// that neither the writer nor the senders whose sends it holds wait on a
+// broker that does not read. A send whose sender stopped waiting before
+// it was written is not written. A Send error means the stream ended
+// (Send says io.EOF): its reader answers every pending send with why.
+func (o *openStream) write(q queuedSend) {
 	o.writeMu.Lock()
-	o.queued = append(o.queued, r)
+	o.queued = append(o.queued, q)
 	if o.writing {
 		o.writeMu.Unlock()
 		return
@@ -159,43 +166,56 @@ func (o *openStream) write(ctx context.Context, r *pb.SendStreamRequest) {
 	o.writeMu.Unlock()
 	runtime.Gosched()
 	o.writeMu.Lock()
-	stop := context.AfterFunc(ctx, o.giveUp)
 	for len(o.queued) > 0 {
-		m := o.nextMessage()
+		ctx, m := o.nextMessage()
+		if m == nil {
+			break
+		}
 		o.writeMu.Unlock()
+		stop := context.AfterFunc(ctx, o.giveUp)
 		_ = o.stream.Send(m)
+		stop()
 		o.writeMu.Lock()
 	}
 	o.writing = false
 	o.writeMu.Unlock()
-	stop()
 }
 
-// nextMessage takes the next message's sends off the queue: the first, and
-// when the broker reads batches, those after it to the same topic (the
-// access policy checks a message's sends together), up to batchSends and
-// batchBytes.
-func (o *openStream) nextMessage() *pb.SendStreamRequest {
-	first := o.queued[0]
+// nextMessage takes the next message's sends off the queue, with the
+// context of its first: the first whose sender still waits, and when the
+// broker reads batches, those after it to the same topic (the access
+// policy checks a message's sends together), up to batchSends and
+// batchBytes. Sends whose senders stopped waiting are dropped. nil: none
+// is left.
+func (o *openStream) nextMessage() (context.Context, *pb.SendStreamRequest) {
+	for len(o.queued) > 0 && o.queued[0].ctx.Err() != nil {
+		o.queued = o.queued[1:]
+	}
+	if len(o.queued) == 0 {
+		o.queued = nil
+		return nil, nil
+	}
+	first := o.queued[0].req
 	n, size := 1, len(first.Send.GetRecords())
 	if o.batches.Load() {
-		for n < len(o.queued) && n < batchSends {
-			next := o.queued[n].Send
-			if next.GetTopic() != first.Send.GetTopic() || size+len(next.GetRecords()) > batchBytes {
+		for n < len(o.queued) && len(first.More)+1 < batchSends {
+			next := o.queued[n].req
+			if next.Send.GetTopic() != first.Send.GetTopic() || size+len(next.Send.GetRecords()) > batchBytes {
 				break
 			}
-			size += len(next.GetRecords())
+			if o.queued[n].ctx.Err() == nil {
+				size += len(next.Send.GetRecords())
+				first.More = append(first.More, next)
+			}
 			n++
 		}
-		if n > 1 {
-			first.More = slices.Clone(o.queued[1:n])
-		}
 	}
+	ctx := o.queued[0].ctx
 	o.queued = o.queued[n:]
 	if len(o.queued) == 0 {
 		o.queued = nil // the next sends start at the backing array's front
 	}
-	return first
+	return ctx, first
 }
 
 // enter registers a send on the open stream, opening one if none is.

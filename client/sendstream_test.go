@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"slices"
 	"sync"
@@ -271,15 +272,29 @@ func streamedSends(first uint64, n int, topic string, size int) []*pb.SendStream
 // The sends queued while one message is being written go in the next
 // messages, batched to a broker that reads batches: only sends of one
 // topic together, at most batchSends of them and batchBytes of records;
-// to a broker that reads none, one a message.
+// to a broker that reads none, one a message. A send whose sender stopped
+// waiting before its turn is not written.
 func TestSendStreamBatchesWhatQueuesWhileOneIsWritten(t *testing.T) {
-	queue := func() []*pb.SendStreamRequest { // a batch's first send carries the batch: new sends for each case
-		return slices.Concat(
+	ctx := testContext(t)
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	queue := func() []queuedSend { // a batch's first send carries the batch: new sends for each case
+		var q []queuedSend
+		for _, r := range slices.Concat(
 			streamedSends(2, 3, "a", 100),
+			streamedSends(200, 1, "a", 100), // its sender gone: not written
+			streamedSends(201, 1, "b", 100), // the same
 			streamedSends(5, 1, "b", 100),
 			streamedSends(6, batchSends+2, "a", 10),
 			streamedSends(100, 3, "a", batchBytes/2),
-		)
+		) {
+			c := ctx
+			if r.Id >= 200 {
+				c = gone
+			}
+			q = append(q, queuedSend{c, r})
+		}
+		return q
 	}
 	for _, tc := range []struct {
 		name    string
@@ -289,24 +304,23 @@ func TestSendStreamBatchesWhatQueuesWhileOneIsWritten(t *testing.T) {
 		{"a broker that reads batches", true, [][]uint64{
 			{2, 3, 4}, {5}, idRange(6, 6+batchSends), {6 + batchSends, 7 + batchSends, 100}, {101, 102},
 		}},
-		{"a broker that reads none", false, nil},
+		{"a broker that reads none", false, oneEach(slices.Concat(idRange(2, 6+batchSends+2), idRange(100, 103)))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			queued := queue()
 			h := &heldSendStream{release: make(chan struct{}), sent: make(chan *pb.SendStreamRequest, len(queued)+1)}
 			o := &openStream{stream: h, cancel: func() {}}
 			o.batches.Store(tc.batches)
-			ctx := testContext(t)
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				o.write(ctx, streamedSends(1, 1, "a", 100)[0])
+				o.write(queuedSend{ctx, streamedSends(1, 1, "a", 100)[0]})
 			}()
 			if first := <-h.sent; first.Id != 1 || len(first.More) != 0 {
 				t.Fatalf("the first message: %v", first.Sends())
 			}
-			for _, r := range queued { // each queued behind the one being written
-				o.write(ctx, r)
+			for _, q := range queued { // each queued behind the one being written
+				o.write(q)
 			}
 			close(h.release)
 			<-done
@@ -319,17 +333,20 @@ func TestSendStreamBatchesWhatQueuesWhileOneIsWritten(t *testing.T) {
 				}
 				got = append(got, ids)
 			}
-			want := tc.want
-			if !tc.batches {
-				for _, r := range queued {
-					want = append(want, []uint64{r.Id})
-				}
-			}
-			if !slices.EqualFunc(got, want, slices.Equal) {
-				t.Fatalf("messages %v, want %v", got, want)
+			if !slices.EqualFunc(got, tc.want, slices.Equal) {
+				t.Fatalf("messages %v, want %v", got, tc.want)
 			}
 		})
 	}
+}
+
+// oneEach is a message for each id.
+func oneEach(ids []uint64) [][]uint64 {
+	var out [][]uint64
+	for _, id := range ids {
+		out = append(out, []uint64{id})
+	}
+	return out
 }
 
 func idRange(from, to uint64) []uint64 {
@@ -338,4 +355,60 @@ func idRange(from, to uint64) []uint64 {
 		out = append(out, i)
 	}
 	return out
+}
+
+// gatedSendStream is a send stream's client side in a unit test: each
+// Send waits for a token on gate, or for the stream to be given up.
+type gatedSendStream struct {
+	pb.Broker_SendMessageStreamClient
+	gate    chan struct{}
+	sent    chan *pb.SendStreamRequest
+	stopped chan struct{} // closed by the openStream's cancel
+}
+
+func (g *gatedSendStream) Send(m *pb.SendStreamRequest) error {
+	g.sent <- m
+	select {
+	case <-g.gate:
+		return nil
+	case <-g.stopped:
+		return io.EOF
+	}
+}
+
+// A Send that blocks (the broker reads no more) gives the stream up when
+// the context of the send it writes ends, not the writer's: a writer
+// whose own sender stopped waiting goes on writing the sends queued
+// behind it.
+func TestSendStreamGivesUpPastTheContextOfTheSendBeingWritten(t *testing.T) {
+	g := &gatedSendStream{gate: make(chan struct{}), sent: make(chan *pb.SendStreamRequest, 2), stopped: make(chan struct{})}
+	o := &openStream{stream: g, cancel: sync.OnceFunc(func() { close(g.stopped) })}
+	ctxA, cancelA := context.WithCancel(testContext(t))
+	ctxB, cancelB := context.WithCancel(testContext(t))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		o.write(queuedSend{ctxA, streamedSends(1, 1, "a", 10)[0]})
+	}()
+	<-g.sent                                                   // A's send is being written
+	o.write(queuedSend{ctxB, streamedSends(2, 1, "b", 10)[0]}) // queued behind it
+	g.gate <- struct{}{}                                       // A's Send returns
+	if m := <-g.sent; m.Id != 2 {                              // B's is being written, by A's writer
+		t.Fatalf("the second message carries send %d, want 2", m.Id)
+	}
+	cancelA()
+	// An absence, so a bounded wait rather than a poll.
+	time.Sleep(50 * time.Millisecond)
+	if o.stuck.Load() {
+		t.Fatal("the stream was given up when the writer's own sender stopped waiting")
+	}
+	cancelB()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the write blocked past the context of the send it wrote")
+	}
+	if !o.stuck.Load() {
+		t.Fatal("the stream was not given up past the context of the send it wrote")
+	}
 }
