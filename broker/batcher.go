@@ -120,7 +120,14 @@ func newBatcher(cfg Config, p proposer, m *metrics) *batcher {
 // there (proposeAlone); any other is queued for run.
 func (bt *batcher) submit(ctx context.Context, records []byte, n int, seq sendSeq) ([]storage.AppendResult, error) {
 	if bt.queued.Load() == 0 && bt.alone() && bt.claim(eagerEntries) {
-		return bt.proposeAlone(&sendReq{records: records, n: n, seq: seq})
+		res, err := bt.proposeAlone([]*sendReq{{records: records, n: n, seq: seq}}, n, len(records))
+		switch {
+		case err != nil:
+			return nil, err
+		case res.refusal(0) != nil:
+			return nil, res.refusal(0)
+		}
+		return res.results, nil
 	}
 	r := &sendReq{records: records, n: n, seq: seq, done: make(chan sendOutcome, 1)}
 	bt.queued.Add(1)
@@ -128,15 +135,61 @@ func (bt *batcher) submit(ctx context.Context, records []byte, n int, seq sendSe
 	case bt.reqs <- r:
 	default:
 		bt.queued.Add(-1)
-		return nil, statusError(codes.ResourceExhausted, pb.ErrorReason_TOO_MANY_REQUESTS, "too many sends waiting for replication", nil)
+		return nil, errTooManySends()
 	}
+	return r.await(ctx, nil)
+}
+
+// submitAll hands sends, which came together (the sends of one streamed
+// request), to group commit together; each one's outcome comes on its
+// done channel (await). Together, they join one entry when they fit it:
+// handed over one by one, the first of a request that found the group
+// idle went out alone and the rest in the entry after, and each send was
+// waited for on a goroutine of its own. Like a lone send, they propose
+// their own entry at once, and wait for it here, when nothing is in
+// flight or queued.
+func (bt *batcher) submitAll(sends []*sendReq) {
+	if len(sends) == 0 { // an entry without records would fail every replica's store
+		return
+	}
+	n, bytes := 0, 0
+	for _, r := range sends {
+		n += r.n
+		bytes += len(r.records)
+	}
+	if bt.queued.Load() == 0 && n <= bt.caps.messages && bytes <= bt.caps.bytes && bt.alone() && bt.claim(eagerEntries) {
+		res, err := bt.proposeAlone(sends, n, bytes)
+		deliver(sends, res, err)
+		return
+	}
+	bt.queued.Add(int32(len(sends)))
+	for i, r := range sends {
+		select {
+		case bt.reqs <- r:
+		default:
+			bt.queued.Add(-int32(len(sends) - i))
+			for _, r := range sends[i:] {
+				r.done <- sendOutcome{err: errTooManySends()}
+			}
+			return
+		}
+	}
+}
+
+// await waits for the send's outcome until ctx ends or deadline fires.
+func (r *sendReq) await(ctx context.Context, deadline <-chan time.Time) ([]storage.AppendResult, error) {
 	select {
 	case o := <-r.done:
 		return o.results, o.err
 	case <-ctx.Done():
-		return nil, statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT,
-			"send not confirmed in time: it may or may not be stored", nil)
+	case <-deadline:
 	}
+	return nil, statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT,
+		"send not confirmed in time: it may or may not be stored", nil)
+}
+
+func errTooManySends() error {
+	return statusError(codes.ResourceExhausted, pb.ErrorReason_TOO_MANY_REQUESTS, "too many sends waiting for replication", nil)
 }
 
 // claim takes an in-flight slot if fewer than limit entries are in
@@ -291,28 +344,32 @@ func (bt *batcher) propose(batch []*sendReq, n, bytes int) {
 	data, at := entryData(batch, bytes)
 	f, applied, err := bt.apply(data, at)
 	if err != nil {
-		for _, r := range batch {
-			r.done <- sendOutcome{err: err}
-		}
+		deliver(batch, nil, err)
 		return
 	}
 	bt.wg.Add(1)
 	go func() {
 		defer bt.wg.Done()
 		res, err := bt.outcome(f, n, len(batch), applied)
-		i := 0
-		for j, r := range batch {
-			switch {
-			case err != nil:
-				r.done <- sendOutcome{err: err}
-			case res.refusal(j) != nil:
-				r.done <- sendOutcome{err: res.refusal(j)}
-			default:
-				r.done <- sendOutcome{results: res.results[i : i+r.n]}
-			}
-			i += r.n
-		}
+		deliver(batch, res, err)
 	}()
+}
+
+// deliver hands each send of batch its part of its entry's result res, or
+// err.
+func deliver(batch []*sendReq, res *applyResult, err error) {
+	i := 0
+	for j, r := range batch {
+		switch {
+		case err != nil:
+			r.done <- sendOutcome{err: err}
+		case res.refusal(j) != nil:
+			r.done <- sendOutcome{err: res.refusal(j)}
+		default:
+			r.done <- sendOutcome{results: res.results[i : i+r.n]}
+		}
+		i += r.n
+	}
 }
 
 // entryData is the Raft entry of batch's sends (bytes of records in all),
@@ -332,28 +389,21 @@ func entryData(batch []*sendReq, bytes int) ([]byte, int) {
 	return data, at
 }
 
-// proposeAlone applies an entry of one send's records and waits for it on
-// the caller's goroutine, which holds an in-flight slot. That saves a lone
-// sender two goroutine handoffs (to run, and back from propose's waiter),
-// each a futex wake and a wait on another thread: about 16 wakes in all
-// per message under one sync sender (go tool trace, 2026-12-02). It waits
-// past ctx if Raft does: Raft fails the entry when the master loses its
-// lease or stops, and only the one send holding the slot can wait so.
-func (bt *batcher) proposeAlone(r *sendReq) ([]storage.AppendResult, error) {
-	batch := []*sendReq{r}
-	data, at := entryData(batch, len(r.records))
+// proposeAlone applies an entry of batch's sends (n records, bytes of
+// them) and waits for it on the caller's goroutine, which holds an
+// in-flight slot. That saves a lone sender two goroutine handoffs (to run,
+// and back from propose's waiter), each a futex wake and a wait on another
+// thread: about 16 wakes in all per message under one sync sender (go tool
+// trace, 2026-12-02). It waits past ctx if Raft does: Raft fails the entry
+// when the master loses its lease or stops, and only the sends holding the
+// slot can wait so.
+func (bt *batcher) proposeAlone(batch []*sendReq, n, bytes int) (*applyResult, error) {
+	data, at := entryData(batch, bytes)
 	f, applied, err := bt.apply(data, at)
 	if err != nil {
 		return nil, err
 	}
-	res, err := bt.outcome(f, r.n, 1, applied)
-	switch {
-	case err != nil:
-		return nil, err
-	case res.refusal(0) != nil:
-		return nil, res.refusal(0)
-	}
-	return res.results, nil
+	return bt.outcome(f, n, len(batch), applied)
 }
 
 // apply stamps the entry's store time and hands it to Raft. The caller

@@ -364,3 +364,62 @@ func TestBatcherLoneSendWaitsForNoCompany(t *testing.T) {
 		}
 	}
 }
+
+// sendAll submits each of batches (a send's bodies) together, as the sends
+// of one streamed request, in the background; each one's outcome arrives
+// on its channel.
+func sendAll(t *testing.T, bt *batcher, batches ...[]string) []<-chan sent {
+	reqs := make([]*sendReq, len(batches))
+	outs := make([]<-chan sent, len(batches))
+	for i, bodies := range batches {
+		reqs[i] = &sendReq{records: fakeRecords(t, bodies...), n: len(bodies), done: make(chan sendOutcome, 1)}
+		out := make(chan sent, 1)
+		outs[i] = out
+		go func() {
+			res, err := reqs[i].await(context.Background(), nil)
+			out <- sent{res, err}
+		}()
+	}
+	go bt.submitAll(reqs)
+	return outs
+}
+
+// Sends that come together go in one entry: alone on an idle group (the
+// batcher's loop not even running), and when they had to wait for an
+// entry in flight. Each gets its own records' results.
+func TestBatcherSendsThatComeTogetherShareAnEntry(t *testing.T) {
+	r := newFakeRaft()
+	bt := newTestBatcher(t, r, nil)
+	together := sendAll(t, bt, []string{"a1", "a2"}, []string{"b"}, []string{"c1", "c2", "c3"})
+	e := r.next(t)
+	if fmt.Sprint(e.bodies) != "[a1 a2 b c1 c2 c3]" {
+		t.Fatalf("the entry of sends that came together to an idle group holds %v", e.bodies)
+	}
+	e.future.let <- nil
+	for i, want := range []int{2, 1, 3} {
+		if s := outcome(t, together[i]); s.err != nil || len(s.res) != want {
+			t.Fatalf("send %d: %d results, %v; want %d", i, len(s.res), s.err, want)
+		}
+	}
+
+	startRun(t, bt)
+	first := send(t, bt, "x")
+	e1 := r.next(t)
+	waiting := sendAll(t, bt, []string{"d"}, []string{"e1", "e2"})
+	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 2 })
+	r.none(t, 20*time.Millisecond) // one entry in flight: they wait
+	e1.future.let <- nil
+	outcome(t, first)
+	e2 := r.next(t)
+	if fmt.Sprint(e2.bodies) != "[d e1 e2]" {
+		t.Fatalf("the entry after the one in flight holds %v, want the waiting sends' [d e1 e2]", e2.bodies)
+	}
+	e2.future.let <- nil
+	for i, want := range []int{1, 2} {
+		if s := outcome(t, waiting[i]); s.err != nil || len(s.res) != want {
+			t.Fatalf("waiting send %d: %d results, %v; want %d", i, len(s.res), s.err, want)
+		}
+	}
+	bt.submitAll(nil)
+	r.none(t, 20*time.Millisecond) // no entry without records: it would fail every store
+}

@@ -4,8 +4,9 @@
 // (batcher.go), the send and pull services (sendservice.go,
 // pullservice.go), a producer's sends on one stream, each checked and
 // answered on its own, bounded per connection, the sends a producer
-// batched in one message and the answers that finish together sent in
-// one (sendstream.go), long polling: held pulls, their caps, and their
+// batched in one message served together by one goroutine and committed
+// in one entry, and the answers that finish together sent in one
+// (sendstream.go), long polling: held pulls, their caps, and their
 // wake-ups by arrival, periodic check, group or all at once
 // (holdservice.go), replicated metadata — topics, subscription groups,
 // consumer offsets (metadata.go, offsets.go)

@@ -24,64 +24,91 @@ type service struct {
 // Every message is checked before it joins a group-commit entry, so one
 // bad message fails only its own request.
 func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (*pb.SendMessageResponse, error) {
-	b := s.b
-	if err := b.requireMaster(); err != nil {
+	c, err := s.checkSend(ctx, req)
+	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	start := time.Now()
+	res, err := s.b.batcher.submit(ctx, c.records, c.n, c.seq)
+	if err != nil {
+		return nil, err
+	}
+	return s.sent(req, res, start), nil
+}
+
+// checkedSend is a send checked and its records encoded, ready for group
+// commit, and how long its sender waits for it.
+type checkedSend struct {
+	req     *pb.SendMessageRequest
+	records []byte
+	n       int
+	seq     sendSeq
+	timeout time.Duration
+}
+
+// checkSend checks req as SendMessage takes it (a failed store and this
+// replica being master first) and returns its records.
+func (s *service) checkSend(ctx context.Context, req *pb.SendMessageRequest) (checkedSend, error) {
+	b := s.b
+	if err := b.requireMaster(); err != nil {
+		return checkedSend{}, err
+	}
 	if !validName(req.Topic) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("topic %q must match %s", req.Topic, message.TopicRule))
+		return checkedSend{}, invalid(pb.ErrorReason_ILLEGAL_NAME, fmt.Sprintf("topic %q must match %s", req.Topic, message.TopicRule))
 	}
 	if message.Reserved(req.Topic) {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_NAME, req.Topic+" is the broker's own topic (delayed and transactional messages)")
+		return checkedSend{}, invalid(pb.ErrorReason_ILLEGAL_NAME, req.Topic+" is the broker's own topic (delayed and transactional messages)")
 	}
 	switch {
 	case len(req.Messages) == 0 && len(req.Records) == 0:
-		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "no messages to send")
+		return checkedSend{}, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "no messages to send")
 	case len(req.Messages) > 0 && len(req.Records) > 0:
-		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a send carries messages or records, not both")
+		return checkedSend{}, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a send carries messages or records, not both")
 	case len(req.Messages) > b.cfg.MaxBatchMessages:
-		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("%d messages in one send, limit %d", len(req.Messages), b.cfg.MaxBatchMessages))
+		return checkedSend{}, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("%d messages in one send, limit %d", len(req.Messages), b.cfg.MaxBatchMessages))
 	}
 	topic, err := s.topicForSend(ctx, req.Topic)
 	if err != nil {
-		return nil, err
+		return checkedSend{}, err
 	}
 	if topic.Perm&message.PermWrite == 0 {
-		return nil, statusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, "topic "+req.Topic+" is not writable", nil)
+		return checkedSend{}, statusError(codes.PermissionDenied, pb.ErrorReason_NO_PERMISSION, "topic "+req.Topic+" is not writable", nil)
 	}
 	if req.QueueId < 0 || req.QueueId >= topic.WriteQueues {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("queue id %d out of range [0, %d) of topic %s", req.QueueId, topic.WriteQueues, req.Topic))
+		return checkedSend{}, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("queue id %d out of range [0, %d) of topic %s", req.QueueId, topic.WriteQueues, req.Topic))
 	}
 	seq, err := s.sendSequence(req)
 	if err != nil {
-		return nil, err
+		return checkedSend{}, err
 	}
 	records, n, err := s.sendRecords(req)
 	if err != nil {
-		return nil, err
+		return checkedSend{}, err
 	}
 	seq.n = n
 	if b.cfg.DedupWindow > 0 && seq.producer == 0 {
 		// A producer without an id is deduplicated by its unique keys;
 		// one with an id by its sequences (producers.go).
 		if err := message.MarkDedup(records); err != nil {
-			return nil, storeError(err)
+			return checkedSend{}, storeError(err)
 		}
 	}
 	if len(records) > b.cfg.EntryMaxBytes {
-		return nil, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("batch of %d bytes, limit %d", len(records), b.cfg.EntryMaxBytes))
+		return checkedSend{}, invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, fmt.Sprintf("batch of %d bytes, limit %d", len(records), b.cfg.EntryMaxBytes))
 	}
 	timeout := b.cfg.SendTimeout
 	if req.TimeoutMs > 0 {
 		timeout = min(time.Duration(req.TimeoutMs)*time.Millisecond, 10*b.cfg.SendTimeout)
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	start := time.Now()
-	res, err := b.batcher.submit(ctx, records, n, seq)
-	if err != nil {
-		return nil, err
-	}
+	return checkedSend{req: req, records: records, n: n, seq: seq, timeout: timeout}, nil
+}
+
+// sent is the answer to req, whose messages were stored as res, counted
+// in the metrics with the time since start.
+func (s *service) sent(req *pb.SendMessageRequest, res []storage.AppendResult, start time.Time) *pb.SendMessageResponse {
+	b := s.b
 	b.metrics.sendSeconds.Observe(time.Since(start).Seconds())
 	out := &pb.SendMessageResponse{Group: b.cfg.Group, QueueId: req.QueueId, Results: make([]*pb.SendResult, len(res))}
 	for i, r := range res {
@@ -92,7 +119,7 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 		}
 		out.Results[i] = b.sendResult(r)
 	}
-	return out, nil
+	return out
 }
 
 // sendSequence is what the send says of an idempotent producer, checked;

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	grpcmd "google.golang.org/grpc/metadata"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/storage"
 )
 
 // SendMessageStream serves a producer's sends on one stream, each as
@@ -31,9 +33,10 @@ import (
 // while its connection has fewer than MaxConcurrentStreams streamed sends
 // in progress; past that, HTTP/2's flow control holds the producer back.
 // A request may batch sends (pb.SendBatchesKey: the stream's header says
-// this broker reads them), each served as if it came alone, with a slot
-// of its own; to a producer that asked, the answers that finish while one
-// is being sent go together in the next message.
+// this broker reads them), each checked and answered as if it came alone,
+// with a slot of its own, but served together (streamedSends); to a
+// producer that asked, the answers that finish while one is being sent go
+// together in the next message.
 // The stream ends when the producer ends it or the broker closes (a
 // stream open would hold gRPC's graceful stop); a replica that stops
 // being master answers each send NOT_LEADER, as SendMessage does.
@@ -45,7 +48,12 @@ func (s *service) SendMessageStream(stream pb.Broker_SendMessageStreamServer) er
 		return err
 	}
 	slots := s.streamedSendSlots(ctx)
-	read := make(chan streamedSend)
+	release := func(n int) {
+		for range n {
+			<-slots
+		}
+	}
+	read := make(chan streamedSends)
 	ended := make(chan error, 1)
 	go receiveSends(stream, slots, read, ended)
 	var inProgress sync.WaitGroup
@@ -59,8 +67,12 @@ func (s *service) SendMessageStream(stream pb.Broker_SendMessageStreamServer) er
 			return err
 		case r := <-read:
 			if r.refused != nil {
-				err := answers.send(r.req.Id, nil, r.refused)
-				<-slots
+				outs := make([]*pb.SendStreamResponse, len(r.sends))
+				for i, send := range r.sends {
+					outs[i] = pb.SendStreamAnswer(send.Id, nil, cluster.BoundError(r.refused))
+				}
+				err := answers.send(outs...)
+				release(len(r.sends))
 				if err != nil {
 					return err
 				}
@@ -69,37 +81,44 @@ func (s *service) SendMessageStream(stream pb.Broker_SendMessageStreamServer) er
 			inProgress.Add(1)
 			s.b.sendWorkers.do(func() {
 				defer inProgress.Done()
-				defer func() { <-slots }()
-				resp, err := s.streamedSend(ctx, r.req)
+				defer release(len(r.sends))
 				// An answer that cannot be sent belongs to a stream that
 				// has ended: the receiver says so to the loop.
-				_ = answers.send(r.req.Id, resp, err)
+				_ = answers.send(s.streamedSends(ctx, r.sends)...)
 			})
 		}
 	}
 }
 
-// streamedSend is a request read from a send stream, or one the access
-// policy refused.
-type streamedSend struct {
-	req     *pb.SendStreamRequest
+// streamedSends are sends read together from a send stream (one request's,
+// or as many of them as found a slot at once), or sends the access policy
+// refused.
+type streamedSends struct {
+	sends   []*pb.SendStreamRequest
 	refused error
 }
 
 // receiveSends reads the stream's requests while a slot is free and hands
-// each send in them to read with a slot taken for it; it says on ended
-// (nil: the producer sends no more) why it stopped, once the stream ended.
-// The sends batched in a request wait for slots one by one, each handed on
-// as it gets one, so a batch larger than the bound is served as the sends
-// before it finish.
-func receiveSends(stream pb.Broker_SendMessageStreamServer, slots chan struct{}, read chan<- streamedSend, ended chan<- error) {
+// the sends in them to read, each with a slot taken for it; it says on
+// ended (nil: the producer sends no more) why it stopped, once the stream
+// ended. The sends batched in a request go on together as far as slots
+// are free at once; the rest wait for slots and go on as they get them,
+// so a batch larger than the bound is served as the sends before it
+// finish.
+func receiveSends(stream pb.Broker_SendMessageStreamServer, slots chan struct{}, read chan<- streamedSends, ended chan<- error) {
 	ctx := stream.Context()
 	stop := func() { ended <- status.FromContextError(ctx.Err()).Err() }
-	for {
+	takeSlot := func() bool {
 		select {
 		case slots <- struct{}{}:
+			return true
 		case <-ctx.Done():
 			stop()
+			return false
+		}
+	}
+	for {
+		if !takeSlot() {
 			return
 		}
 		req := new(pb.SendStreamRequest)
@@ -117,24 +136,91 @@ func receiveSends(stream pb.Broker_SendMessageStreamServer, slots chan struct{},
 			ended <- err
 			return
 		}
-		for i, send := range req.Sends() {
-			if i > 0 { // the first has the slot taken before reading
+		sends := req.Sends() // the first has its slot, taken before reading
+		from := 0
+		for i := 1; i <= len(sends); i++ {
+			if i < len(sends) {
 				select {
 				case slots <- struct{}{}:
-				case <-ctx.Done():
-					stop()
-					return
+					continue // sends[i] goes with those before it
+				default:
 				}
 			}
 			select {
-			case read <- streamedSend{req: send, refused: refusal}:
+			case read <- streamedSends{sends: sends[from:i], refused: refusal}:
 			case <-ctx.Done():
-				<-slots
+				for range i - from {
+					<-slots
+				}
 				stop()
+				return
+			}
+			from = i
+			if i < len(sends) && !takeSlot() {
 				return
 			}
 		}
 	}
+}
+
+// streamedSends serves sends read together from a stream on the caller's
+// goroutine and returns their answers: each send checked as SendMessage
+// checks it, those that pass handed to group commit together and waited
+// for here (a send per goroutine put a hand-off to it and one back from
+// group commit on every send).
+func (s *service) streamedSends(ctx context.Context, sends []*pb.SendStreamRequest) []*pb.SendStreamResponse {
+	outs := make([]*pb.SendStreamResponse, len(sends))
+	checked := make([]checkedSend, 0, len(sends))
+	at := make([]int, 0, len(sends)) // checked[j] is sends[at[j]]
+	for i, send := range sends {
+		var c checkedSend
+		err := invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a streamed send carries no send")
+		if send.Send != nil {
+			c, err = s.checkSend(ctx, send.Send) // refuses on a failed store first, as refuseUnaryWhenFailed does an RPC (requireMaster)
+		}
+		if err != nil {
+			outs[i] = pb.SendStreamAnswer(send.Id, nil, cluster.BoundError(err))
+			continue
+		}
+		checked = append(checked, c)
+		at = append(at, i)
+	}
+	switch len(checked) {
+	case 0:
+		return outs
+	case 1: // alone, as SendMessage serves it
+		c, i := checked[0], at[0]
+		ctx, cancel := context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+		start := time.Now()
+		res, err := s.b.batcher.submit(ctx, c.records, c.n, c.seq)
+		outs[i] = s.streamedAnswer(sends[i].Id, c.req, res, start, err)
+		return outs
+	}
+	reqs := make([]*sendReq, len(checked))
+	for j, c := range checked {
+		reqs[j] = &sendReq{records: c.records, n: c.n, seq: c.seq, done: make(chan sendOutcome, 1)}
+	}
+	start := time.Now()
+	s.b.batcher.submitAll(reqs)
+	timer := time.NewTimer(time.Hour) // reset before each use
+	defer timer.Stop()
+	for j, r := range reqs {
+		c, i := checked[j], at[j]
+		timer.Reset(time.Until(start.Add(c.timeout)))
+		res, err := r.await(ctx, timer.C)
+		outs[i] = s.streamedAnswer(sends[i].Id, c.req, res, start, err)
+	}
+	return outs
+}
+
+// streamedAnswer is the answer to the streamed send with id: req stored
+// as res since start, or err.
+func (s *service) streamedAnswer(id uint64, req *pb.SendMessageRequest, res []storage.AppendResult, start time.Time, err error) *pb.SendStreamResponse {
+	if err != nil {
+		return pb.SendStreamAnswer(id, nil, cluster.BoundError(err))
+	}
+	return pb.SendStreamAnswer(id, s.sent(req, res, start), nil)
 }
 
 // readsBatches is whether the producer on the stream of ctx reads answers
@@ -153,13 +239,6 @@ func (s *service) streamedSendSlots(ctx context.Context) chan struct{} {
 	return make(chan struct{}, s.b.cfg.MaxConcurrentStreams)
 }
 
-func (s *service) streamedSend(ctx context.Context, req *pb.SendStreamRequest) (*pb.SendMessageResponse, error) {
-	if req.Send == nil {
-		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a streamed send carries no send")
-	}
-	return s.SendMessage(ctx, req.Send) // refuses on a failed store first, as refuseUnaryWhenFailed does an RPC (requireMaster)
-}
-
 // streamAnswers sends a stream's answers, one message at a time: a gRPC
 // stream's Send is not safe for concurrent use. To a producer that reads
 // batches, answers that come while one is being sent wait for it and go
@@ -175,16 +254,20 @@ type streamAnswers struct {
 	err     error // the stream's Send failed: it has ended
 }
 
-// send sends the answer to the send with id, or queues it for the sender
-// in progress; an error says the stream has ended.
-func (a *streamAnswers) send(id uint64, resp *pb.SendMessageResponse, err error) error {
-	out := pb.SendStreamAnswer(id, resp, cluster.BoundError(err))
+// send sends outs, or queues them for the sender in progress; an error
+// says the stream has ended.
+func (a *streamAnswers) send(outs ...*pb.SendStreamResponse) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !a.batches {
-		return a.stream.Send(out)
+		for _, out := range outs {
+			if err := a.stream.Send(out); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	a.queued = append(a.queued, out)
+	a.queued = append(a.queued, outs...)
 	if a.sending {
 		return a.err
 	}

@@ -245,6 +245,7 @@ func TestSendStreamServesBatchedSends(t *testing.T) {
 		if err != nil || !slices.Contains(md.Get(pb.SendBatchesKey), "1") {
 			t.Fatalf("the stream's header: %v, %v; want %s", md, err, pb.SendBatchesKey)
 		}
+		before := g.brokers[g.master()].Raft().LastIndex()
 		batch := &pb.SendStreamRequest{Id: 1, Send: &pb.SendMessageRequest{Topic: "streamed", Records: records(t, "streamed", 0, "a")}, More: []*pb.SendStreamRequest{
 			{Id: 2, Send: &pb.SendMessageRequest{Topic: "streamed", Records: records(t, "streamed", 0, "b")}},
 			{Id: 3},
@@ -293,6 +294,10 @@ func TestSendStreamServesBatchedSends(t *testing.T) {
 		if want := []int64{base, base + 1, base + 2, base + 3}; !slices.Equal(offsets, want) {
 			t.Fatalf("the batch's 4 messages stored at %v", offsets)
 		}
+		// The batch's sends came together to an idle group: one entry.
+		if after := g.brokers[g.master()].Raft().LastIndex(); after != before+1 {
+			t.Fatalf("the batch's sends took %d Raft entries, want 1", after-before)
+		}
 	}
 }
 
@@ -322,37 +327,52 @@ func (f *fakeSendStream) RecvMsg(m any) error {
 
 // A stream reads no request while its connection's streamed sends in
 // progress are at the bound, and reads the next as soon as one ends. The
-// sends batched in one request take a slot each: past the bound the rest
-// of the batch waits for sends in progress to end.
+// sends batched in one request take a slot each and go on together as far
+// as slots are free: past the bound the rest of the batch waits for sends
+// in progress to end.
 func TestSendStreamReadsNoMoreThanItsConnectionsBound(t *testing.T) {
-	for batch, wantReads := range map[int]int32{1: 3, 3: 1} {
+	for _, tc := range []struct {
+		batch     int
+		first     [][]uint64 // the sends handed on together while slots are free
+		wantReads int32
+	}{
+		{batch: 1, first: [][]uint64{{1}, {2}}, wantReads: 3},
+		{batch: 3, first: [][]uint64{{1, 2}}, wantReads: 1},
+	} {
 		ctx, cancel := context.WithCancel(context.Background())
-		stream := &fakeSendStream{ctx: ctx, batch: batch}
+		stream := &fakeSendStream{ctx: ctx, batch: tc.batch}
 		slots := make(chan struct{}, 2)
-		read := make(chan streamedSend)
+		read := make(chan streamedSends)
 		ended := make(chan error, 1)
 		go receiveSends(stream, slots, read, ended)
-		for want := uint64(1); want <= 2; want++ {
-			if r := <-read; r.req.Id != want {
-				t.Fatalf("batches of %d: read send %d, want %d", batch, r.req.Id, want)
+		ids := func(r streamedSends) []uint64 {
+			var out []uint64
+			for _, s := range r.sends {
+				out = append(out, s.Id)
+			}
+			return out
+		}
+		for _, want := range tc.first {
+			if got := ids(<-read); !slices.Equal(got, want) {
+				t.Fatalf("batches of %d: sends %v handed on together, want %v", tc.batch, got, want)
 			}
 		}
 		// Both slots are taken: an absence, so a bounded wait rather than a poll.
 		select {
 		case r := <-read:
-			t.Fatalf("batches of %d: send %d handed on with 2 sends in progress and a bound of 2", batch, r.req.Id)
+			t.Fatalf("batches of %d: sends %v handed on with 2 sends in progress and a bound of 2", tc.batch, ids(r))
 		case <-time.After(100 * time.Millisecond):
 		}
 		<-slots // a send ends
-		if r := <-read; r.req.Id != 3 {
-			t.Fatalf("batches of %d: read send %d after one ended, want 3", batch, r.req.Id)
+		if got := ids(<-read); !slices.Equal(got, []uint64{3}) {
+			t.Fatalf("batches of %d: sends %v handed on after one ended, want [3]", tc.batch, got)
 		}
-		if n := stream.reads.Load(); n != wantReads {
-			t.Fatalf("batches of %d: %d requests read, want %d", batch, n, wantReads)
+		if n := stream.reads.Load(); n != tc.wantReads {
+			t.Fatalf("batches of %d: %d requests read, want %d", tc.batch, n, tc.wantReads)
 		}
 		cancel()
 		if err := <-ended; status.Code(err) != codes.Canceled {
-			t.Fatalf("batches of %d: the receiver ended with %v, want Canceled", batch, err)
+			t.Fatalf("batches of %d: the receiver ended with %v, want Canceled", tc.batch, err)
 		}
 	}
 }
@@ -411,13 +431,13 @@ func TestSendStreamBatchesAnswersThatWait(t *testing.T) {
 		h := &heldAnswerStream{release: make(chan struct{}), sent: make(chan *pb.SendStreamResponse, 8)}
 		a := &streamAnswers{stream: h, batches: batches}
 		done := make(chan error, 1)
-		go func() { done <- a.send(1, &pb.SendMessageResponse{}, nil) }()
+		go func() { done <- a.send(pb.SendStreamAnswer(1, &pb.SendMessageResponse{}, nil)) }()
 		if first := <-h.sent; first.Id != 1 || len(first.More) != 0 {
 			t.Fatalf("the first message: %v", first.Answers())
 		}
 		if batches {
 			for id := uint64(2); id <= 4; id++ { // queued behind the first
-				if err := a.send(id, nil, status.Error(codes.InvalidArgument, "bad")); err != nil {
+				if err := a.send(pb.SendStreamAnswer(id, nil, status.Error(codes.InvalidArgument, "bad"))); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -440,7 +460,7 @@ func TestSendStreamBatchesAnswersThatWait(t *testing.T) {
 		}
 		// Without batches the next answer waits for the first's Send.
 		second := make(chan error, 1)
-		go func() { second <- a.send(2, &pb.SendMessageResponse{}, nil) }()
+		go func() { second <- a.send(pb.SendStreamAnswer(2, &pb.SendMessageResponse{}, nil)) }()
 		select {
 		case m := <-h.sent:
 			t.Fatalf("answer %d sent while another was being sent", m.Id)
