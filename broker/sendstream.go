@@ -173,11 +173,11 @@ func (s *service) streamedSends(ctx context.Context, sends []*pb.SendStreamReque
 	checked := make([]checkedSend, 0, len(sends))
 	at := make([]int, 0, len(sends)) // checked[j] is sends[at[j]]
 	for i, send := range sends {
-		var c checkedSend
-		err := invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a streamed send carries no send")
-		if send.Send != nil {
-			c, err = s.checkSend(ctx, send.Send) // refuses on a failed store first, as refuseUnaryWhenFailed does an RPC (requireMaster)
+		if send.Send == nil {
+			outs[i] = pb.SendStreamAnswer(send.Id, nil, cluster.BoundError(invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "a streamed send carries no send")))
+			continue
 		}
+		c, err := s.checkSend(ctx, send.Send) // refuses on a failed store first, as refuseUnaryWhenFailed does an RPC (requireMaster)
 		if err != nil {
 			outs[i] = pb.SendStreamAnswer(send.Id, nil, cluster.BoundError(err))
 			continue

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"github.com/raftmq/raftmq/broker"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
 )
 
 func createTopicOn(b pb.BrokerClient, topic string, queues int32) error {
@@ -525,5 +527,62 @@ func TestRouteQueriesGoOnPastASilentNameServer(t *testing.T) {
 	}
 	if n := p.r.lastNameServer.Load(); n != 1 {
 		t.Fatalf("the next query starts at name server %d, want 1 (the one that answered)", n)
+	}
+}
+
+// A producer lists a topic's write queues once per route it gets, and
+// lists them again from a newer route (one more group, one fewer
+// writable, another master).
+func TestWriteQueuesFollowTheRoute(t *testing.T) {
+	p, err := NewProducer(WithNameServers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.r.close()
+	use := func(route *pb.RouteResponse) {
+		p.r.mu.Lock()
+		p.r.routes["t"] = &cachedRoute{route: route, fetched: time.Now()}
+		p.r.mu.Unlock()
+	}
+	listed := func() []writeQueue {
+		t.Helper()
+		qs, err := p.writeQueues(context.Background(), "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qs
+	}
+	describe := func(qs []writeQueue) string {
+		var b strings.Builder
+		for _, q := range qs {
+			fmt.Fprintf(&b, "%s/%d@%s ", q.Group, q.QueueID, q.master)
+		}
+		return b.String()
+	}
+	group := func(name string, queues int32, perm int32, master string) *pb.GroupRoute {
+		return &pb.GroupRoute{Group: name, WriteQueues: queues, ReadQueues: queues, Perm: perm, MasterId: 1,
+			Replicas: []*pb.ReplicaInfo{{Id: 1, GrpcAddress: master, Master: true}}}
+	}
+	rw := int32(message.PermRead | message.PermWrite)
+	use(&pb.RouteResponse{Topic: "t", Groups: []*pb.GroupRoute{group("b", 1, rw, "b1"), group("a", 2, rw, "a1")}})
+	first := listed()
+	if got, want := describe(first), "a/0@a1 a/1@a1 b/0@b1 "; got != want {
+		t.Fatalf("write queues %q, want %q", got, want)
+	}
+	if again := listed(); &again[0] != &first[0] {
+		t.Fatal("the same route's write queues listed again")
+	}
+	for _, tc := range []struct {
+		route *pb.RouteResponse
+		want  string
+	}{
+		{&pb.RouteResponse{Topic: "t", Groups: []*pb.GroupRoute{group("a", 2, rw, "a1"), group("b", 1, rw, "b1"), group("c", 1, rw, "c1")}}, "a/0@a1 a/1@a1 b/0@b1 c/0@c1 "},
+		{&pb.RouteResponse{Topic: "t", Groups: []*pb.GroupRoute{group("a", 2, message.PermRead, "a1"), group("b", 1, rw, "b1")}}, "b/0@b1 "},
+		{&pb.RouteResponse{Topic: "t", Groups: []*pb.GroupRoute{group("a", 1, rw, "a2")}}, "a/0@a2 "},
+	} {
+		use(tc.route)
+		if got := describe(listed()); got != tc.want {
+			t.Fatalf("after a new route: write queues %q, want %q", got, tc.want)
+		}
 	}
 }
