@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
 )
@@ -422,4 +423,34 @@ func TestBatcherSendsThatComeTogetherShareAnEntry(t *testing.T) {
 	}
 	bt.submitAll(nil)
 	r.none(t, 20*time.Millisecond) // no entry without records: it would fail every store
+}
+
+// Sends waited for together each get their own outcome: a result that
+// came, or TIMEOUT at the send's own deadline for one that did not come,
+// also for a send whose deadline passed while the one before it was
+// waited for.
+func TestAwaitAllGivesEachSendItsDeadline(t *testing.T) {
+	reqs := make([]*sendReq, 4)
+	for i := range reqs {
+		reqs[i] = &sendReq{done: make(chan sendOutcome, 1)}
+	}
+	reqs[0].done <- sendOutcome{results: make([]storage.AppendResult, 2)}
+	reqs[2].done <- sendOutcome{err: errors.New("refused")}
+	start := time.Now()
+	deadlines := []time.Time{start, start.Add(50 * time.Millisecond), start.Add(time.Hour), start.Add(10 * time.Millisecond)}
+	outs := awaitAll(context.Background(), reqs, deadlines)
+	if took := time.Since(start); took < 50*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("took %v, want the 50 ms of the send that never came", took)
+	}
+	if len(outs[0].results) != 2 || outs[0].err != nil {
+		t.Fatalf("send 0, answered before its deadline: %v", outs[0])
+	}
+	for _, j := range []int{1, 3} {
+		if reason, _ := pb.ReasonOf(outs[j].err); reason != pb.ErrorReason_TIMEOUT {
+			t.Fatalf("send %d, never answered: %v, want TIMEOUT", j, outs[j].err)
+		}
+	}
+	if outs[2].err == nil || outs[2].err.Error() != "refused" {
+		t.Fatalf("send 2: %v, want its own error", outs[2].err)
+	}
 }

@@ -203,13 +203,13 @@ func (s *service) streamedSends(ctx context.Context, sends []*pb.SendStreamReque
 	}
 	start := time.Now()
 	s.b.batcher.submitAll(reqs)
-	timer := time.NewTimer(time.Hour) // reset before each use
-	defer timer.Stop()
-	for j, r := range reqs {
-		c, i := checked[j], at[j]
-		timer.Reset(time.Until(start.Add(c.timeout)))
-		res, err := r.await(ctx, timer.C)
-		outs[i] = s.streamedAnswer(sends[i].Id, c.req, res, start, err)
+	deadlines := make([]time.Time, len(checked))
+	for j, c := range checked {
+		deadlines[j] = start.Add(c.timeout)
+	}
+	for j, o := range awaitAll(ctx, reqs, deadlines) {
+		i := at[j]
+		outs[i] = s.streamedAnswer(sends[i].Id, checked[j].req, o.results, start, o.err)
 	}
 	return outs
 }
