@@ -38,7 +38,9 @@
 #              ...), saved as ./raftmq-master-cpu-NAME-runR.pprof
 #   --json     also a final line: one JSON object with all figures
 # Each produce bench also reports, from the master's /metrics, its CPU time per message stored
-# and the messages per Raft entry (group commit), as NAME.cpu_us and NAME.per_entry.
+# and the messages per Raft entry (group commit), as NAME.cpu_us and NAME.per_entry, and the
+# CPU time per message of the three brokers and the bench process together (the brokers'
+# /metrics and the bench's cpu_seconds), as NAME.cpu_all_us.
 #   --keep     keep the temp dir (binary, logs, data) and print its path
 #   --tls      a secured cluster: certificates from `raftmq certs`, TLS 1.3 on every gRPC
 #              listener, mutual TLS on the Raft transport, encrypted gossip, and the bench
@@ -335,6 +337,33 @@ master_stats() {
 
 # master_deltas NAME BEFORE AFTER: adds NAME.cpu_us (the master's CPU microseconds per
 # message stored) and NAME.per_entry (messages per send entry) from two master_stats
+# brokers_cpu: the CPU seconds all three brokers spent so far (their /metrics'
+# process_cpu_seconds_total, summed); "" without curl or an answer from each
+brokers_cpu() {
+	command -v curl >/dev/null || return 0
+	local i sum=0 c
+	for i in 1 2 3; do
+		c=$(curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + i))/metrics" 2>/dev/null |
+			awk '$1 == "process_cpu_seconds_total" {print $2}')
+		[ -n "$c" ] || return 0
+		sum=$(awk -v s="$sum" -v c="$c" 'BEGIN {printf "%.3f", s + c}')
+	done
+	echo "$sum"
+}
+
+# all_cpu NAME JSON BEFORE AFTER BROKERS-BEFORE BROKERS-AFTER: adds NAME.cpu_all_us, the CPU
+# microseconds per message stored of the three brokers and the bench process together
+# (cpu_seconds in its JSON summary), the four processes that share the machine
+all_cpu() {
+	local name=$1 b=$3 a=$4 bb=$5 ba=$6 client
+	client=$(jget "$2" cpu_seconds)
+	if [ -z "$b" ] || [ -z "$a" ] || [ -z "$bb" ] || [ -z "$ba" ] || [ -z "$client" ]; then
+		add "$name.cpu_all_us" null
+		return 0
+	fi
+	add "$name.cpu_all_us" "$(awk -v b="$b" -v a="$a" -v bb="$bb" -v ba="$ba" -v c="$client" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0) printf "%.2f", (ba - bb + c) * 1e6 / m; else print "null"}')"
+}
+
 master_deltas() {
 	local name=$1 b=$2 a=$3
 	if [ -z "$b" ] || [ -z "$a" ]; then
@@ -350,16 +379,18 @@ master_deltas() {
 # `rmqbench ARGS`: the official RocketMQ client); its JSON line lands in DIR/NAME.json; a
 # produce bench also adds the master's CPU per message and messages per entry
 bench() {
-	local d=$1 name=$2 tmo=$3 before after
+	local d=$1 name=$2 tmo=$3 before after brokers_before brokers_after
 	shift 3
 	local -a tool=("$bin" bench) flags=(--json ${bench_extra[@]+"${bench_extra[@]}"})
 	[[ $name == rmq.* ]] && tool=("$rmqbin") flags=()
 	say "  $name: ${tool[*]##*/} $*"
 	[ "$profile" = 1 ] && [ "$name" = "$profile_bench" ] && start_profile "$d"
 	before=$(master_stats)
+	brokers_before=$(brokers_cpu)
 	run "$d/$name.out" "$d/$name.log" timeout "$tmo" "${tool[@]}" "$@" --namesrv "$ns_addr" --topic bench "${flags[@]}" ||
 		fail "$name: ${tool[*]##*/} exited $?"
 	after=$(master_stats)
+	brokers_after=$(brokers_cpu)
 	if [ -n "$profpid" ]; then
 		wait "$profpid" && [ -s "$prof" ] && say "  CPU profile of the master during $name: $prof (go tool pprof -top $prof)"
 		profpid=""
@@ -369,6 +400,10 @@ bench() {
 		say "  $name: the master spent ${V[$name.cpu_us]##* } CPU us per message; ${V[$name.per_entry]##* } messages per Raft entry"
 	fi
 	tail -n 1 "$d/$name.out" | grep '^{' >"$d/$name.json" || fail "$name: no JSON summary"
+	if [ "$1" = produce ]; then
+		all_cpu "$name" "$d/$name.json" "$before" "$after" "$brokers_before" "$brokers_after"
+		say "  $name: the brokers and the bench spent ${V[$name.cpu_all_us]##* } CPU us per message together"
+	fi
 	local failed
 	failed=$(jget "$d/$name.json" failed)
 	[ "${failed:-0}" = 0 ] || say "  $name: $failed sends failed"
@@ -530,11 +565,12 @@ if [ "$rocketmq" = 1 ]; then
 	echo "  consume, 4 goroutines, the same backlog:  $(kfmt "$(g rmq.consume.mps)") msgs/s ($(xfmt "$(g ratio.rmq_consume)"))"
 fi
 echo "the master's CPU per message (us), messages per Raft entry: batched $(fmt "$(g batch.cpu_us)" 1), $(fmt "$(g batch.per_entry)" 1); sync16 $(fmt "$(g sync16.cpu_us)" 1), $(fmt "$(g sync16.per_entry)" 1); sync1 $(fmt "$(g sync1.cpu_us)" 1), $(fmt "$(g sync1.per_entry)" 1)"
+echo "the CPU per message (us) of the three brokers and the bench together: batched $(fmt "$(g batch.cpu_all_us)" 1); sync16 $(fmt "$(g sync16.cpu_all_us)" 1); sync1 $(fmt "$(g sync1.cpu_all_us)" 1)"
 echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB; anonymous (heap, stacks): $(fmt "$(g anon.1)"), $(fmt "$(g anon.2)"), $(fmt "$(g anon.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
 if [ "$runs" -gt 1 ]; then
 	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi

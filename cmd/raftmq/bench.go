@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -39,7 +40,8 @@ func benchCommand() *cobra.Command {
 average and max latency and failures of that second; the summary gives totals, msgs/s, MB/s and
 latency p50/p90/p99/p999/max. With --json the summary is one JSON object on the
 last line: msgs_per_sec, mb_per_sec, p50_ms, p90_ms, p99_ms, p999_ms, max_ms,
-sent, failed (consume reports received as sent).`,
+sent, failed (consume reports received as sent), cpu_seconds (the CPU time, user and
+system, the bench process spent, its setup included: the client's share of a run's CPU).`,
 	}
 	fl := cmd.PersistentFlags()
 	namesrvFlag(cmd, &f.ns)
@@ -356,6 +358,7 @@ func printSummary(rec *recorder, elapsed time.Duration, f benchFlags) error {
 		"p50_ms":       q(50), "p90_ms": q(90), "p99_ms": q(99), "p999_ms": q(99.9),
 		"max_ms": float64(h.Max()) / 1000,
 		"sent":   rec.done.Load(), "failed": rec.failed.Load(),
+		"cpu_seconds": processCPU(),
 	}
 	rec.mu.Unlock()
 	size := int64(0) // the bodies' mean size, as received or sent
@@ -370,4 +373,14 @@ func printSummary(rec *recorder, elapsed time.Duration, f benchFlags) error {
 		fmt.Println(string(b))
 	}
 	return nil
+}
+
+// processCPU is the CPU time, user and system, this process has spent, in
+// seconds; 0 where the system does not say.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }

@@ -372,8 +372,9 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 		Sent, Failed int64
 		MsgsPerSec   float64 `json:"msgs_per_sec"`
 		P99          float64 `json:"p99_ms"`
+		CPUSeconds   float64 `json:"cpu_seconds"`
 	}
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Sent != 200 || sum.Failed != 0 || sum.MsgsPerSec <= 0 || sum.P99 <= 0 {
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Sent != 200 || sum.Failed != 0 || sum.MsgsPerSec <= 0 || sum.P99 <= 0 || sum.CPUSeconds <= 0 {
 		t.Fatalf("bench produce summary %+v (%v):\n%s", sum, err, out)
 	}
 	// bench consume reports the bytes it received (about 100 B each: the
