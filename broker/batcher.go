@@ -119,7 +119,7 @@ func newBatcher(cfg Config, p proposer, m *metrics) *batcher {
 // proposes its own entry from the caller's goroutine and waits for it
 // there (proposeAlone); any other is queued for run.
 func (bt *batcher) submit(ctx context.Context, records []byte, n int, seq sendSeq) ([]storage.AppendResult, error) {
-	if bt.queued.Load() == 0 && bt.alone() && bt.claim(eagerEntries) {
+	if bt.goesAlone(true) { // an entry takes any one send
 		res, err := bt.proposeAlone([]*sendReq{{records: records, n: n, seq: seq}}, n, len(records))
 		switch {
 		case err != nil:
@@ -157,7 +157,7 @@ func (bt *batcher) submitAll(sends []*sendReq) {
 		n += r.n
 		bytes += len(r.records)
 	}
-	if bt.queued.Load() == 0 && n <= bt.caps.messages && bytes <= bt.caps.bytes && bt.alone() && bt.claim(eagerEntries) {
+	if bt.goesAlone(n <= bt.caps.messages && bytes <= bt.caps.bytes) {
 		res, err := bt.proposeAlone(sends, n, bytes)
 		deliver(sends, res, err)
 		return
@@ -174,6 +174,13 @@ func (bt *batcher) submitAll(sends []*sendReq) {
 			return
 		}
 	}
+}
+
+// goesAlone says whether sends that fit one entry propose it at once, and
+// takes the in-flight slot for it if so: no send is queued (it would be
+// overtaken) and the last entry's senders are not expected back (alone).
+func (bt *batcher) goesAlone(fit bool) bool {
+	return fit && bt.queued.Load() == 0 && bt.alone() && bt.claim(eagerEntries)
 }
 
 // await waits for the send's outcome until ctx ends or deadline fires.

@@ -28,14 +28,21 @@ func (s *service) SendMessage(ctx context.Context, req *pb.SendMessageRequest) (
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	start := time.Now()
-	res, err := s.b.batcher.submit(ctx, c.records, c.n, c.seq)
+	res, start, err := s.submit(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	return s.sent(req, res, start), nil
+}
+
+// submit stores a checked send through group commit on its own and waits
+// for it within its timeout; start is when it was handed over.
+func (s *service) submit(ctx context.Context, c checkedSend) (res []storage.AppendResult, start time.Time, err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	start = time.Now()
+	res, err = s.b.batcher.submit(ctx, c.records, c.n, c.seq)
+	return res, start, err
 }
 
 // checkedSend is a send checked and its records encoded, ready for group

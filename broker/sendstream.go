@@ -190,10 +190,7 @@ func (s *service) streamedSends(ctx context.Context, sends []*pb.SendStreamReque
 		return outs
 	case 1: // alone, as SendMessage serves it
 		c, i := checked[0], at[0]
-		ctx, cancel := context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-		start := time.Now()
-		res, err := s.b.batcher.submit(ctx, c.records, c.n, c.seq)
+		res, start, err := s.submit(ctx, c)
 		outs[i] = s.streamedAnswer(sends[i].Id, c.req, res, start, err)
 		return outs
 	}
