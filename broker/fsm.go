@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -211,27 +212,37 @@ func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {
 }
 
 // applyTransactions applies ends and check-backs of transactions: the
-// half table first, then the records of the ends that applied (a commit's
-// message), so an end proposed twice stores its message once.
+// half table first, then the records of the ends (a commit's message),
+// those of an end that did not apply dropped, so an end proposed twice
+// stores its message once.
 func (f *fsm) applyTransactions(index uint64, u *pb.TransactionUpdate, fresh bool) *applyResult {
 	ended := f.meta.halves.apply(u)
-	var records []byte
+	var (
+		records []byte
+		drop    []bool
+	)
 	for i, e := range u.Ends {
-		if ended[i] {
-			records = append(records, e.Records...)
+		n, err := message.Count(e.Records)
+		if err != nil {
+			f.log.Error("undecodable raft entry", "index", index, "err", err)
+			return &applyResult{ended: ended, err: fmt.Errorf("broker: raft entry %d: transaction end %d: %w", index, i, err)}
+		}
+		records = append(records, e.Records...)
+		for range n {
+			drop = append(drop, !ended[i])
 		}
 	}
 	if !fresh || len(records) == 0 {
 		return &applyResult{ended: ended}
 	}
-	r := f.stored(f.store.AppendRecords(index, records))
+	r := f.stored(f.store.AppendRecords(index, records, drop))
 	r.ended = ended
 	return r
 }
 
 // applyRecords appends a send entry's records as the master encoded them.
 func (f *fsm) applyRecords(index uint64, records []byte) *applyResult {
-	return f.stored(f.store.AppendRecords(index, records))
+	return f.stored(f.store.AppendRecords(index, records, nil))
 }
 
 // applySequenced applies a sequenced entry (sendentry.go): the producer
@@ -265,17 +276,16 @@ func (f *fsm) applySequenced(index uint64, data []byte) *applyResult {
 	return f.appendSequenced(index, now, verdicts, sends, records, parts)
 }
 
-// appendSequenced appends the sends of a sequenced entry the table let
-// through, and answers every send: its copies' offsets, the stored
-// copies' for a retry (found by their unique keys after the append, so a
-// retry that came in the same entry as its first copy finds it too), or
-// why it was refused. When every send is new, as nearly always, the
-// entry's records are appended as they are, not copied.
+// appendSequenced appends a sequenced entry's records, those of the sends
+// the table did not let through dropped, and answers every send: its
+// copies' offsets, the stored copies' for a retry (found by their unique
+// keys after the append, so a retry that came in the same entry as its
+// first copy finds it too), or why it was refused.
 func (f *fsm) appendSequenced(index uint64, now int64, verdicts []seqVerdict, sends []sendSeq, records []byte, parts [][]byte) *applyResult {
 	out := &applyResult{}
 	kept := make([]bool, len(sends))
 	copies := make([][]storage.AppendResult, len(sends)) // found by key, for a send below the window
-	all := true
+	var drop []bool
 	for i, v := range verdicts {
 		switch v {
 		case seqNew:
@@ -285,31 +295,28 @@ func (f *fsm) appendSequenced(index uint64, now int64, verdicts []seqVerdict, se
 			copies[i], found = f.storedCopies(now, parts[i])
 			kept[i] = !found
 		}
-		all = all && kept[i]
-	}
-	if !all {
-		records = nil
-		for i, p := range parts {
-			if kept[i] {
-				records = append(records, p...)
+		if !kept[i] && drop == nil {
+			drop = make([]bool, 0, len(sends))
+			for j := range i {
+				drop = append(drop, slices.Repeat([]bool{false}, sends[j].n)...)
 			}
 		}
-	}
-	var res []storage.AppendResult
-	if len(records) > 0 {
-		r := f.stored(f.store.AppendRecords(index, records))
-		if r.err != nil {
-			return r
+		if drop != nil {
+			drop = append(drop, slices.Repeat([]bool{!kept[i]}, sends[i].n)...)
 		}
-		res = r.results
-	} else if err := f.store.SkipRaftIndex(index); err != nil {
-		return &applyResult{err: f.fail(err)}
 	}
+	r := f.stored(f.store.AppendRecords(index, records, drop))
+	if r.err != nil {
+		return r
+	}
+	res := r.results
 	for i, v := range verdicts {
 		n := sends[i].n
+		mine := res[:n]
+		res = res[n:]
 		switch {
 		case kept[i]:
-			out.results, res = append(out.results, res[:n]...), res[n:]
+			out.results = append(out.results, mine...)
 			continue
 		case v == seqOld:
 			out.results = append(out.results, copies[i]...)

@@ -203,6 +203,9 @@ func (h *holdService) appended(res []storage.AppendResult) {
 	}
 	arrivals := map[queueKey]*arrival{}
 	for _, r := range res {
+		if r.Dropped {
+			continue // nothing a pull can read
+		}
 		k := queueKey{r.Topic, r.QueueID}
 		a := arrivals[k]
 		if a == nil {

@@ -1,6 +1,9 @@
 package message
 
-import "errors"
+import (
+	"errors"
+	"math"
+)
 
 // Message is a message to encode. A producer sets everything but the
 // queue offset, the commitlog offset, the Raft index and the store time,
@@ -86,17 +89,22 @@ func ValidTopic[T string | []byte](name T) bool {
 }
 
 // TagHash is the hash kept in consume queue entries for broker-side tag
-// filtering. An empty tag hashes to 0. Hashes may collide: clients compare
-// the tag strings again.
+// filtering. An empty tag hashes to 0; no tag hashes to DroppedTagHash.
+// Hashes may collide: clients compare the tag strings again.
 func TagHash[T string | []byte](tag T) int64 {
 	if len(tag) == 0 {
 		return 0
 	}
-	if v := int64(FNV64a(tag)); v != 0 {
+	if v := int64(FNV64a(tag)); v != 0 && v != DroppedTagHash {
 		return v
 	}
 	return 1
 }
+
+// DroppedTagHash is the tag hash a store gives the consume queue entry of
+// a record it dropped (SysFlagDropped), so that reads step over the entry
+// without reading the record. No tag hashes to it.
+const DroppedTagHash int64 = math.MinInt64
 
 // FNV64a is FNV-1a over a string, without the allocations of hash/fnv.
 func FNV64a[T string | []byte](s T) uint64 {

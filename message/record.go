@@ -13,7 +13,7 @@ import (
 //	 0  4  total size (the whole record, this field included)
 //	 4  4  magic
 //	 8  4  CRC32-C of bytes [12, total size)
-//	12  4  sys flag (bit 0: last record of its batch)
+//	12  4  sys flag (bit 0: last record of its batch; bit 2: dropped)
 //	16  8  Raft index of the batch
 //	24  8  commitlog offset of this record
 //	32  8  queue offset
@@ -46,6 +46,15 @@ const (
 	// the store appends only if it holds no record with the same unique
 	// key from the last deduplication window.
 	SysFlagDedup uint32 = 1 << 1
+	// SysFlagDropped marks a stored record that no reader is given: its
+	// Raft entry was applied, and the record found to be a duplicate (a
+	// producer's retry) or refused (an idempotent producer's send out of
+	// sequence). It stays in the commitlog where its entry put it, holds
+	// its queue offset, and has no key index entry. Writing what an entry
+	// holds, and dropping at apply what must not be read, is what lets a
+	// record's place be fixed before its entry is applied
+	// (docs/commitlog-raft-log.md).
+	SysFlagDropped uint32 = 1 << 2
 
 	maxShortLen = 1<<16 - 1
 )
@@ -189,6 +198,14 @@ func SetQueueID(records []byte, id int32) error {
 
 // eachRecord calls f on each record of records, a sequence of records
 // already framed, reading only their sizes.
+// Count is the number of records in records, a sequence of records,
+// read from their sizes alone.
+func Count(records []byte) (int, error) {
+	n := 0
+	err := eachRecord(records, func([]byte) { n++ })
+	return n, err
+}
+
 func eachRecord(records []byte, f func(record []byte)) error {
 	for p := 0; p < len(records); {
 		b := records[p:]

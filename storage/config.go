@@ -59,8 +59,8 @@ type Config struct {
 	MaxMessageSize int
 	// DedupWindow: a record marked message.SysFlagDedup whose unique key
 	// (UNIQ_KEY) a record of the same topic stored up to this long before
-	// it also has (by the records' store times) is not appended; its append result is the
-	// stored record's, marked Duplicate. Found through the key index, so
+	// it also has (by the records' store times) is appended dropped (no read returns it);
+	// its append result is the stored record's, marked Duplicate. Found through the key index, so
 	// every replica decides alike. 0 (the default) disables.
 	DedupWindow time.Duration
 	// MaxQueuesPerTopic bounds queue ids: 0 <= id < MaxQueuesPerTopic.

@@ -14,8 +14,9 @@ import (
 // marked message.SysFlagDedup (the broker marks what producers send, and
 // nothing it writes itself: retries sent back by consumers and moved
 // timers keep their first copy's key) whose key a record stored in the
-// window before it already has is not appended again; the append answers
-// with the stored record's offsets, as if it were that append. Only a
+// window before it already has is written dropped (message.SysFlagDropped:
+// no read returns it); the append answers with the stored record's
+// offsets, as if it were that append. Only a
 // copy on the same topic counts: a message sent on elsewhere with its key
 // (a dead letter resent to its group's retry topic, a delivered message a
 // consumer forwards) is a new message. NATS
@@ -37,8 +38,9 @@ type dupRef struct {
 }
 
 // duplicates returns, for each record of the batch, what it duplicates,
-// or nil when none is a duplicate.
-func (s *Store) duplicates(records []byte, views []message.View) []dupRef {
+// or nil when none is a duplicate. A record dropped already (results) is
+// neither a retry nor what a retry duplicates: its sender was refused.
+func (s *Store) duplicates(records []byte, views []message.View, results []AppendResult) []dupRef {
 	var out []dupRef
 	seen := s.dedupSeen // unique key hash -> the first record with it in this batch
 	clear(seen)
@@ -46,7 +48,7 @@ func (s *Store) duplicates(records []byte, views []message.View) []dupRef {
 	for i, p := 0, 0; i < len(views); i++ {
 		v, rec := views[i], records[p:]
 		p += int(binary.BigEndian.Uint32(rec))
-		if len(v.UniqKey) == 0 || message.HeaderSysFlag(rec)&message.SysFlagDedup == 0 {
+		if len(v.UniqKey) == 0 || message.HeaderSysFlag(rec)&message.SysFlagDedup == 0 || results[i].Dropped {
 			continue
 		}
 		ref := dupRef{batch: -1}
@@ -99,39 +101,10 @@ func (s *Store) storedWithKey(topic, key []byte, begin, end int64) (AppendResult
 	return AppendResult{}, false
 }
 
-// appendAllBut appends the records of a framed batch that are not
-// duplicates, and answers for every record, the duplicates with what they
-// duplicate. A batch of duplicates only writes nothing, and still counts
-// as Raft entry raftIndex applied.
-func (s *Store) appendAllBut(raftIndex uint64, records []byte, views []message.View, results []AppendResult, dups []dupRef) ([]AppendResult, error) {
-	var (
-		kept      []byte
-		keptViews []message.View
-		keptIdx   []int
-	)
-	for i, p := 0, 0; i < len(views); i++ {
-		size := int(results[i].Size)
-		if !dups[i].dup {
-			kept = append(kept, records[p:p+size]...)
-			keptViews, keptIdx = append(keptViews, views[i]), append(keptIdx, i)
-		}
-		p += size
-	}
-	if len(keptIdx) == 0 {
-		s.lastRaftIndex = raftIndex
-	} else {
-		keptResults := make([]AppendResult, len(keptIdx))
-		for k, i := range keptIdx {
-			keptResults[k] = results[i]
-		}
-		res, err := s.appendFramed(raftIndex, kept, keptViews, keptResults)
-		if err != nil {
-			return nil, err
-		}
-		for k, i := range keptIdx {
-			results[i] = res[k]
-		}
-	}
+// answerDuplicates answers each retry of an appended batch with the
+// record it duplicates: the stored copy, or the result of an earlier
+// record of the batch.
+func answerDuplicates(results []AppendResult, dups []dupRef) {
 	for i, d := range dups {
 		switch {
 		case !d.dup:
@@ -142,5 +115,4 @@ func (s *Store) appendAllBut(raftIndex uint64, records []byte, views []message.V
 			results[i] = d.stored
 		}
 	}
-	return results, nil
 }

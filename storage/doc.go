@@ -53,8 +53,13 @@
 // index is a chain of hash-slot files in the manner of RocketMQ's
 // IndexFile. Through it, a producer's retry is stored once: a record the
 // broker marks (message.SysFlagDedup) whose UNIQ_KEY a record stored within
-// Config.DedupWindow already has is answered with that record and not
-// appended (dedup.go). Reads return the raw stored records, CRC-checked, and check
+// Config.DedupWindow already has is answered with that record, and
+// written dropped (dedup.go). A dropped record (message.SysFlagDropped: a
+// retry, or a send the caller refused at apply) holds its place in the
+// commitlog and its queue offset, so that where an entry's records go
+// never depends on what apply decides (docs/commitlog-raft-log.md); its
+// consume queue entry has message.DroppedTagHash, which reads step over
+// without reading the record, and it has no key index entry. Reads return the raw stored records, CRC-checked, and check
 // that the record is the one the consume queue entry names; damaged data is
 // reported as ErrCorrupt, never returned as a message.
 //
@@ -103,8 +108,8 @@
 //   - config.go: its configuration with the documented defaults;
 //   - commitlog.go: the segments, rolling from one to the next;
 //   - encoded.go, record.go: records as producers encode them, the fields
-//     the store fills in, and how it reads and checks them; a Raft entry
-//     applied with nothing to append (SkipRaftIndex: only retries);
+//     the store fills in, records the caller drops, and how it reads and
+//     checks them;
 //   - preallocate.go, recycle.go: the next segment's blocks written before
 //     use, by zero-filling ahead or by reusing a retired segment;
 //   - consumequeue.go: the consume queues;

@@ -61,7 +61,14 @@ func (s *Store) frame(b []byte, withKeys bool) (int, message.View, error) {
 // bytes came through Raft from a master that checked them, so a failure
 // here means this replica's configuration differs from the master's, or
 // the entry is damaged). records is not modified.
-func (s *Store) AppendRecords(raftIndex uint64, records []byte) ([]AppendResult, error) {
+//
+// Every record is written, and takes its commitlog and queue offsets; a
+// record that drop marks (drop is nil or has one element a record), or
+// that is a producer's retry (Config.DedupWindow), is written dropped
+// (message.SysFlagDropped): no read returns it and it has no key index
+// entry. The result of a retry is the stored copy's, marked Duplicate;
+// that of a record drop marks is its own, marked Dropped.
+func (s *Store) AppendRecords(raftIndex uint64, records []byte, drop []bool) ([]AppendResult, error) {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
 	if err := s.appendable(raftIndex); err != nil {
@@ -81,27 +88,25 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte) ([]AppendResult,
 		p += size
 	}
 	s.views = views[:0]
+	if drop != nil && len(drop) != len(results) {
+		return nil, fmt.Errorf("storage: %d records and %d drop marks", len(results), len(drop))
+	}
+	for i, d := range drop {
+		results[i].Dropped = d
+	}
+	var dups []dupRef
 	if s.cfg.DedupWindow > 0 {
-		if dups := s.duplicates(records, views); dups != nil {
-			return s.appendAllBut(raftIndex, records, views, results, dups)
+		if dups = s.duplicates(records, views, results); dups != nil {
+			for i := range dups {
+				results[i].Dropped = results[i].Dropped || dups[i].dup
+			}
 		}
 	}
-	return s.appendFramed(raftIndex, records, views, results)
-}
-
-// SkipRaftIndex counts Raft entry raftIndex applied with nothing to
-// append (every send in it a producer's retry, answered with the stored
-// copies): the next append must come from a later entry. Like a batch of
-// duplicates only, it writes nothing; a restart applies the entry again,
-// and finds the same.
-func (s *Store) SkipRaftIndex(raftIndex uint64) error {
-	s.appendMu.Lock()
-	defer s.appendMu.Unlock()
-	if err := s.appendable(raftIndex); err != nil {
-		return err
+	if _, err := s.appendFramed(raftIndex, records, views, results); err != nil {
+		return nil, err
 	}
-	s.lastRaftIndex = raftIndex
-	return nil
+	answerDuplicates(results, dups)
+	return results, nil
 }
 
 // appendable says why Raft entry raftIndex cannot be applied now, if it

@@ -38,7 +38,7 @@ func TestAppendRecordsWritesTheRecordLayout(t *testing.T) {
 		msgs := batchFor(idx)
 		records := encodeRecords(t, s, msgs, int64(idx)*10)
 		sent := bytes.Clone(records)
-		res, err := s.AppendRecords(idx, records)
+		res, err := s.AppendRecords(idx, records, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestAppendRecordsRefusesWhatIsNotARecord(t *testing.T) {
 	}
 	end := s.cl.writePos.Load()
 	for name, spoil := range cases {
-		_, err := s.AppendRecords(4, spoil(bytes.Clone(good)))
+		_, err := s.AppendRecords(4, spoil(bytes.Clone(good)), nil)
 		if !errors.Is(err, ErrInvalidMessage) {
 			t.Fatalf("%s: %v, want ErrInvalidMessage", name, err)
 		}
@@ -110,41 +110,11 @@ func TestAppendRecordsRefusesWhatIsNotARecord(t *testing.T) {
 	small.Dir, small.MaxMessageSize = t.TempDir(), first-1
 	tight := openStore(t, small)
 	defer tight.Close()
-	if _, err := tight.AppendRecords(1, good); !errors.Is(err, ErrMessageTooLarge) {
+	if _, err := tight.AppendRecords(1, good, nil); !errors.Is(err, ErrMessageTooLarge) {
 		t.Fatalf("record over MaxMessageSize: %v", err)
 	}
-	if _, err := s.AppendRecords(4, good); err != nil {
+	if _, err := s.AppendRecords(4, good, nil); err != nil {
 		t.Fatal(err)
 	}
 	checkQueues(t, s, 4)
-}
-
-// An entry applied with nothing to append counts as applied (a later
-// append must come from a later entry) but is not written: the store
-// says so (WrittenRaftIndex, what a snapshot may claim), and a restart
-// recovers the last entry written.
-func TestSkipRaftIndex(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	s := openStore(t, cfg)
-	appendBatches(t, s, 1, 3)
-	if err := s.SkipRaftIndex(5); err != nil {
-		t.Fatal(err)
-	}
-	if got, written := s.LastRaftIndex(), s.WrittenRaftIndex(); got != 5 || written != 3 {
-		t.Fatalf("after skipping 5: last %d, written %d; want 5, 3", got, written)
-	}
-	if err := s.SkipRaftIndex(5); !errors.Is(err, ErrStaleRaftIndex) {
-		t.Fatalf("skipping 5 again: %v", err)
-	}
-	if _, err := s.Append(4, batchFor(4)); !errors.Is(err, ErrStaleRaftIndex) {
-		t.Fatalf("appending 4 after 5 was skipped: %v", err)
-	}
-	s.crash()
-	s = openStore(t, cfg)
-	defer s.Close()
-	if got, written := s.LastRaftIndex(), s.WrittenRaftIndex(); got != 3 || written != 3 {
-		t.Fatalf("restarted: last %d, written %d; want 3, 3", got, written)
-	}
-	appendBatches(t, s, 4, 6)
-	checkHolds(t, s, 6)
 }

@@ -99,7 +99,8 @@ func appendBatches(t testing.TB, s *Store, from, to uint64) {
 	}
 }
 
-// readQueue reads a whole queue from its minimum.
+// readQueue reads a whole queue from its minimum: the records a reader
+// is given (not the dropped ones).
 func readQueue(t testing.TB, s *Store, topic string, q int32) []message.Record {
 	t.Helper()
 	min, max := s.QueueOffsets(topic, q)
@@ -109,8 +110,8 @@ func readQueue(t testing.TB, s *Store, topic string, q int32) []message.Record {
 		if err != nil {
 			t.Fatalf("read %s@%d at %d: %v", topic, q, off, err)
 		}
-		if res.Status != Found {
-			t.Fatalf("read %s@%d at %d: status %v", topic, q, off, res.Status)
+		if (res.Status != Found && res.Status != NoMatchedMessage) || res.NextOffset <= off {
+			t.Fatalf("read %s@%d at %d: status %v, next offset %d", topic, q, off, res.Status, res.NextOffset)
 		}
 		for _, raw := range res.Records {
 			r, err := decodeRecord(raw)

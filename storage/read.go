@@ -124,6 +124,9 @@ func (s *Store) GetMessages(req GetRequest) (GetResult, error) {
 				break
 			}
 			next++
+			if e.tagHash == message.DroppedTagHash {
+				continue // a retry or a refused send: see message.SysFlagDropped
+			}
 			if req.TagHashes != nil && !slices.Contains(req.TagHashes, e.tagHash) {
 				continue
 			}

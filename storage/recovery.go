@@ -208,8 +208,12 @@ func (s *Store) dispatchStored(rec []byte, st *checkpoint) error {
 	if r.QueueID < 0 || r.QueueID >= s.cfg.MaxQueuesPerTopic || r.QueueOffset < 0 || r.QueueOffset >= maxQueueOffset {
 		return fmt.Errorf("%w: record at commitlog offset %d names queue %d offset %d", ErrCorrupt, r.Offset, r.QueueID, r.QueueOffset)
 	}
+	tagHash, keys, uniqKey := message.TagHash(r.Tags), r.Keys, r.Properties[message.PropertyUniqKey]
+	if r.SysFlag&message.SysFlagDropped != 0 {
+		tagHash, keys, uniqKey = message.DroppedTagHash, nil, ""
+	}
 	keyed, err := s.dispatch(queueKey{r.Topic, r.QueueID}, AppendResult{Offset: r.Offset, Size: r.Size, QueueOffset: r.QueueOffset},
-		message.TagHash(r.Tags), r.Keys, r.Properties[message.PropertyUniqKey], r.StoreTime)
+		tagHash, keys, uniqKey, r.StoreTime)
 	if err != nil {
 		return err
 	}

@@ -64,9 +64,12 @@ type AppendResult struct {
 	Topic   string
 	QueueID int32
 	TagHash int64
-	// Duplicate: the record was not appended, being a retry of the stored
-	// record these fields describe (Config.DedupWindow).
+	// Duplicate: the record, a retry of the stored record these fields
+	// describe (Config.DedupWindow), was appended dropped.
 	Duplicate bool
+	// Dropped: the record was appended dropped (message.SysFlagDropped),
+	// as the caller asked; these fields are its own.
+	Dropped bool
 }
 
 type chunk struct {
@@ -265,7 +268,7 @@ func (s *Store) Append(raftIndex uint64, msgs []message.Message) ([]AppendResult
 			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
 	}
-	return s.AppendRecords(raftIndex, records)
+	return s.AppendRecords(raftIndex, records, nil)
 }
 
 // CheckMessage tells whether Append would take m: a legal topic, a queue id
@@ -325,6 +328,9 @@ func (s *Store) writeBatch(raftIndex uint64, records []byte, views []message.Vie
 		if i == len(results)-1 {
 			flag = message.SysFlagBatchEnd
 		}
+		if r.Dropped {
+			flag |= message.SysFlagDropped
+		}
 		at := len(buf)
 		buf = append(buf, records[src:src+int(r.Size)]...)
 		message.Fill(buf[at:at+int(r.Size)], raftIndex, pos, r.QueueOffset, flag)
@@ -367,7 +373,11 @@ func (s *Store) writeBatch(raftIndex uint64, records []byte, views []message.Vie
 // entries. indexLast becomes the offset of the last record indexed, if any.
 func (s *Store) dispatchBatch(views []message.View, results []AppendResult, indexLast *int64) error {
 	for _, r := range results {
-		if err := s.putQueueEntry(queueKey{r.Topic, r.QueueID}, r, r.TagHash); err != nil {
+		tagHash := r.TagHash
+		if r.Dropped {
+			tagHash = message.DroppedTagHash
+		}
+		if err := s.putQueueEntry(queueKey{r.Topic, r.QueueID}, r, tagHash); err != nil {
 			return err
 		}
 	}
@@ -385,6 +395,9 @@ func (s *Store) indexBatch(views []message.View, results []AppendResult, indexLa
 	keys := s.keyBuf[:0]
 	for i := range views {
 		v := &views[i]
+		if results[i].Dropped {
+			continue
+		}
 		n := len(keys)
 		keys = appendIndexKeys(keys, v.Keys, v.UniqKey, results[i].Offset, v.StoreTime)
 		if len(keys) > n {
@@ -462,10 +475,9 @@ func (s *Store) errFailed() error {
 
 // WrittenRaftIndex is the Raft index of the last batch written to the
 // commitlog: what a restart recovers as LastRaftIndex, and so what a
-// snapshot may say the store holds. It is below LastRaftIndex after
-// entries that wrote nothing (only retries: SkipRaftIndex, or a batch of
-// duplicates); a snapshot saying LastRaftIndex then would find, after a
-// restart, the store behind it, and ask a peer for a commitlog it has.
+// snapshot may say the store holds. Every append writes its batch (a
+// retry's records too, dropped), so the two are equal once an append
+// returns; a snapshot reads this one, the index of what is on disk.
 func (s *Store) WrittenRaftIndex() uint64 {
 	return s.dispatched.Load().raftIndex
 }
