@@ -470,7 +470,25 @@ func (c *commitlog) truncate(end int64) error {
 	return c.cut(end)
 }
 
-func (c *commitlog) cut(end int64) error {
+// cutBack cuts the commitlog back to end from oldEnd, where the writer
+// was, while it is open: segments starting at or after end are deleted,
+// and the bytes of [end, oldEnd) in the segment holding end are zeroed and
+// made durable. Past oldEnd the segment holds what it held before the
+// writer came (zeros, or a reused segment's old records, which name other
+// offsets), as it does past any end.
+func (c *commitlog) cutBack(end, oldEnd int64) error {
+	if c.z != nil {
+		return c.z.reset(end, func() error { return c.cutTo(end, oldEnd) })
+	}
+	return c.cutTo(end, oldEnd)
+}
+
+func (c *commitlog) cut(end int64) error { return c.cutTo(end, -1) }
+
+// cutTo deletes the segments from end on and zeroes the segment holding
+// end from there to zeroTo (the segment's end when zeroTo is negative or
+// past it).
+func (c *commitlog) cutTo(end, zeroTo int64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	keep := c.segs[:0]
@@ -486,7 +504,11 @@ func (c *commitlog) cut(end int64) error {
 	}
 	c.segs = keep
 	if s := c.segmentAt(end); s != nil {
-		if err := zeroRange(s.f, end-s.start, c.segSize); err != nil {
+		to := c.segSize
+		if zeroTo >= 0 {
+			to = min(to, zeroTo-s.start+int64(c.tailPad(zeroTo)))
+		}
+		if err := zeroRange(s.f, end-s.start, to); err != nil {
 			return fmt.Errorf("storage: zero segment tail: %w", err)
 		}
 		if err := fdatasync(s.f); err != nil {

@@ -83,6 +83,9 @@ func (s *Store) AppendRaw(from int64, data []byte) error {
 		return nil
 	}
 	st := *s.dispatched.Load()
+	if len(s.stored) > 0 {
+		return fmt.Errorf("%w: entries stored and not dispatched (%s) are where the copy would go", ErrInvalidMessage, s.storedSpan())
+	}
 	if from != st.dispatched {
 		return fmt.Errorf("%w: copy starts at commitlog offset %d, the store ends at %d", ErrInvalidMessage, from, st.dispatched)
 	}

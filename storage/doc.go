@@ -44,12 +44,17 @@
 //
 // # Consume queues and index
 //
-// Dispatch is synchronous: Append puts each record's consume queue entry
-// (commitlog offset, size, tag hash) and key index entries (its keys and
-// its UNIQ_KEY property) before it returns, through memory-mapped files,
-// while the disk writes the batch, so a message is readable through its
-// queue as soon as it is stored (in FlushSync mode, a little before the
-// fdatasync returns). The key
+// Append dispatches what it writes before it returns: each record's
+// consume queue entry (commitlog offset, size, tag hash) and key index
+// entries (its keys and its UNIQ_KEY property), through memory-mapped
+// files, while the disk writes the batch, so a message is readable
+// through its queue as soon as it is stored (in FlushSync mode, a little
+// before the fdatasync returns). The two halves are also apart
+// (dispatch.go): StoreRecords places, numbers and writes an entry's
+// records, DispatchRecords dispatches the oldest entry stored, and
+// CutStored takes back stored entries not dispatched, as Raft deletes an
+// uncommitted tail; what the commitlog as the Raft log needs
+// (docs/commitlog-raft-log.md). The key
 // index is a chain of hash-slot files in the manner of RocketMQ's
 // IndexFile. Through it, a producer's retry is stored once: a record the
 // broker marks (message.SysFlagDedup) whose UNIQ_KEY a record stored within
@@ -59,7 +64,9 @@
 // commitlog and its queue offset, so that where an entry's records go
 // never depends on what apply decides (docs/commitlog-raft-log.md); its
 // consume queue entry has message.DroppedTagHash, which reads step over
-// without reading the record, and it has no key index entry. Reads return the raw stored records, CRC-checked, and check
+// without reading the record, and it has no key index entry. A drop
+// decided at dispatch is written into the stored record in place. Reads
+// return the raw stored records, CRC-checked, and check
 // that the record is the one the consume queue entry names; damaged data is
 // reported as ErrCorrupt, never returned as a message.
 //
@@ -112,6 +119,8 @@
 //     checks them;
 //   - preallocate.go, recycle.go: the next segment's blocks written before
 //     use, by zero-filling ahead or by reusing a retired segment;
+//   - dispatch.go: storing an entry apart from dispatching it, drops
+//     written in place, and cutting back entries stored and not dispatched;
 //   - consumequeue.go: the consume queues;
 //   - index.go: the key index (keys and UNIQ_KEY);
 //   - dedup.go: retries stored once, by their UNIQ_KEY within DedupWindow;

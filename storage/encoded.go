@@ -74,39 +74,54 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte, drop []bool) ([]
 	if err := s.appendable(raftIndex); err != nil {
 		return nil, err
 	}
+	views, results, err := s.frameBatch(records, true)
+	if err != nil {
+		return nil, err
+	}
+	if drop != nil && len(drop) != len(results) {
+		return nil, fmt.Errorf("storage: %d records and %d drop marks", len(results), len(drop))
+	}
+	if err := s.storeFramed(raftIndex, records, results); err != nil {
+		return nil, err
+	}
+	// In FlushSync mode the disk writes the batch while its entries are
+	// put; then the sync waits only for what is left and the cache flush.
+	// A reader may see the records a little before they are durable, as in
+	// FlushAsync mode: in a broker they are committed in the Raft log
+	// already.
+	if s.cfg.FlushMode == FlushSync {
+		if err := s.cl.startFlush(); err != nil {
+			s.fail(err)
+			return nil, err
+		}
+	}
+	res, err := s.dispatchFramed(raftIndex, records, views, drop)
+	if err == nil && s.cfg.FlushMode == FlushSync {
+		if err = s.cl.flush(); err != nil {
+			s.fail(err)
+		}
+	}
+	return res, err
+}
+
+// frameBatch frames the records of a batch: each one's view and its
+// result so far (size, topic, queue, tag hash).
+func (s *Store) frameBatch(records []byte, withKeys bool) ([]message.View, []AppendResult, error) {
 	if len(records) == 0 {
-		return nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
+		return nil, nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
 	}
 	views, results := s.views[:0], make([]AppendResult, 0, 16)
 	for p, i := 0, 0; p < len(records); i++ {
-		size, v, err := s.frame(records[p:], true)
+		size, v, err := s.frame(records[p:], withKeys)
 		if err != nil {
-			return nil, fmt.Errorf("record %d: %w", i, err)
+			return nil, nil, fmt.Errorf("record %d: %w", i, err)
 		}
 		views = append(views, v)
 		results = append(results, AppendResult{Size: int32(size), Topic: string(v.Topic), QueueID: v.QueueID, TagHash: message.TagHash(v.Tags)})
 		p += size
 	}
 	s.views = views[:0]
-	if drop != nil && len(drop) != len(results) {
-		return nil, fmt.Errorf("storage: %d records and %d drop marks", len(results), len(drop))
-	}
-	for i, d := range drop {
-		results[i].Dropped = d
-	}
-	var dups []dupRef
-	if s.cfg.DedupWindow > 0 {
-		if dups = s.duplicates(records, views, results); dups != nil {
-			for i := range dups {
-				results[i].Dropped = results[i].Dropped || dups[i].dup
-			}
-		}
-	}
-	if _, err := s.appendFramed(raftIndex, records, views, results); err != nil {
-		return nil, err
-	}
-	answerDuplicates(results, dups)
-	return results, nil
+	return views, results, nil
 }
 
 // appendable says why Raft entry raftIndex cannot be applied now, if it
@@ -122,42 +137,4 @@ func (s *Store) appendable(raftIndex uint64) error {
 		return fmt.Errorf("%w: %d <= %d", ErrStaleRaftIndex, raftIndex, s.lastRaftIndex)
 	}
 	return nil
-}
-
-// appendFramed places and writes framed records as the batch of Raft entry
-// raftIndex. results holds each record's size, topic, queue and tag hash;
-// it returns them with their offsets.
-func (s *Store) appendFramed(raftIndex uint64, records []byte, views []message.View, results []AppendResult) ([]AppendResult, error) {
-	// Place every record: its commitlog offset (a record that does not fit
-	// in the rest of a segment starts the next one) and queue offset.
-	segSize := s.cfg.SegmentSize
-	start := s.cl.writePos.Load()
-	pos := start
-	clear(s.batchNext)
-	for i := range results {
-		r := &results[i]
-		if segEnd := pos - pos%segSize + segSize; pos+int64(r.Size) > segEnd {
-			pos = segEnd
-		}
-		k := queueKey{r.Topic, r.QueueID}
-		qoff, ok := s.batchNext[k]
-		if !ok {
-			if q := s.queue(k, false); q != nil {
-				qoff = q.max.Load()
-			}
-		}
-		s.batchNext[k] = qoff + 1
-		r.Offset, r.QueueOffset = pos, qoff
-		pos += int64(r.Size)
-	}
-	st := *s.dispatched.Load()
-	if err := s.writeBatch(raftIndex, records, views, results, start, &st.indexLast); err != nil {
-		s.fail(err)
-		return nil, err
-	}
-	s.lastRaftIndex = raftIndex
-	st.dispatched, st.raftIndex, st.last = pos, raftIndex, results[len(results)-1].Offset
-	st.queueEntries += int64(len(results))
-	s.dispatched.Store(&st)
-	return results, nil
 }

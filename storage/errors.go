@@ -23,6 +23,9 @@ var (
 	ErrOffsetRemoved = errors.New("offset removed by retention")
 	// ErrOffsetNotFound: no record starts at that commitlog offset.
 	ErrOffsetNotFound = errors.New("no record at offset")
+	// ErrNotStored: a dispatch of an entry that is not the oldest stored
+	// one, or whose records are not the ones stored (dispatch.go).
+	ErrNotStored = errors.New("entry not stored")
 	// ErrClosed: the store is closed.
 	ErrClosed = errors.New("store closed")
 	// ErrFailed: an earlier write failed half way; the store refuses writes

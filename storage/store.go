@@ -33,10 +33,12 @@ type Store struct {
 	appendMu      sync.Mutex
 	lastRaftIndex uint64             // guarded by appendMu
 	encBuf        []byte             // guarded by appendMu
-	batchNext     map[queueKey]int64 // guarded by appendMu
+	stored        []storedEntry      // written, not dispatched (dispatch.go); guarded by appendMu
+	storeNext     map[queueKey]int64 // next queue offsets counting stored entries; guarded by appendMu
 	dedupSeen     map[uint64]int     // a batch's unique keys (dedup.go), guarded by appendMu
 	chunks        []chunk            // guarded by appendMu
 	keyBuf        []indexKey         // guarded by appendMu
+	patchBuf      []byte             // a record being dropped in place (dispatch.go); guarded by appendMu
 	views         []message.View     // guarded by appendMu
 
 	failMu  sync.Mutex
@@ -99,7 +101,7 @@ func Open(cfg Config) (*Store, error) {
 		cfg:       cfg,
 		log:       cfg.Logger.With("store", cfg.Dir),
 		queues:    make(map[queueKey]*consumeQueue),
-		batchNext: make(map[queueKey]int64),
+		storeNext: make(map[queueKey]int64),
 		dedupSeen: make(map[uint64]int),
 		stop:      make(chan struct{}),
 		failedC:   make(chan struct{}),
@@ -302,11 +304,9 @@ func appendBlank(buf []byte, size int64) []byte {
 	return buf
 }
 
-// writeBatch encodes the placed records, writes them with one write per
-// segment touched (blank records fill the ends of segments left), puts
-// their consume queue and key index entries and, in FlushSync mode, makes
-// them durable.
-func (s *Store) writeBatch(raftIndex uint64, records []byte, views []message.View, results []AppendResult, pos int64, indexLast *int64) error {
+// writeBatch encodes the placed records and writes them with one write
+// per segment touched (blank records fill the ends of segments left).
+func (s *Store) writeBatch(raftIndex uint64, records []byte, results []AppendResult, pos int64) error {
 	segSize := s.cfg.SegmentSize
 	buf, chunks := s.encBuf[:0], s.chunks[:0]
 	cur := chunk{pos: pos}
@@ -327,9 +327,6 @@ func (s *Store) writeBatch(raftIndex uint64, records []byte, views []message.Vie
 		var flag uint32
 		if i == len(results)-1 {
 			flag = message.SysFlagBatchEnd
-		}
-		if r.Dropped {
-			flag |= message.SysFlagDropped
 		}
 		at := len(buf)
 		buf = append(buf, records[src:src+int(r.Size)]...)
@@ -353,20 +350,7 @@ func (s *Store) writeBatch(raftIndex uint64, records []byte, views []message.Vie
 		}
 	}
 	s.cl.writePos.Store(pos)
-	if s.cfg.FlushMode != FlushSync {
-		return s.dispatchBatch(views, results, indexLast)
-	}
-	// The disk writes the batch while its entries are put; then the sync
-	// waits only for what is left and the cache flush. A reader may see the
-	// records a little before they are durable, as in FlushAsync mode: in a
-	// broker they are committed in the Raft log already.
-	if err := s.cl.startFlush(); err != nil {
-		return err
-	}
-	if err := s.dispatchBatch(views, results, indexLast); err != nil {
-		return err
-	}
-	return s.cl.flush()
+	return nil
 }
 
 // dispatchBatch puts the batch's consume queue entries and key index
@@ -490,9 +474,10 @@ func (s *Store) LastRaftIndex() uint64 {
 	return s.lastRaftIndex
 }
 
-// CommitlogOffsets returns the commitlog's first and end offsets.
+// CommitlogOffsets returns the commitlog's first offset and the end of
+// what is dispatched (StoreRecords' entries count once dispatched).
 func (s *Store) CommitlogOffsets() (min, max int64) {
-	return s.cl.minOffset(), s.cl.writePos.Load()
+	return s.cl.minOffset(), s.dispatched.Load().dispatched
 }
 
 // QueueOffsets returns the first readable and the next queue offset of a

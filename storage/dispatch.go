@@ -1,0 +1,277 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/raftmq/raftmq/message"
+)
+
+// Storing and dispatching, apart. A Raft entry's records are placed,
+// numbered and written when the entry is stored (StoreRecords), and put in
+// their consume queues and the key index when it is applied
+// (DispatchRecords); AppendRecords does both in turn. Between the two the
+// entry is stored and not dispatched: its bytes are in the commitlog, no
+// read reaches them, and CutStored can take them back, as Raft deletes a
+// follower's uncommitted tail that a new leader's log contradicts. This
+// is what the commitlog as the Raft log needs (docs/commitlog-raft-log.md):
+// a record's place is fixed when its entry is stored, on every replica
+// alike, and what apply decides (a retry, a send refused) drops a record
+// without moving it or any after it.
+//
+// Queue offsets are numbered at store time, in log order, past what is
+// dispatched and what the stored entries took (storeNext). A record
+// dropped at dispatch keeps its offset; the drop is written into the
+// stored record in place: its sys flag and CRC, 8 bytes (patchDropped).
+//
+// Not yet: a restart dispatches every whole batch recovery finds, stored
+// entries included, which is right only while every entry is dispatched
+// as soon as it is stored (AppendRecords). With the commitlog as the Raft
+// log, recovery will dispatch what the checkpoint covers and leave the
+// rest to Raft's replay; and DeleteTopic, applied between stored entries
+// numbered past it, will have to keep the deleted queues' numbering.
+
+// storedEntry is a Raft entry's batch written to the commitlog and not
+// dispatched yet.
+type storedEntry struct {
+	raftIndex  uint64
+	start, end int64          // the commitlog bytes it took, blank fillers included
+	results    []AppendResult // each record's place, queue offset, size, queue and tag hash
+}
+
+// StoreRecords writes records, a sequence of records as EncodeRecord lays
+// them out, as the batch of Raft entry raftIndex, after every entry stored
+// before: each record's commitlog offset, queue offset and the Raft index
+// are filled in. Nothing reads them until DispatchRecords dispatches the
+// entry. In FlushSync mode they are durable when it returns. Checks and
+// failures are AppendRecords'.
+func (s *Store) StoreRecords(raftIndex uint64, records []byte) error {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if err := s.appendable(raftIndex); err != nil {
+		return err
+	}
+	_, results, err := s.frameBatch(records, false)
+	if err != nil {
+		return err
+	}
+	if err := s.storeFramed(raftIndex, records, results); err != nil {
+		return err
+	}
+	if s.cfg.FlushMode == FlushSync {
+		if err := s.cl.flush(); err != nil {
+			s.fail(err)
+			return err
+		}
+	}
+	return nil
+}
+
+// DispatchRecords dispatches the oldest stored entry, which must be Raft
+// entry raftIndex holding records (its bytes as stored, or as they came
+// before the store filled them in): the records drop marks, and the
+// retries among them (Config.DedupWindow), are dropped, and the others put
+// in their consume queues and the key index. Its results are
+// AppendRecords'.
+func (s *Store) DispatchRecords(raftIndex uint64, records []byte, drop []bool) ([]AppendResult, error) {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	switch {
+	case s.closed.Load():
+		return nil, ErrClosed
+	case s.Err() != nil:
+		return nil, s.errFailed()
+	case len(s.stored) == 0 || s.stored[0].raftIndex != raftIndex:
+		return nil, fmt.Errorf("%w: Raft entry %d is not the oldest stored one (%s)", ErrNotStored, raftIndex, s.storedSpan())
+	}
+	views, results, err := s.frameBatch(records, true)
+	if err != nil {
+		return nil, err
+	}
+	e := &s.stored[0]
+	if len(results) != len(e.results) {
+		return nil, fmt.Errorf("%w: Raft entry %d: %d records, %d stored", ErrNotStored, raftIndex, len(results), len(e.results))
+	}
+	for i, r := range results {
+		if st := e.results[i]; r.Size != st.Size || r.QueueID != st.QueueID || r.Topic != st.Topic {
+			return nil, fmt.Errorf("%w: Raft entry %d: record %d is not the one stored", ErrNotStored, raftIndex, i)
+		}
+	}
+	res, err := s.dispatchFramed(raftIndex, records, views, drop)
+	if err == nil && s.cfg.FlushMode == FlushSync {
+		if err = s.cl.flush(); err != nil { // a drop written in place
+			s.fail(err)
+		}
+	}
+	return res, err
+}
+
+// CutStored takes back the stored entries above Raft index after, not
+// dispatched: the commitlog ends again where the first of them began, its
+// bytes there are zeroed (durably, so that no restart finds them), and
+// queue offsets are numbered again from there. Raft never deletes an
+// entry it applied, so a dispatched entry is never cut.
+func (s *Store) CutStored(after uint64) error {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	switch {
+	case s.closed.Load():
+		return ErrClosed
+	case s.Err() != nil:
+		return s.errFailed()
+	}
+	i, _ := slices.BinarySearchFunc(s.stored, after+1, func(e storedEntry, idx uint64) int {
+		switch {
+		case e.raftIndex < idx:
+			return -1
+		case e.raftIndex > idx:
+			return 1
+		}
+		return 0
+	})
+	if i == len(s.stored) {
+		return nil
+	}
+	cut, oldEnd := s.stored[i].start, s.cl.writePos.Load()
+	if err := s.cl.cutBack(cut, oldEnd); err != nil {
+		s.fail(err)
+		return err
+	}
+	s.cl.writePos.Store(cut)
+	s.stored = s.stored[:i]
+	s.lastRaftIndex = s.dispatched.Load().raftIndex
+	clear(s.storeNext)
+	for _, e := range s.stored {
+		s.lastRaftIndex = e.raftIndex
+		for _, r := range e.results {
+			s.storeNext[queueKey{r.Topic, r.QueueID}] = r.QueueOffset + 1
+		}
+	}
+	return nil
+}
+
+// StoredRaftIndexes returns the Raft indexes of the first and last stored
+// entries not dispatched yet; ok is false when there are none.
+func (s *Store) StoredRaftIndexes() (first, last uint64, ok bool) {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if len(s.stored) == 0 {
+		return 0, 0, false
+	}
+	return s.stored[0].raftIndex, s.stored[len(s.stored)-1].raftIndex, true
+}
+
+// storedSpan describes the stored entries, for errors. The caller holds
+// appendMu.
+func (s *Store) storedSpan() string {
+	if len(s.stored) == 0 {
+		return "none stored"
+	}
+	return fmt.Sprintf("stored %d to %d", s.stored[0].raftIndex, s.stored[len(s.stored)-1].raftIndex)
+}
+
+// storeFramed places framed records after everything stored, numbers
+// them, writes them as the batch of Raft entry raftIndex and keeps them as
+// the newest stored entry. results holds each record's size, topic, queue
+// and tag hash; their places and queue offsets are filled in.
+func (s *Store) storeFramed(raftIndex uint64, records []byte, results []AppendResult) error {
+	// Place every record: its commitlog offset (a record that does not fit
+	// in the rest of a segment starts the next one) and queue offset.
+	segSize := s.cfg.SegmentSize
+	start := s.cl.writePos.Load()
+	pos := start
+	for i := range results {
+		r := &results[i]
+		if segEnd := pos - pos%segSize + segSize; pos+int64(r.Size) > segEnd {
+			pos = segEnd
+		}
+		k := queueKey{r.Topic, r.QueueID}
+		qoff, ok := s.storeNext[k]
+		if !ok {
+			if q := s.queue(k, false); q != nil {
+				qoff = q.max.Load()
+			}
+		}
+		s.storeNext[k] = qoff + 1
+		r.Offset, r.QueueOffset = pos, qoff
+		pos += int64(r.Size)
+	}
+	if err := s.writeBatch(raftIndex, records, results, start); err != nil {
+		s.fail(err)
+		return err
+	}
+	s.lastRaftIndex = raftIndex
+	s.stored = append(s.stored, storedEntry{raftIndex: raftIndex, start: start, end: pos, results: results})
+	return nil
+}
+
+// dispatchFramed dispatches the oldest stored entry, raftIndex, whose
+// framed records are records and views: drops what drop marks and the
+// retries, writing the drops in place, and puts the rest in their queues
+// and the key index. The caller has checked that the records are the
+// stored ones.
+func (s *Store) dispatchFramed(raftIndex uint64, records []byte, views []message.View, drop []bool) ([]AppendResult, error) {
+	e := s.stored[0]
+	results := e.results
+	if drop != nil && len(drop) != len(results) {
+		return nil, fmt.Errorf("storage: %d records and %d drop marks", len(results), len(drop))
+	}
+	for i, d := range drop {
+		results[i].Dropped = d
+	}
+	var dups []dupRef
+	if s.cfg.DedupWindow > 0 {
+		if dups = s.duplicates(records, views, results); dups != nil {
+			for i := range dups {
+				results[i].Dropped = results[i].Dropped || dups[i].dup
+			}
+		}
+	}
+	for i, p := 0, 0; i < len(results); i++ {
+		size := int(results[i].Size)
+		if results[i].Dropped {
+			if err := s.patchDropped(raftIndex, records[p:p+size], results[i], i == len(results)-1); err != nil {
+				s.fail(err)
+				return nil, err
+			}
+		}
+		p += size
+	}
+	st := *s.dispatched.Load()
+	if err := s.dispatchBatch(views, results, &st.indexLast); err != nil {
+		s.fail(err)
+		return nil, err
+	}
+	st.dispatched, st.raftIndex, st.last = e.end, raftIndex, results[len(results)-1].Offset
+	st.queueEntries += int64(len(results))
+	s.dispatched.Store(&st)
+	s.stored[0] = storedEntry{} // let its results go
+	if len(s.stored) == 1 {
+		s.stored = s.stored[:0] // the usual case, and no allocation for the next
+		clear(s.storeNext)      // every queue's max is its next offset again
+	} else {
+		s.stored = s.stored[1:]
+	}
+	answerDuplicates(results, dups)
+	return results, nil
+}
+
+// patchDropped writes into the stored record r, whose bytes as they came
+// are rec, that it is dropped: its sys flag and CRC, the 8 bytes at its
+// offset 8. last says it ends its batch.
+func (s *Store) patchDropped(raftIndex uint64, rec []byte, r AppendResult, last bool) error {
+	flag := message.SysFlagDropped
+	if last {
+		flag |= message.SysFlagBatchEnd
+	}
+	b := s.patchBuf[:0]
+	b = append(b, rec...)
+	message.Fill(b, raftIndex, r.Offset, r.QueueOffset, flag)
+	if cap(b) <= 1<<20 {
+		s.patchBuf = b
+	}
+	var crcAndFlag [8]byte
+	binary.BigEndian.PutUint64(crcAndFlag[:], binary.BigEndian.Uint64(b[8:]))
+	return s.cl.write(r.Offset+8, crcAndFlag[:])
+}
