@@ -74,13 +74,8 @@ func (s *Store) ReadCommitlog(from, to int64, maxBytes int) ([]byte, error) {
 func (s *Store) AppendRaw(from int64, data []byte) error {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	switch {
-	case s.closed.Load():
-		return ErrClosed
-	case s.Err() != nil:
-		return s.errFailed()
-	case len(data) == 0:
-		return nil
+	if err := s.writable(); err != nil || len(data) == 0 {
+		return err
 	}
 	st := *s.dispatched.Load()
 	if len(s.stored) > 0 {

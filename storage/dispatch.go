@@ -77,12 +77,10 @@ func (s *Store) StoreRecords(raftIndex uint64, records []byte) error {
 func (s *Store) DispatchRecords(raftIndex uint64, records []byte, drop []bool) ([]AppendResult, error) {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	switch {
-	case s.closed.Load():
-		return nil, ErrClosed
-	case s.Err() != nil:
-		return nil, s.errFailed()
-	case len(s.stored) == 0 || s.stored[0].raftIndex != raftIndex:
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
+	if len(s.stored) == 0 || s.stored[0].raftIndex != raftIndex {
 		return nil, fmt.Errorf("%w: Raft entry %d is not the oldest stored one (%s)", ErrNotStored, raftIndex, s.storedSpan())
 	}
 	views, results, err := s.frameBatch(records, true)
@@ -115,11 +113,8 @@ func (s *Store) DispatchRecords(raftIndex uint64, records []byte, drop []bool) (
 func (s *Store) CutStored(after uint64) error {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	switch {
-	case s.closed.Load():
-		return ErrClosed
-	case s.Err() != nil:
-		return s.errFailed()
+	if err := s.writable(); err != nil {
+		return err
 	}
 	i, _ := slices.BinarySearchFunc(s.stored, after+1, func(e storedEntry, idx uint64) int {
 		switch {

@@ -128,13 +128,20 @@ func (s *Store) frameBatch(records []byte, withKeys bool) ([]message.View, []App
 // cannot: the store is closed or failed, or holds that entry already.
 // The caller holds appendMu.
 func (s *Store) appendable(raftIndex uint64) error {
-	switch {
-	case s.closed.Load():
-		return ErrClosed
-	case s.Err() != nil:
-		return s.errFailed()
-	case raftIndex <= s.lastRaftIndex:
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if raftIndex <= s.lastRaftIndex {
 		return fmt.Errorf("%w: %d <= %d", ErrStaleRaftIndex, raftIndex, s.lastRaftIndex)
 	}
 	return nil
+}
+
+// writable says why the store takes no write now, if it takes none: it is
+// closed or failed.
+func (s *Store) writable() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.errFailed()
 }
