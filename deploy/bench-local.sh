@@ -12,6 +12,8 @@
 #   consume bench consume --clients 4 --count N: a new group reads from the first offset the
 #           N messages the three runs above counted as sent (it stops on the count; the
 #           harness caps it at 300 s)
+#   e2e     bench e2e --clients 4 --mode sync --rate 1000 --duration 10s: send to receive at a low
+#           load (1000 msgs/s, a tenth of sync16's), a push consumer reading as the producers send
 #   long    with --long: bench produce as batch, for 120 s (sustained), after consume
 #   timers  with --timers: bench timers --rate 10000 --timer-senders 32 --delay 5s --spread 1s --duration 15s
 #           --clients 8 --mode batch --batch 64: 10k timer messages/s scheduled on topic
@@ -444,6 +446,7 @@ run_raftmq() { # R
 		total=$((total + ${sent:-0}))
 	done
 	bench "$d" consume 300 consume --clients 4 --size 1024 --group bench-consume --count "$total"
+	bench "$d" e2e 120 e2e --clients 4 --size 1024 --mode sync --rate 1000 --duration 10s --group bench-e2e
 	if [ "$rocketmq" = 1 ]; then
 		bench "$d" rmq.batch 120 produce --clients 16 --size 1024 --mode batch --batch 64 --duration 15s
 		bench "$d" rmq.sync16 120 produce --clients 16 --size 1024 --mode sync --duration 15s
@@ -467,7 +470,7 @@ run_raftmq() { # R
 		add ratio.timers_sends "$(ratio "$(jget "$d/timers.json" msgs_per_sec)" "$(jget "$d/timers_base.json" msgs_per_sec)")"
 	fi
 
-	for i in batch sync16 sync1 consume long timers_base timers rmq.batch rmq.sync16 rmq.sync1 rmq.consume; do
+	for i in batch sync16 sync1 consume e2e long timers_base timers rmq.batch rmq.sync16 rmq.sync1 rmq.consume; do
 		[ -f "$d/$i.json" ] || continue
 		add "$i.mps" "$(jget "$d/$i.json" msgs_per_sec)"
 		add "$i.p50" "$(jget "$d/$i.json" p50_ms)"
@@ -557,6 +560,7 @@ echo "$line"
 line="consume, 4 clients, $(fmt "$(g consume.count)") messages from the first:  $(kfmt "$(g consume.mps)") msgs/s (bench consume records no latency)"
 [ "$nats" = 1 ] && line="$line | NATS 300000 messages $(kfmt "$(g nats.consume)") ($(xfmt "$(g ratio.consume)"))"
 echo "$line"
+echo "send to receive, 4 producers at 1000 msgs/s, 10s:   p50 $(fmt "$(g e2e.p50)" 2) ms, p99 $(fmt "$(g e2e.p99)" 2) ms, $(kfmt "$(g e2e.mps)") msgs/s received (a push consumer; born time to receive, the born time in ms)"
 if [ "$rocketmq" = 1 ]; then
 	echo "RocketMQ's official Go client, same cluster and topic (ratio to raftmq's SDK):"
 	echo "  batched publish, 16 clients x 64:  $(kfmt "$(g rmq.batch.mps)") msgs/s, p99 $(fmt "$(g rmq.batch.p99)" 1) ms ($(xfmt "$(g ratio.rmq_batch)"))"
@@ -570,7 +574,7 @@ echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss
 if [ "$runs" -gt 1 ]; then
 	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi
@@ -582,7 +586,7 @@ if [ "$json" = 1 ]; then
 		printf '{"msgs_per_sec":%s,"p50_ms":%s,"p99_ms":%s}' "$(g "$1.mps")" "$(g "$1.p50")" "$(g "$1.p99")"
 	}
 	out="{\"commit\":\"$commit\",\"runs\":$runs,\"tls\":$([ "$tls" = 1 ] && echo true || echo false),\"seconds\":$elapsed,\"raftmq\":{\"batch\":$(fig batch),\"sync16\":$(fig sync16),\"sync1\":$(fig sync1)"
-	out="$out,\"consume\":{\"msgs_per_sec\":$(g consume.mps),\"messages\":$(g consume.count),\"p99_ms\":null}"
+	out="$out,\"consume\":{\"msgs_per_sec\":$(g consume.mps),\"messages\":$(g consume.count),\"p99_ms\":null},\"e2e_low_load\":$(fig e2e)"
 	[ "$long" = 1 ] && out="$out,\"batch_long\":$(fig long)"
 	[ "$timers" = 1 ] && out="$out,\"timers\":{\"acked\":$(g timers.timers_acked),\"fired\":$(g timers.timers_fired),\"duplicates\":$(g timers.timer_duplicates),\"early\":$(g timers.timers_early),\"fire_late_p50_ms\":$(g timers.fire_late_p50_ms),\"fire_late_p99_ms\":$(g timers.fire_late_p99_ms),\"fire_late_max_ms\":$(g timers.fire_late_max_ms),\"sends_while_firing\":$(fig timers),\"sends_without_timers\":$(fig timers_base)}"
 	out="$out,\"rss_mb\":{\"1\":$(g rss.1),\"2\":$(g rss.2),\"3\":$(g rss.3)},\"anon_rss_mb\":{\"1\":$(g anon.1),\"2\":$(g anon.2),\"3\":$(g anon.3)},\"master\":[$(tr -s ' ' ',' <<<"${V[master]# }")]}"

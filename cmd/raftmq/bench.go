@@ -29,6 +29,7 @@ type benchFlags struct {
 	producerIDs            bool   // --producer-ids
 	sendStreams            bool   // --send-streams
 	cpuProfile             string // --cpuprofile
+	rate                   int    // --rate (produce, e2e): messages a second over all clients, 0 for no limit
 }
 
 func benchCommand() *cobra.Command {
@@ -57,13 +58,21 @@ system, the bench process spent, its setup included: the client's share of a run
 	fl.StringVar(&f.cpuProfile, "cpuprofile", "", "write the bench's own CPU profile to this file (go tool pprof)")
 	fl.BoolVar(&f.producerIDs, "producer-ids", true, "producers ask for producer ids and number their sends (false: retries are known by unique keys only)")
 	fl.BoolVar(&f.sendStreams, "send-streams", true, "producers send sends of up to 32 KiB on a stream per broker rather than an RPC each (client.WithSendStreams)")
+	produce := &cobra.Command{Use: "produce", Short: "send messages as fast as they are acknowledged (or at --rate)",
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, true, false) }}
+	e2e := &cobra.Command{Use: "e2e", Short: "produce and consume together; latency is send to receive",
+		Long: `Produce and consume together; latency is send to receive. With --rate the
+producers send at that rate (a low load, say 1000 a second, shows the latency a
+message takes when nothing queues).`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, true, true) }}
+	for _, c := range []*cobra.Command{produce, e2e} {
+		c.Flags().IntVar(&f.rate, "rate", 0, "messages a second over all clients (0: as fast as they are acknowledged)")
+	}
 	cmd.AddCommand(
-		&cobra.Command{Use: "produce", Short: "send messages as fast as they are acknowledged",
-			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, true, false) }},
+		produce,
 		&cobra.Command{Use: "consume", Short: "consume messages with a push consumer from the first offset",
 			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, false, true) }},
-		&cobra.Command{Use: "e2e", Short: "produce and consume together; latency is send to receive",
-			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, true, true) }},
+		e2e,
 		benchTimersCommand(&f),
 	)
 	return cmd
@@ -148,6 +157,9 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 	if f.size < 1 || f.clients < 1 || f.batch < 1 {
 		return errors.New("--size, --clients and --batch must be positive")
 	}
+	if f.rate < 0 {
+		return errors.New("--rate must not be negative")
+	}
 	stop, err := startCPUProfile(f.cpuProfile)
 	if err != nil {
 		return err
@@ -222,7 +234,10 @@ func runBench(ctx context.Context, f benchFlags, produce, consume bool) error {
 		}
 		body := []byte(strings.Repeat("x", f.size))
 		var issued atomic.Int64
-		take := func(n int64) bool { return f.count == 0 || issued.Add(n) <= f.count+n-1 }
+		pace := newPacer(f.rate, time.Now())
+		take := func(n int64) bool {
+			return (f.count == 0 || issued.Add(n) <= f.count+n-1) && pace.wait(ctx, n)
+		}
 		for i := 0; i < f.clients; i++ {
 			wg.Add(1)
 			go func() {
@@ -276,6 +291,48 @@ func startBenchProducer(nsAddrs []string, f benchFlags) (*client.Producer, error
 		return nil, err
 	}
 	return p, nil
+}
+
+// pacer spaces the sends of every producing goroutine to one rate: the
+// n-th message is due n/rate seconds after the start. A sender behind
+// its schedule sends at once.
+type pacer struct {
+	start    time.Time
+	interval time.Duration // between two messages
+	issued   atomic.Int64
+}
+
+// newPacer paces to rate messages a second from start; nil (no pacing)
+// when rate is 0.
+func newPacer(rate int, start time.Time) *pacer {
+	if rate <= 0 {
+		return nil
+	}
+	return &pacer{start: start, interval: time.Second / time.Duration(rate)}
+}
+
+// due is when the next n messages may go, and counts them as issued.
+func (p *pacer) due(n int64) time.Time {
+	return p.start.Add(time.Duration(p.issued.Add(n)-n) * p.interval)
+}
+
+// wait blocks until the next n messages may go; false if ctx ended first.
+func (p *pacer) wait(ctx context.Context, n int64) bool {
+	if p == nil {
+		return true
+	}
+	d := time.Until(p.due(n))
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // produceLoop sends until ctx ends or take says the count is reached.

@@ -400,6 +400,16 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 			t.Fatalf("bench e2e run %d summary %+v (%v):\n%s", run, sum, err, out)
 		}
 	}
+	// --rate paces the sends: 40 messages at 200 a second take 195 ms at
+	// least, so the rate cannot come out above 205 a second.
+	out = raftmq(t, bin, "bench", "e2e", "--namesrv", ns, "--topic", "fresh-e2e", "--group", "bench-e2e", "--count", "40", "--rate", "200", "--clients", "4", "--size", "64", "--json")
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || sum.Sent != 40 || sum.MsgsPerSec > 205 || sum.P99 <= 0 {
+		t.Fatalf("bench e2e --rate 200 summary %+v (%v):\n%s", sum, err, out)
+	}
+	if out, err := exec.Command(bin, "bench", "produce", "--namesrv", ns, "--rate", "-1").CombinedOutput(); err == nil || !strings.Contains(string(out), "--rate must not be negative") {
+		t.Fatalf("bench produce --rate -1: %v\n%s", err, out)
+	}
 
 	// group list / describe: a push consumer (bench consume's) is a
 	// member holding the topic's 3 queues.
