@@ -289,19 +289,19 @@ func TestBatcherWaitsForTheLastEntrysSenders(t *testing.T) {
 	startRun(t, bt)
 	first := send(t, bt, "a")
 	e1 := r.next(t)
-	b, c := send(t, bt, "b"), send(t, bt, "c")
-	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 2 })
+	b, c, d := send(t, bt, "b"), send(t, bt, "c"), send(t, bt, "d")
+	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 3 })
 	e1.future.let <- nil
 	outcome(t, first)
-	// Company: e1's one sender and the two queued with it.
+	// Company: e1's one sender and the three queued with it.
 	r.none(t, 50*time.Millisecond)
 	again := send(t, bt, "a'")
 	e2 := r.next(t)
-	if got := slices.Sorted(slices.Values(e2.bodies)); fmt.Sprint(got) != "[a' b c]" {
-		t.Fatalf("the entry after the wait holds %v, want the three sends (in any order)", e2.bodies)
+	if got := slices.Sorted(slices.Values(e2.bodies)); fmt.Sprint(got) != "[a' b c d]" {
+		t.Fatalf("the entry after the wait holds %v, want the four sends (in any order)", e2.bodies)
 	}
 	e2.future.let <- nil
-	for _, s := range []<-chan sent{b, c, again} {
+	for _, s := range []<-chan sent{b, c, d, again} {
 		if o := outcome(t, s); o.err != nil || len(o.res) != 1 {
 			t.Fatalf("a send of the merged entry: %d results, %v", len(o.res), o.err)
 		}
@@ -316,17 +316,45 @@ func TestBatcherWaitsForCompanyNoLongerThanGroupCommitWait(t *testing.T) {
 	startRun(t, bt)
 	first := send(t, bt, "a")
 	e1 := r.next(t)
-	b := send(t, bt, "b")
-	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 1 })
+	b, c, d := send(t, bt, "b"), send(t, bt, "c"), send(t, bt, "d")
+	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 3 })
 	e1.future.let <- nil
 	outcome(t, first)
 	r.none(t, 20*time.Millisecond) // well within the wait
 	e2 := r.next(t)
+	if got := slices.Sorted(slices.Values(e2.bodies)); fmt.Sprint(got) != "[b c d]" {
+		t.Fatalf("the entry after the wait holds %v, want [b c d]", e2.bodies)
+	}
+	e2.future.let <- nil
+	for _, s := range []<-chan sent{b, c, d} {
+		outcome(t, s)
+	}
+}
+
+// Company of fewer than companyWorthWaiting is not waited for: once an
+// entry of one send finishes, the send queued behind it goes out at once,
+// though GroupCommitWait is long (producers at a steady rate paid it on
+// every send).
+func TestBatcherWaitsForNoSmallCompany(t *testing.T) {
+	r := newFakeRaft()
+	bt := newTestBatcher(t, r, func(c *Config) { c.GroupCommitWait = time.Minute })
+	startRun(t, bt)
+	first := send(t, bt, "a")
+	e1 := r.next(t)
+	b := send(t, bt, "b")
+	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 1 })
+	e1.future.let <- nil
+	outcome(t, first)
+	e2 := r.next(t) // r.next fails after 5 s: the minute's wait would
 	if fmt.Sprint(e2.bodies) != "[b]" {
-		t.Fatalf("the entry after the wait holds %v, want [b]", e2.bodies)
+		t.Fatalf("the entry after the first holds %v, want [b]", e2.bodies)
 	}
 	e2.future.let <- nil
 	outcome(t, b)
+	// And a send after it, to an empty queue, proposes at once.
+	if !bt.alone() {
+		t.Fatal("after entries of one send, a lone send still expects company")
+	}
 }
 
 // A lone send waits for no company: after an entry of one sender, and

@@ -77,7 +77,8 @@ type Config struct {
 	MaxInflightEntries int
 	// GroupCommitWait bounds how long, after an entry finishes, the next
 	// one waits for the senders of the last to come back before it goes
-	// out with fewer (batcher.go, company). A lone sender never waits.
+	// out with fewer (batcher.go, company). A lone sender never waits, nor
+	// does an entry that expects fewer than 4 (companyWorthWaiting).
 	// Default 2 ms; negative: never wait. 16 synchronous senders of 3
 	// broker processes on 2 cores: 12-15 messages per entry against 6.9
 	// without it (2026-12-03, broker/README.md).

@@ -116,7 +116,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.TimerPrecision, "timer-precision", "100ms", "a timer message is delivered at its time or up to this much later (the timer ladder's first step)")
 	fl.StringVar(&f.RaftInFlight, "raft-in-flight", "1", "AppendEntries the master has in flight to each follower (1: no pipelining)")
 	fl.StringVar(&f.StreamWorkers, "stream-workers", "64", "goroutines kept to run RPCs on warm stacks (more RPCs at once get their own); 0: none")
-	fl.StringVar(&f.GroupCommitWait, "group-commit-wait", "2ms", "how long, at most, the next Raft entry waits for the senders of the last one to come back with their next sends rather than go out with fewer (a lone sender never waits), or off")
+	fl.StringVar(&f.GroupCommitWait, "group-commit-wait", "2ms", "how long, at most, the next Raft entry waits for the senders of the last one to come back with their next sends rather than go out with fewer (a lone sender never waits, nor an entry that expects fewer than 4 sends), or off")
 	fl.StringVar(&f.GCPercent, "gc-percent", "100", "Go's GOGC for this process: the heap grows this much (in %) over what is live before a collection; the GOGC variable, when set, wins")
 	f.nodeSecurity.flags(cmd)
 	return cmd
