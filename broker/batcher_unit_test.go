@@ -280,6 +280,22 @@ func TestBatcherFailuresReachEverySender(t *testing.T) {
 	}
 }
 
+// finishBehind sends "a", which goes out alone, queues bodies behind its
+// entry, then lets that entry finish; it returns the queued sends.
+func finishBehind(t *testing.T, bt *batcher, r *fakeRaft, bodies ...string) []<-chan sent {
+	t.Helper()
+	first := send(t, bt, "a")
+	e1 := r.next(t)
+	var queued []<-chan sent
+	for _, b := range bodies {
+		queued = append(queued, send(t, bt, b))
+	}
+	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == int32(len(bodies)) })
+	e1.future.let <- nil
+	outcome(t, first)
+	return queued
+}
+
 // Once an entry of several senders finishes, the next waits for as many
 // sends as that entry had and those queued with it (its senders come back
 // with their next), rather than going out with the ones already queued.
@@ -287,13 +303,8 @@ func TestBatcherWaitsForTheLastEntrysSenders(t *testing.T) {
 	r := newFakeRaft()
 	bt := newTestBatcher(t, r, func(c *Config) { c.GroupCommitWait = time.Minute })
 	startRun(t, bt)
-	first := send(t, bt, "a")
-	e1 := r.next(t)
-	b, c, d := send(t, bt, "b"), send(t, bt, "c"), send(t, bt, "d")
-	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 3 })
-	e1.future.let <- nil
-	outcome(t, first)
-	// Company: e1's one sender and the three queued with it.
+	queued := finishBehind(t, bt, r, "b", "c", "d")
+	// Company: the finished entry's one sender and the three queued with it.
 	r.none(t, 50*time.Millisecond)
 	again := send(t, bt, "a'")
 	e2 := r.next(t)
@@ -301,7 +312,7 @@ func TestBatcherWaitsForTheLastEntrysSenders(t *testing.T) {
 		t.Fatalf("the entry after the wait holds %v, want the four sends (in any order)", e2.bodies)
 	}
 	e2.future.let <- nil
-	for _, s := range []<-chan sent{b, c, d, again} {
+	for _, s := range append(queued, again) {
 		if o := outcome(t, s); o.err != nil || len(o.res) != 1 {
 			t.Fatalf("a send of the merged entry: %d results, %v", len(o.res), o.err)
 		}
@@ -314,19 +325,14 @@ func TestBatcherWaitsForCompanyNoLongerThanGroupCommitWait(t *testing.T) {
 	r := newFakeRaft()
 	bt := newTestBatcher(t, r, func(c *Config) { c.GroupCommitWait = 100 * time.Millisecond })
 	startRun(t, bt)
-	first := send(t, bt, "a")
-	e1 := r.next(t)
-	b, c, d := send(t, bt, "b"), send(t, bt, "c"), send(t, bt, "d")
-	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 3 })
-	e1.future.let <- nil
-	outcome(t, first)
+	queued := finishBehind(t, bt, r, "b", "c", "d")
 	r.none(t, 20*time.Millisecond) // well within the wait
 	e2 := r.next(t)
 	if got := slices.Sorted(slices.Values(e2.bodies)); fmt.Sprint(got) != "[b c d]" {
 		t.Fatalf("the entry after the wait holds %v, want [b c d]", e2.bodies)
 	}
 	e2.future.let <- nil
-	for _, s := range []<-chan sent{b, c, d} {
+	for _, s := range queued {
 		outcome(t, s)
 	}
 }
@@ -339,18 +345,13 @@ func TestBatcherWaitsForNoSmallCompany(t *testing.T) {
 	r := newFakeRaft()
 	bt := newTestBatcher(t, r, func(c *Config) { c.GroupCommitWait = time.Minute })
 	startRun(t, bt)
-	first := send(t, bt, "a")
-	e1 := r.next(t)
-	b := send(t, bt, "b")
-	waitFor(t, 5*time.Second, func() bool { return bt.queued.Load() == 1 })
-	e1.future.let <- nil
-	outcome(t, first)
+	queued := finishBehind(t, bt, r, "b")
 	e2 := r.next(t) // r.next fails after 5 s: the minute's wait would
 	if fmt.Sprint(e2.bodies) != "[b]" {
 		t.Fatalf("the entry after the first holds %v, want [b]", e2.bodies)
 	}
 	e2.future.let <- nil
-	outcome(t, b)
+	outcome(t, queued[0])
 	// And a send after it, to an empty queue, proposes at once.
 	if !bt.alone() {
 		t.Fatal("after entries of one send, a lone send still expects company")
