@@ -55,9 +55,17 @@ const (
 	// record's place be fixed before its entry is applied
 	// (docs/commitlog-raft-log.md).
 	SysFlagDropped uint32 = 1 << 2
+	// SysFlagFrame marks a Raft entry's frame, the record a store writes
+	// before an entry's records when the commitlog is the Raft log: topic
+	// FrameTopic, queue 0, its body the entry's own fields. No queue holds
+	// it and no reader is given it.
+	SysFlagFrame uint32 = 1 << 3
 
 	maxShortLen = 1<<16 - 1
 )
+
+// FrameTopic is the topic of a Raft entry's frame (SysFlagFrame).
+const FrameTopic = "%RAFT%"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

@@ -37,6 +37,7 @@ import (
 type storedEntry struct {
 	raftIndex  uint64
 	start, end int64          // the commitlog bytes it took, blank fillers included
+	frame      int64          // where its frame is (entries.go); -1: it has none
 	results    []AppendResult // each record's place, queue offset, size, queue and tag hash
 }
 
@@ -80,8 +81,8 @@ func (s *Store) DispatchRecords(raftIndex uint64, records []byte, drop []bool) (
 	if err := s.writable(); err != nil {
 		return nil, err
 	}
-	if len(s.stored) == 0 || s.stored[0].raftIndex != raftIndex {
-		return nil, fmt.Errorf("%w: Raft entry %d is not the oldest stored one (%s)", ErrNotStored, raftIndex, s.storedSpan())
+	if len(s.stored) == 0 || s.stored[0].raftIndex != raftIndex || len(s.stored[0].results) == 0 {
+		return nil, fmt.Errorf("%w: Raft entry %d is not the oldest stored one, or has no records (%s)", ErrNotStored, raftIndex, s.storedSpan())
 	}
 	views, results, err := s.frameBatch(records, true)
 	if err != nil {
@@ -134,6 +135,7 @@ func (s *Store) CutStored(after uint64) error {
 		return err
 	}
 	s.cl.writePos.Store(cut)
+	s.entries.cutAfter(after)
 	s.stored = s.stored[:i]
 	s.lastRaftIndex = s.dispatched.Load().raftIndex
 	clear(s.storeNext)
@@ -171,15 +173,43 @@ func (s *Store) storedSpan() string {
 // the newest stored entry. results holds each record's size, topic, queue
 // and tag hash; their places and queue offsets are filled in.
 func (s *Store) storeFramed(raftIndex uint64, records []byte, results []AppendResult) error {
-	// Place every record: its commitlog offset (a record that does not fit
-	// in the rest of a segment starts the next one) and queue offset.
-	segSize := s.cfg.SegmentSize
 	start := s.cl.writePos.Load()
+	end := s.place(results, start, false)
+	if err := s.writeBatch(raftIndex, records, results, start); err != nil {
+		s.fail(err)
+		return err
+	}
+	s.lastRaftIndex = raftIndex
+	s.stored = append(s.stored, storedEntry{raftIndex: raftIndex, start: start, end: end, frame: -1, results: results})
+	return nil
+}
+
+// place gives each of a batch's results its commitlog offset from start
+// (a record that does not fit the rest of a segment starts the next one;
+// with whole, the batch does when it does not fit whole) and each record
+// but a frame its queue offset, after what is dispatched and stored. It
+// returns where the batch ends.
+func (s *Store) place(results []AppendResult, start int64, whole bool) int64 {
+	segSize := s.cfg.SegmentSize
 	pos := start
+	if whole {
+		var size int64
+		for _, r := range results {
+			size += int64(r.Size)
+		}
+		if segEnd := pos - pos%segSize + segSize; pos+size > segEnd {
+			pos = segEnd
+		}
+	}
 	for i := range results {
 		r := &results[i]
 		if segEnd := pos - pos%segSize + segSize; pos+int64(r.Size) > segEnd {
 			pos = segEnd
+		}
+		r.Offset = pos
+		pos += int64(r.Size)
+		if r.frame {
+			continue
 		}
 		k := queueKey{r.Topic, r.QueueID}
 		qoff, ok := s.storeNext[k]
@@ -189,16 +219,9 @@ func (s *Store) storeFramed(raftIndex uint64, records []byte, results []AppendRe
 			}
 		}
 		s.storeNext[k] = qoff + 1
-		r.Offset, r.QueueOffset = pos, qoff
-		pos += int64(r.Size)
+		r.QueueOffset = qoff
 	}
-	if err := s.writeBatch(raftIndex, records, results, start); err != nil {
-		s.fail(err)
-		return err
-	}
-	s.lastRaftIndex = raftIndex
-	s.stored = append(s.stored, storedEntry{raftIndex: raftIndex, start: start, end: pos, results: results})
-	return nil
+	return pos
 }
 
 // dispatchFramed dispatches the oldest stored entry, raftIndex, whose
@@ -241,6 +264,14 @@ func (s *Store) dispatchFramed(raftIndex uint64, records []byte, views []message
 	st.dispatched, st.raftIndex, st.last = e.end, raftIndex, results[len(results)-1].Offset
 	st.queueEntries += int64(len(results))
 	s.dispatched.Store(&st)
+	s.popStored()
+	answerDuplicates(results, dups)
+	return results, nil
+}
+
+// popStored forgets the oldest stored entry, dispatched. The caller holds
+// appendMu.
+func (s *Store) popStored() {
 	s.stored[0] = storedEntry{} // let its results go
 	if len(s.stored) == 1 {
 		s.stored = s.stored[:0] // the usual case, and no allocation for the next
@@ -248,8 +279,6 @@ func (s *Store) dispatchFramed(raftIndex uint64, records []byte, views []message
 	} else {
 		s.stored = s.stored[1:]
 	}
-	answerDuplicates(results, dups)
-	return results, nil
 }
 
 // patchDropped writes into the stored record r, whose bytes as they came

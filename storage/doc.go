@@ -121,6 +121,11 @@
 //     use, by zero-filling ahead or by reusing a retired segment;
 //   - dispatch.go: storing an entry apart from dispatching it, drops
 //     written in place, and cutting back entries stored and not dispatched;
+//   - entries.go: Raft entries in the commitlog, each a frame record (the
+//     entry's own fields) and its records, never across segments; the
+//     in-memory index from Raft index to entry, and reading one back (what
+//     a Raft log store over the commitlog needs; not used by the broker
+//     yet);
 //   - consumequeue.go: the consume queues;
 //   - index.go: the key index (keys and UNIQ_KEY);
 //   - dedup.go: retries stored once, by their UNIQ_KEY within DedupWindow;

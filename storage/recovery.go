@@ -201,6 +201,9 @@ func (s *Store) matchesLog(cp checkpoint, clMin int64) bool {
 // dispatchStored dispatches a record read back from the commitlog (by
 // recovery, or after a copy from a peer) and counts it in st.
 func (s *Store) dispatchStored(rec []byte, st *checkpoint) error {
+	if message.HeaderSysFlag(rec)&message.SysFlagFrame != 0 {
+		return nil // a Raft entry's frame: no queue holds it
+	}
 	r, err := decodeRecord(rec)
 	if err != nil {
 		return err

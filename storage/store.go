@@ -39,6 +39,8 @@ type Store struct {
 	chunks        []chunk            // guarded by appendMu
 	keyBuf        []indexKey         // guarded by appendMu
 	patchBuf      []byte             // a record being dropped in place (dispatch.go); guarded by appendMu
+	entryBuf      []byte             // an entry's frame and records (entries.go); guarded by appendMu
+	entries       entryIndex         // where stored Raft entries are (entries.go)
 	views         []message.View     // guarded by appendMu
 
 	failMu  sync.Mutex
@@ -72,6 +74,8 @@ type AppendResult struct {
 	// Dropped: the record was appended dropped (message.SysFlagDropped),
 	// as the caller asked; these fields are its own.
 	Dropped bool
+
+	frame bool // a Raft entry's frame (entries.go): no queue offset, never dispatched
 }
 
 type chunk struct {
@@ -327,6 +331,9 @@ func (s *Store) writeBatch(raftIndex uint64, records []byte, results []AppendRes
 		var flag uint32
 		if i == len(results)-1 {
 			flag = message.SysFlagBatchEnd
+		}
+		if r.frame {
+			flag |= message.SysFlagFrame
 		}
 		at := len(buf)
 		buf = append(buf, records[src:src+int(r.Size)]...)

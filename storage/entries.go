@@ -1,0 +1,302 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/raftmq/raftmq/message"
+)
+
+// Raft entries in the commitlog: what a Raft log store over the commitlog
+// needs of the store (docs/commitlog-raft-log.md, step 2). An entry is
+// stored as one batch: a frame, then its records. The frame is a record
+// of topic message.FrameTopic marked message.SysFlagFrame, whose body is
+// the entry's own fields as the caller encodes them (Entry.Meta), so the
+// commitlog's checks, its scan and recovery's cut of a torn batch hold
+// for entries as for any batch; no queue holds a frame, and dispatch and
+// recovery pass over it. An entry without records (not a send) is a
+// frame alone. An entry never spans segments: one that does not fit the
+// rest of a segment starts the next, so its bytes are read back at once.
+//
+// The store keeps, in memory, where each entry is from the first it
+// indexed to the last it stored: entries stored since it opened, and
+// those IndexEntries found. What Raft asks for below is ErrEntryNotFound.
+
+// Entry is a Raft entry as the store keeps it.
+type Entry struct {
+	Index   uint64
+	Meta    []byte // the entry's own fields, kept as they are
+	Records []byte // records as EncodeRecord lays them out; none for an entry that is not a send
+}
+
+// ErrEntryNotFound: the store has not indexed that Raft entry.
+var ErrEntryNotFound = errors.New("raft entry not found")
+
+// entrySpan is where one entry is in the commitlog: its frame, and the end
+// of its last record.
+type entrySpan struct{ frame, end int64 }
+
+// entryIndex maps Raft indexes to entries' spans, densely from first.
+// Stores hold appendMu and mu; reads hold mu shared.
+type entryIndex struct {
+	mu    sync.RWMutex
+	first uint64
+	spans []entrySpan
+}
+
+// add indexes entry idx, which must follow the last one indexed, or
+// start the index when it is empty.
+func (x *entryIndex) add(idx uint64, sp entrySpan) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.spans) == 0 {
+		x.first = idx
+	} else if want := x.first + uint64(len(x.spans)); idx != want {
+		return fmt.Errorf("storage: Raft entry %d stored after %d", idx, want-1)
+	}
+	x.spans = append(x.spans, sp)
+	return nil
+}
+
+func (x *entryIndex) span(idx uint64) (entrySpan, bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if idx < x.first || idx-x.first >= uint64(len(x.spans)) {
+		return entrySpan{}, false
+	}
+	return x.spans[idx-x.first], true
+}
+
+// cutAfter forgets the entries above idx.
+func (x *entryIndex) cutAfter(idx uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	switch {
+	case len(x.spans) == 0:
+	case idx < x.first:
+		x.spans = x.spans[:0]
+	case idx-x.first < uint64(len(x.spans)):
+		x.spans = x.spans[:idx-x.first+1]
+	}
+}
+
+// forgetBefore forgets the entries below idx.
+func (x *entryIndex) forgetBefore(idx uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if idx <= x.first || len(x.spans) == 0 {
+		return
+	}
+	n := min(idx-x.first, uint64(len(x.spans)))
+	x.spans = append(x.spans[:0:0], x.spans[n:]...)
+	x.first += n
+}
+
+func (x *entryIndex) bounds() (first, last uint64, ok bool) {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if len(x.spans) == 0 {
+		return 0, 0, false
+	}
+	return x.first, x.first + uint64(len(x.spans)) - 1, true
+}
+
+// StoreEntries writes entries after every one stored, each as a frame and
+// its records, placed and numbered as StoreRecords does, and makes them
+// durable (an fdatasync, whatever Config.FlushMode says: they are the Raft
+// log). Nothing reads their records until DispatchRecords (or, for an
+// entry without records, DispatchEntry) dispatches them; ReadEntry reads
+// them back at once. Indexes must rise.
+func (s *Store) StoreEntries(entries []Entry) error {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if len(entries) == 0 {
+		return nil
+	}
+	for _, e := range entries {
+		if err := s.storeEntry(e); err != nil {
+			return err
+		}
+	}
+	if err := s.cl.flush(); err != nil {
+		s.fail(err)
+		return err
+	}
+	return nil
+}
+
+// storeEntry writes one entry as a batch: its frame, then its records.
+func (s *Store) storeEntry(e Entry) error {
+	if err := s.appendable(e.Index); err != nil {
+		return err
+	}
+	frame, err := s.frameRecord(e.Meta)
+	if err != nil {
+		return fmt.Errorf("raft entry %d: %w", e.Index, err)
+	}
+	all := []AppendResult{{Size: int32(len(frame)), Topic: message.FrameTopic, frame: true}}
+	if len(e.Records) > 0 {
+		_, results, err := s.frameBatch(e.Records, false)
+		if err != nil {
+			return fmt.Errorf("raft entry %d: %w", e.Index, err)
+		}
+		all = append(all, results...)
+	}
+	if size := len(frame) + len(e.Records); int64(size) > s.cfg.SegmentSize {
+		return fmt.Errorf("%w: raft entry %d of %d bytes, segments of %d", ErrInvalidMessage, e.Index, size, s.cfg.SegmentSize)
+	}
+	buf := append(append(s.entryBuf[:0], frame...), e.Records...)
+	if cap(buf) <= 16<<20 {
+		s.entryBuf = buf
+	}
+	start := s.cl.writePos.Load()
+	end := s.place(all, start, true)
+	if err := s.writeBatch(e.Index, buf, all, start); err != nil {
+		s.fail(err)
+		return err
+	}
+	s.lastRaftIndex = e.Index
+	s.stored = append(s.stored, storedEntry{raftIndex: e.Index, start: start, end: end, frame: all[0].Offset, results: all[1:]})
+	if err := s.entries.add(e.Index, entrySpan{frame: all[0].Offset, end: end}); err != nil {
+		s.fail(err)
+		return err
+	}
+	return nil
+}
+
+// frameRecord encodes an entry's frame with body meta, the fields the
+// store fills left zero.
+func (s *Store) frameRecord(meta []byte) ([]byte, error) {
+	m := message.Message{Topic: message.FrameTopic, Body: meta}
+	size, err := s.check(&m)
+	if err != nil {
+		return nil, err
+	}
+	return message.AppendSized(nil, &m, size), nil
+}
+
+// DispatchEntry counts the oldest stored entry, raftIndex, which has no
+// records, applied: there is nothing of it to dispatch.
+func (s *Store) DispatchEntry(raftIndex uint64) error {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if len(s.stored) == 0 || s.stored[0].raftIndex != raftIndex || len(s.stored[0].results) > 0 {
+		return fmt.Errorf("%w: Raft entry %d is not the oldest stored one, or has records (%s)", ErrNotStored, raftIndex, s.storedSpan())
+	}
+	e := s.stored[0]
+	st := *s.dispatched.Load()
+	st.dispatched, st.raftIndex, st.last = e.end, raftIndex, e.frame
+	s.dispatched.Store(&st)
+	s.popStored()
+	return nil
+}
+
+// ReadEntry reads Raft entry index back: its fields as stored, and its
+// records as stored (the store's fields filled in, drops written), each
+// checked.
+func (s *Store) ReadEntry(index uint64) (Entry, error) {
+	if s.closed.Load() {
+		return Entry{}, ErrClosed
+	}
+	sp, ok := s.entries.span(index)
+	if !ok {
+		return Entry{}, fmt.Errorf("%w: %d", ErrEntryNotFound, index)
+	}
+	b, err := s.cl.readAt(nil, sp.frame, int(sp.end-sp.frame))
+	if err != nil {
+		return Entry{}, fmt.Errorf("raft entry %d: %w", index, err)
+	}
+	var e Entry
+	for p := 0; p < len(b); {
+		rec := b[p:]
+		size, err := checkRecord(rec)
+		switch {
+		case err != nil:
+		case message.HeaderOffset(rec) != sp.frame+int64(p) || message.HeaderRaftIndex(rec) != index:
+			err = fmt.Errorf("%w: the record at commitlog offset %d is not raft entry %d's", ErrCorrupt, sp.frame+int64(p), index)
+		case p == 0 && message.HeaderSysFlag(rec)&message.SysFlagFrame == 0:
+			err = fmt.Errorf("%w: raft entry %d has no frame at commitlog offset %d", ErrCorrupt, index, sp.frame)
+		}
+		if err != nil {
+			return Entry{}, fmt.Errorf("raft entry %d: %w", index, err)
+		}
+		if p == 0 {
+			r, err := decodeRecord(rec[:size])
+			if err != nil {
+				return Entry{}, fmt.Errorf("raft entry %d: %w", index, err)
+			}
+			e = Entry{Index: index, Meta: r.Body, Records: b[size:]}
+		}
+		p += size
+	}
+	if len(e.Records) == 0 {
+		e.Records = nil
+	}
+	return e, nil
+}
+
+// EntryIndexes returns the first and last Raft entries ReadEntry can
+// read; ok is false when there are none.
+func (s *Store) EntryIndexes() (first, last uint64, ok bool) {
+	return s.entries.bounds()
+}
+
+// ForgetEntries stops indexing the entries below index (Raft compacted
+// them): their bytes stay, for retention to delete.
+func (s *Store) ForgetEntries(index uint64) {
+	s.entries.forgetBefore(index)
+}
+
+// IndexEntries indexes the entries stored in the commitlog from offset
+// from (where a batch begins: the end of the entry before, as a state
+// machine snapshot records it) to its end, in place of what the index
+// held: after a restart, before Raft reads the entries after its
+// snapshot. Batches without a frame (appended by AppendRecords) end the
+// index where they are: entries are dense.
+func (s *Store) IndexEntries(from int64) error {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	var (
+		x    entryIndex
+		cur  = entrySpan{frame: -1}
+		idx  uint64
+		done bool
+	)
+	res, err := s.cl.scan(emptyLog(from), s.cl.writePos.Load(), func(rec []byte) error {
+		off := message.HeaderOffset(rec)
+		flag := message.HeaderSysFlag(rec)
+		if flag&message.SysFlagFrame != 0 {
+			cur, idx = entrySpan{frame: off}, message.HeaderRaftIndex(rec)
+		}
+		if flag&message.SysFlagBatchEnd == 0 {
+			return nil
+		}
+		if cur.frame < 0 || done {
+			done = true // a batch of no entry: the index ends before it
+			return nil
+		}
+		cur.end = off + int64(len(rec))
+		if err := x.add(idx, cur); err != nil {
+			return err
+		}
+		cur.frame = -1
+		return nil
+	})
+	if err == nil && res.cause != nil {
+		err = res.cause
+	}
+	if err != nil {
+		return fmt.Errorf("storage: index raft entries from commitlog offset %d: %w", from, err)
+	}
+	s.entries.mu.Lock()
+	s.entries.first, s.entries.spans = x.first, x.spans
+	s.entries.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,251 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/raftmq/raftmq/message"
+)
+
+// entryBodies decodes an entry's records into their bodies, checking that
+// each carries the entry's Raft index.
+func entryBodies(t *testing.T, e Entry) string {
+	t.Helper()
+	var got []string
+	for p := 0; p < len(e.Records); {
+		r, err := decodeRecord(e.Records[p:])
+		if err != nil {
+			t.Fatalf("entry %d, record at %d: %v", e.Index, p, err)
+		}
+		if r.RaftIndex != e.Index || r.SysFlag&message.SysFlagFrame != 0 {
+			t.Fatalf("entry %d holds a record of entry %d (sys flag %d)", e.Index, r.RaftIndex, r.SysFlag)
+		}
+		got = append(got, string(r.Body))
+		p += int(r.Size)
+	}
+	return fmt.Sprint(got)
+}
+
+// checkEntry reads entry idx back and compares its meta and bodies.
+func checkEntry(t *testing.T, s *Store, idx uint64, meta, bodies string) Entry {
+	t.Helper()
+	e, err := s.ReadEntry(idx)
+	if err != nil {
+		t.Fatalf("read entry %d: %v", idx, err)
+	}
+	if string(e.Meta) != meta || entryBodies(t, e) != bodies {
+		t.Fatalf("entry %d reads meta %q, records %s; want %q, %s", idx, e.Meta, entryBodies(t, e), meta, bodies)
+	}
+	return e
+}
+
+// Entries are stored as a frame and their records, read back as stored at
+// once, and dispatched in order: records by DispatchRecords, an entry
+// without records by DispatchEntry. Frames are in no queue, and a restart
+// (recovery re-dispatching the commitlog) passes over them; IndexEntries
+// finds the entries again.
+func TestEntriesAreStoredReadBackAndDispatched(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	s := openStore(t, cfg)
+	const t0 = 1_800_000_000_000
+	ab := append(one(t, s, t0, "a"), one(t, s, t0, "b")...)
+	c := one(t, s, t0, "c")
+	if err := s.StoreEntries([]Entry{{Index: 1, Meta: []byte("m1"), Records: ab}, {Index: 2, Meta: []byte("m2")}, {Index: 3, Meta: []byte("m3"), Records: c}}); err != nil {
+		t.Fatal(err)
+	}
+	if first, last, ok := s.EntryIndexes(); !ok || first != 1 || last != 3 {
+		t.Fatalf("entries %d to %d (%v), want 1 to 3", first, last, ok)
+	}
+	e1 := checkEntry(t, s, 1, "m1", "[a b]")
+	checkEntry(t, s, 2, "m2", "[]")
+	checkEntry(t, s, 3, "m3", "[c]")
+	if _, err := s.ReadEntry(4); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("entry 4: %v", err)
+	}
+	if _, max := s.QueueOffsets("t", 0); max != 0 {
+		t.Fatalf("the queue ends at %d before any dispatch", max)
+	}
+	if err := s.StoreEntries([]Entry{{Index: 3, Meta: []byte("again")}}); !errors.Is(err, ErrStaleRaftIndex) {
+		t.Fatalf("entry 3 stored twice: %v", err)
+	}
+	if err := s.DispatchEntry(1); !errors.Is(err, ErrNotStored) {
+		t.Fatalf("DispatchEntry of an entry with records: %v", err)
+	}
+	// The records as read back dispatch as well as the records as sent.
+	if res, err := s.DispatchRecords(1, e1.Records, nil); err != nil || len(res) != 2 || res[1].QueueOffset != 1 {
+		t.Fatalf("dispatch 1: %+v, %v", res, err)
+	}
+	if _, err := s.DispatchRecords(2, nil, nil); !errors.Is(err, ErrNotStored) {
+		t.Fatalf("DispatchRecords of an entry without records: %v", err)
+	}
+	if err := s.DispatchEntry(2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DispatchRecords(3, c, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodies(t, s, "t", 0); got != "[a b c]" {
+		t.Fatalf("the queue reads %s", got)
+	}
+	if _, end := s.CommitlogOffsets(); end != s.cl.writePos.Load() {
+		t.Fatalf("dispatched to %d, written to %d", end, s.cl.writePos.Load())
+	}
+	s.crash()
+	s = openStore(t, cfg)
+	defer s.Close()
+	if got := bodies(t, s, "t", 0); got != "[a b c]" || s.LastRaftIndex() != 3 {
+		t.Fatalf("after a restart the queue reads %s, last Raft index %d", got, s.LastRaftIndex())
+	}
+	if _, err := s.ReadEntry(1); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("entry 1 before IndexEntries: %v", err)
+	}
+	if err := s.IndexEntries(0); err != nil {
+		t.Fatal(err)
+	}
+	if again := checkEntry(t, s, 1, "m1", "[a b]"); !bytes.Equal(again.Records, e1.Records) {
+		t.Fatal("entry 1's records read back differently after a restart")
+	}
+	checkEntry(t, s, 2, "m2", "[]")
+	checkEntry(t, s, 3, "m3", "[c]")
+	// Entries go on after the restart.
+	if err := s.StoreEntries([]Entry{{Index: 4, Meta: []byte("m4")}}); err != nil {
+		t.Fatal(err)
+	}
+	checkEntry(t, s, 4, "m4", "[]")
+}
+
+// An entry that does not fit the rest of a segment starts the next one,
+// whole; cut entries leave the index; forgotten ones are not read.
+func TestEntriesAcrossSegmentsCutAndForgotten(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize, cfg.MaxMessageSize = 4096, 1024
+	s := openStore(t, cfg)
+	defer s.Close()
+	const t0 = 1_800_000_000_000
+	var recs [][]byte
+	for i := range 30 { // about 400 bytes an entry: 10 a segment
+		r := append(append(one(t, s, t0, fmt.Sprint("x", i)), one(t, s, t0, fmt.Sprint("y", i))...), one(t, s, t0, fmt.Sprint("z", i))...)
+		recs = append(recs, r)
+		if err := s.StoreEntries([]Entry{{Index: uint64(i + 1), Meta: []byte(fmt.Sprint("m", i)), Records: r}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.cl.lastStart() < 2*cfg.SegmentSize {
+		t.Fatalf("30 entries reached segment %d only", s.cl.lastStart())
+	}
+	for i := range 30 {
+		e := checkEntry(t, s, uint64(i+1), fmt.Sprint("m", i), fmt.Sprintf("[x%d y%d z%d]", i, i, i))
+		sp, _ := s.entries.span(e.Index)
+		if sp.frame/cfg.SegmentSize != (sp.end-1)/cfg.SegmentSize {
+			t.Fatalf("entry %d spans commitlog %d to %d, across a segment end", e.Index, sp.frame, sp.end)
+		}
+	}
+	for i := range 6 {
+		if _, err := s.DispatchRecords(uint64(i+1), recs[i], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CutStored(8); err != nil {
+		t.Fatal(err)
+	}
+	if _, last, _ := s.EntryIndexes(); last != 8 {
+		t.Fatalf("after cutting above 8 the last entry is %d", last)
+	}
+	if _, err := s.ReadEntry(9); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("entry 9 after the cut: %v", err)
+	}
+	if err := s.StoreEntries([]Entry{{Index: 9, Meta: []byte("new 9")}}); err != nil {
+		t.Fatal(err)
+	}
+	checkEntry(t, s, 9, "new 9", "[]")
+	checkEntry(t, s, 8, "m7", "[x7 y7 z7]")
+	s.ForgetEntries(3)
+	if _, err := s.ReadEntry(2); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("entry 2 after forgetting below 3: %v", err)
+	}
+	if first, _, _ := s.EntryIndexes(); first != 3 {
+		t.Fatalf("first entry %d after forgetting below 3", first)
+	}
+	checkEntry(t, s, 3, "m2", "[x2 y2 z2]")
+}
+
+// An entry's fields must fit a record within MaxMessageSize.
+func TestEntryMetaOverTheLimitIsRefused(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.MaxMessageSize = 1024
+	s := openStore(t, cfg)
+	defer s.Close()
+	if err := s.StoreEntries([]Entry{{Index: 1, Meta: make([]byte, 2000)}}); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("an entry with 2000 bytes of fields: %v", err)
+	}
+	if _, _, ok := s.EntryIndexes(); ok || s.LastRaftIndex() != 0 {
+		t.Fatal("a refused entry was indexed")
+	}
+}
+
+// A crash that tears the commitlog at any byte leaves whole entries only:
+// recovery cuts at the last whole batch, and IndexEntries finds every
+// entry before it as it was stored, frames and records alike.
+func TestEntriesTornByACrashAreCutWhole(t *testing.T) {
+	const t0, n = 1_800_000_000_000, 40
+	build := func(dir string) (Config, []entrySpan, []Entry) {
+		cfg := testConfig(dir)
+		cfg.SegmentSize, cfg.MaxMessageSize = 8192, 2048
+		s := openStore(t, cfg)
+		var stored []Entry
+		for i := range n {
+			e := Entry{Index: uint64(i + 1), Meta: []byte(fmt.Sprint("meta-", i))}
+			if i%3 != 1 { // every third an entry without records
+				e.Records = append(one(t, s, t0, fmt.Sprint("a", i)), one(t, s, t0, fmt.Sprint("b", i))...)
+			}
+			if err := s.StoreEntries([]Entry{e}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.ReadEntry(e.Index)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored = append(stored, got)
+		}
+		var spans []entrySpan
+		for i := range n {
+			sp, _ := s.entries.span(uint64(i + 1))
+			spans = append(spans, sp)
+		}
+		s.crash()
+		return cfg, spans, stored
+	}
+	_, spans, _ := build(t.TempDir())
+	end := spans[n-1].end
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 12 {
+		off := spans[0].frame + rng.Int64N(end-spans[0].frame+1)
+		cfg, _, stored := build(t.TempDir())
+		cutAt(t, cfg, off, trial%2 == 0)
+		want := 0 // entries wholly before the cut
+		for want < n && spans[want].end <= off {
+			want++
+		}
+		s := openStore(t, cfg)
+		if err := s.IndexEntries(0); err != nil {
+			t.Fatalf("cut at %d: %v", off, err)
+		}
+		first, last, ok := s.EntryIndexes()
+		if want == 0 && ok || want > 0 && (!ok || first != 1 || last != uint64(want)) {
+			t.Fatalf("cut at %d: entries %d to %d (%v), want 1 to %d", off, first, last, ok, want)
+		}
+		for i := range want {
+			e, err := s.ReadEntry(uint64(i + 1))
+			if err != nil || !bytes.Equal(e.Meta, stored[i].Meta) || !bytes.Equal(e.Records, stored[i].Records) {
+				t.Fatalf("cut at %d: entry %d read back as %q, %v", off, i+1, e.Meta, err)
+			}
+		}
+		if s.LastRaftIndex() != uint64(want) {
+			t.Fatalf("cut at %d: last Raft index %d, want %d", off, s.LastRaftIndex(), want)
+		}
+		s.Close()
+	}
+}
