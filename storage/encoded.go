@@ -74,6 +74,9 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte, drop []bool) ([]
 	if err := s.appendable(raftIndex); err != nil {
 		return nil, err
 	}
+	if len(s.stored) > 0 { // it dispatches what it stores at once, in order
+		return nil, fmt.Errorf("%w: entries stored and not dispatched (%s) come first", ErrNotStored, s.storedSpan())
+	}
 	views, results, err := s.frameBatch(records, true)
 	if err != nil {
 		return nil, err

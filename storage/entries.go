@@ -45,15 +45,26 @@ type entryIndex struct {
 	spans []entrySpan
 }
 
-// add indexes entry idx, which must follow the last one indexed, or
-// start the index when it is empty.
+// follows says why entry idx cannot be indexed next, if it cannot: it
+// must follow the last one indexed, or start an empty index.
+func (x *entryIndex) follows(idx uint64) error {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	if want := x.first + uint64(len(x.spans)); len(x.spans) > 0 && idx != want {
+		return fmt.Errorf("%w: Raft entry %d after %d: entries are indexed without gaps", ErrInvalidMessage, idx, want-1)
+	}
+	return nil
+}
+
+// add indexes entry idx (follows says whether it may).
 func (x *entryIndex) add(idx uint64, sp entrySpan) error {
+	if err := x.follows(idx); err != nil {
+		return err
+	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if len(x.spans) == 0 {
 		x.first = idx
-	} else if want := x.first + uint64(len(x.spans)); idx != want {
-		return fmt.Errorf("storage: Raft entry %d stored after %d", idx, want-1)
 	}
 	x.spans = append(x.spans, sp)
 	return nil
@@ -129,6 +140,9 @@ func (s *Store) StoreEntries(entries []Entry) error {
 // storeEntry writes one entry as a batch: its frame, then its records.
 func (s *Store) storeEntry(e Entry) error {
 	if err := s.appendable(e.Index); err != nil {
+		return err
+	}
+	if err := s.entries.follows(e.Index); err != nil {
 		return err
 	}
 	frame, err := s.frameRecord(e.Meta)

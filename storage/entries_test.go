@@ -172,8 +172,10 @@ func TestEntriesAcrossSegmentsCutAndForgotten(t *testing.T) {
 	checkEntry(t, s, 3, "m2", "[x2 y2 z2]")
 }
 
-// An entry's fields must fit a record within MaxMessageSize.
-func TestEntryMetaOverTheLimitIsRefused(t *testing.T) {
+// Entries that cannot be stored are refused before anything is written,
+// and the store goes on: fields over MaxMessageSize, a gap in the Raft
+// indexes. An append that dispatches at once waits for no stored entry.
+func TestEntriesRefusedBeforeAnythingIsWritten(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.MaxMessageSize = 1024
 	s := openStore(t, cfg)
@@ -183,6 +185,29 @@ func TestEntryMetaOverTheLimitIsRefused(t *testing.T) {
 	}
 	if _, _, ok := s.EntryIndexes(); ok || s.LastRaftIndex() != 0 {
 		t.Fatal("a refused entry was indexed")
+	}
+	if err := s.StoreEntries([]Entry{{Index: 1, Meta: []byte("m1")}}); err != nil {
+		t.Fatal(err)
+	}
+	_, end := s.CommitlogOffsets()
+	written := s.cl.writePos.Load()
+	if err := s.StoreEntries([]Entry{{Index: 3, Meta: []byte("m3")}}); !errors.Is(err, ErrInvalidMessage) {
+		t.Fatalf("entry 3 after 1: %v", err)
+	}
+	if s.LastRaftIndex() != 1 || s.cl.writePos.Load() != written || s.Err() != nil {
+		t.Fatalf("after a refused gap: last Raft index %d, written to %d (was %d), failure %v", s.LastRaftIndex(), s.cl.writePos.Load(), written, s.Err())
+	}
+	if _, err := s.AppendRecords(2, one(t, s, 1, "a"), nil); !errors.Is(err, ErrNotStored) {
+		t.Fatalf("an append while entry 1 waits for its dispatch: %v", err)
+	}
+	if err := s.DispatchEntry(1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendRecords(2, one(t, s, 1, "a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, now := s.CommitlogOffsets(); now <= end {
+		t.Fatalf("commitlog end %d after the append, %d before", now, end)
 	}
 }
 
