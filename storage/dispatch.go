@@ -81,6 +81,7 @@ func (s *Store) DispatchRecords(raftIndex uint64, records []byte, drop []bool) (
 	if err := s.writable(); err != nil {
 		return nil, err
 	}
+	s.passEntriesBelow(raftIndex)
 	if len(s.stored) == 0 || s.stored[0].raftIndex != raftIndex || len(s.stored[0].results) == 0 {
 		return nil, fmt.Errorf("%w: Raft entry %d is not the oldest stored one, or has no records (%s)", ErrNotStored, raftIndex, s.storedSpan())
 	}
@@ -267,6 +268,27 @@ func (s *Store) dispatchFramed(raftIndex uint64, records []byte, views []message
 	s.popStored()
 	answerDuplicates(results, dups)
 	return results, nil
+}
+
+// passEntriesBelow counts the stored entries below raftIndex that have
+// no records dispatched: Raft applies its own entries (configuration
+// changes, a new leader's first entry) without the state machine, which
+// so never dispatches them. An entry with records below it stays, and
+// the dispatch asked for fails. The caller holds appendMu.
+func (s *Store) passEntriesBelow(raftIndex uint64) {
+	for len(s.stored) > 0 && s.stored[0].raftIndex < raftIndex && len(s.stored[0].results) == 0 {
+		s.dispatchedEmpty()
+	}
+}
+
+// dispatchedEmpty counts the oldest stored entry, which has no records,
+// dispatched. The caller holds appendMu.
+func (s *Store) dispatchedEmpty() {
+	e := s.stored[0]
+	st := *s.dispatched.Load()
+	st.dispatched, st.raftIndex, st.last = e.end, e.raftIndex, e.frame
+	s.dispatched.Store(&st)
+	s.popStored()
 }
 
 // popStored forgets the oldest stored entry, dispatched. The caller holds

@@ -191,21 +191,19 @@ func (s *Store) frameRecord(meta []byte) ([]byte, error) {
 }
 
 // DispatchEntry counts the oldest stored entry, raftIndex, which has no
-// records, applied: there is nothing of it to dispatch.
+// records, applied: there is nothing of it to dispatch. Entries without
+// records before it are passed as DispatchRecords passes them.
 func (s *Store) DispatchEntry(raftIndex uint64) error {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
 	if err := s.writable(); err != nil {
 		return err
 	}
+	s.passEntriesBelow(raftIndex)
 	if len(s.stored) == 0 || s.stored[0].raftIndex != raftIndex || len(s.stored[0].results) > 0 {
 		return fmt.Errorf("%w: Raft entry %d is not the oldest stored one, or has records (%s)", ErrNotStored, raftIndex, s.storedSpan())
 	}
-	e := s.stored[0]
-	st := *s.dispatched.Load()
-	st.dispatched, st.raftIndex, st.last = e.end, raftIndex, e.frame
-	s.dispatched.Store(&st)
-	s.popStored()
+	s.dispatchedEmpty()
 	return nil
 }
 
