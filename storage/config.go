@@ -54,6 +54,14 @@ type Config struct {
 	// store had dropped at 3 GB/s. Negative keeps everything (the kernel
 	// decides). It works with PreallocateAhead negative too.
 	PageCacheBehind int64
+	// RaftLog says the commitlog is the Raft log: entries are stored with
+	// StoreEntries and dispatched when applied (entries.go). Recovery then
+	// dispatches only what the checkpoint covers; the entries after it stay
+	// stored, for Raft to apply again or to cut, and without a checkpoint
+	// that matches the commitlog nothing is dispatched until
+	// DispatchStored. Batches without a frame (appended before) are
+	// dispatched as recovery always did. Default false.
+	RaftLog bool
 	// MaxMessageSize caps one encoded record. Default 4 MiB. Must fit in a
 	// segment.
 	MaxMessageSize int

@@ -312,3 +312,33 @@ func (s *Store) IndexEntries(from int64) error {
 	s.entries.mu.Unlock()
 	return nil
 }
+
+// DispatchStored dispatches, as they were written, the stored entries
+// that end at or before commitlog offset through: with RaftLog, what a
+// state machine snapshot covers (it records where the commitlog ended),
+// when recovery found no checkpoint to dispatch from. Their drops were
+// written before the snapshot was taken, so the records say what to
+// dispatch; Raft applies only the entries after the snapshot again.
+func (s *Store) DispatchStored(through int64) error {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	if err := s.writable(); err != nil {
+		return err
+	}
+	st := *s.dispatched.Load()
+	for len(s.stored) > 0 && s.stored[0].end <= through {
+		e := s.stored[0]
+		_, err := s.cl.scan(emptyLog(e.start), e.end, func(rec []byte) error { return s.dispatchStored(rec, &st) })
+		if err != nil {
+			s.fail(err)
+			return fmt.Errorf("storage: dispatch stored raft entry %d: %w", e.raftIndex, err)
+		}
+		st.dispatched, st.raftIndex, st.last = e.end, e.raftIndex, e.frame
+		if n := len(e.results); n > 0 {
+			st.last = e.results[n-1].Offset
+		}
+		s.dispatched.Store(&st)
+		s.popStored()
+	}
+	return nil
+}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/raftmq/raftmq/message"
@@ -278,5 +280,110 @@ func TestEntriesTornByACrashAreCutWhole(t *testing.T) {
 			t.Fatalf("cut at %d: last Raft index %d, want %d", off, s.LastRaftIndex(), want)
 		}
 		s.Close()
+	}
+}
+
+// storeAB stores entries from..to, each with records "a<i>" and "b<i>" on
+// queue 0 of topic t, b dropped in even entries when they are dispatched.
+func storeAB(t *testing.T, s *Store, from, to int) map[int][]byte {
+	t.Helper()
+	recs := map[int][]byte{}
+	for i := from; i <= to; i++ {
+		recs[i] = append(one(t, s, 1, fmt.Sprint("a", i)), one(t, s, 1, fmt.Sprint("b", i))...)
+		if err := s.StoreEntries([]Entry{{Index: uint64(i), Meta: []byte(fmt.Sprint("m", i)), Records: recs[i]}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return recs
+}
+
+func dispatchAB(t *testing.T, s *Store, recs map[int][]byte, from, to int) {
+	t.Helper()
+	for i := from; i <= to; i++ {
+		if _, err := s.DispatchRecords(uint64(i), recs[i], []bool{false, i%2 == 0}); err != nil {
+			t.Fatalf("dispatch %d: %v", i, err)
+		}
+	}
+}
+
+// With RaftLog, a restart dispatches what the checkpoint covers and keeps
+// the entries after it stored, not dispatched, for Raft to apply again
+// (their queue offsets as written) or to cut; without a checkpoint that
+// matches, nothing is dispatched until DispatchStored, which dispatches
+// entries as written (drops included) up to a snapshot's offset.
+func TestRaftLogRecoveryKeepsTheEntriesAfterTheCheckpointStored(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.RaftLog = true
+	s := openStore(t, cfg)
+	recs := storeAB(t, s, 1, 5)
+	dispatchAB(t, s, recs, 1, 3)
+	if err := s.Flush(); err != nil { // the checkpoint: entries 1-3
+		t.Fatal(err)
+	}
+	_, through3 := s.CommitlogOffsets()
+	dispatchAB(t, s, recs, 4, 4) // dispatched after the checkpoint
+	s.crash()
+
+	s = openStore(t, cfg)
+	if got := bodies(t, s, "t", 0); got != "[a1 b1 a2 a3 b3]" {
+		t.Fatalf("after a restart the queue reads %s", got)
+	}
+	if first, last, ok := s.StoredRaftIndexes(); !ok || first != 4 || last != 5 || s.LastRaftIndex() != 5 || s.WrittenRaftIndex() != 3 {
+		t.Fatalf("stored %d to %d (%v), last Raft index %d, dispatched %d; want 4 to 5, 5, 3", first, last, ok, s.LastRaftIndex(), s.WrittenRaftIndex())
+	}
+	checkEntry(t, s, 5, "m5", "[a5 b5]")
+	dispatchAB(t, s, recs, 4, 5) // Raft applies 4 and 5 again
+	if got := bodies(t, s, "t", 0); got != "[a1 b1 a2 a3 b3 a4 a5 b5]" {
+		t.Fatalf("after applying 4 and 5 again the queue reads %s", got)
+	}
+	if _, max := s.QueueOffsets("t", 0); max != 10 {
+		t.Fatalf("the queue ends at %d, want 10", max)
+	}
+	// A stored tail a new leader cuts after a restart.
+	if err := s.Flush(); err != nil { // the checkpoint: entries 1-5
+		t.Fatal(err)
+	}
+	storeAB(t, s, 6, 7)
+	s.crash()
+	s = openStore(t, cfg)
+	if first, last, ok := s.StoredRaftIndexes(); !ok || first != 6 || last != 7 {
+		t.Fatalf("stored %d to %d (%v), want 6 to 7", first, last, ok)
+	}
+	if err := s.CutStored(5); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StoreEntries([]Entry{{Index: 6, Meta: []byte("new 6")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DispatchEntry(6); err != nil {
+		t.Fatal(err)
+	}
+	s.crash()
+
+	// No checkpoint: nothing dispatched at the start; a snapshot taken
+	// after entry 3 dispatches 1-3 from what was written, and Raft the rest.
+	if err := os.Remove(filepath.Join(cfg.Dir, checkpointFile)); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, cfg)
+	defer s.Close()
+	if _, max := s.QueueOffsets("t", 0); max != 0 {
+		t.Fatalf("without a checkpoint the queue ends at %d before DispatchStored", max)
+	}
+	if first, last, _ := s.StoredRaftIndexes(); first != 1 || last != 6 {
+		t.Fatalf("without a checkpoint, stored %d to %d, want 1 to 6", first, last)
+	}
+	if err := s.DispatchStored(through3); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodies(t, s, "t", 0); got != "[a1 b1 a2 a3 b3]" || s.WrittenRaftIndex() != 3 {
+		t.Fatalf("after DispatchStored the queue reads %s, dispatched to %d", got, s.WrittenRaftIndex())
+	}
+	dispatchAB(t, s, recs, 4, 5)
+	if err := s.DispatchEntry(6); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodies(t, s, "t", 0); got != "[a1 b1 a2 a3 b3 a4 a5 b5]" {
+		t.Fatalf("the queue reads %s", got)
 	}
 }

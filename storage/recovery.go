@@ -75,6 +75,12 @@ func (s *Store) recover() error {
 		}
 	}
 	s.cl.writePos.Store(res.end)
+	stored := res // what stays stored, not dispatched: nothing, but with RaftLog
+	if s.cfg.RaftLog {
+		if res, err = s.beforeFirstFrame(start, res); err != nil {
+			return err
+		}
+	}
 
 	st, err := s.redispatch(start, res, full)
 	if err != nil && errors.Is(err, ErrCorrupt) && !full {
@@ -99,13 +105,82 @@ func (s *Store) recover() error {
 			return err
 		}
 		s.cl.writePos.Store(res.end)
+		stored = res // nothing after the cut
 		st, err = s.redispatch(emptyLog(clMin), res, true)
 	}
 	s.lastRaftIndex = res.raftIndex
 	s.dispatched.Store(&st)
+	if stored.end > res.end {
+		if err := s.keepStored(res.end, stored.end); err != nil {
+			return err
+		}
+		s.lastRaftIndex = stored.raftIndex
+	}
 	s.log.Info("store recovered", "min_offset", clMin, "end_offset", res.end, "raft_index", res.raftIndex,
-		"rescanned_from", start.dispatched, "full_rebuild", full)
+		"rescanned_from", start.dispatched, "full_rebuild", full, "stored_to", stored.end, "stored_raft_index", stored.raftIndex)
 	return s.checkpoint()
+}
+
+// beforeFirstFrame is what recovery dispatches of the whole batches res
+// found from start, with RaftLog: the batches without a frame (appended
+// before the commitlog was the Raft log) up to the first entry's frame.
+func (s *Store) beforeFirstFrame(start checkpoint, res scanResult) (scanResult, error) {
+	first := res.end
+	_, err := s.cl.scan(start, res.end, func(rec []byte) error {
+		if message.HeaderSysFlag(rec)&message.SysFlagFrame != 0 {
+			first = message.HeaderOffset(rec)
+			return errStopScan
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopScan) {
+		return res, err
+	}
+	if first == res.end {
+		return res, nil
+	}
+	return s.cl.scan(start, first, nil)
+}
+
+// keepStored takes the entries in the commitlog from from to to, whole
+// batches each with its frame, as stored and not dispatched: their
+// records' places and queue offsets as written, and drops written in
+// place kept.
+func (s *Store) keepStored(from, to int64) error {
+	prev := from
+	var cur *storedEntry
+	_, err := s.cl.scan(emptyLog(from), to, func(rec []byte) error {
+		off, flag := message.HeaderOffset(rec), message.HeaderSysFlag(rec)
+		switch {
+		case flag&message.SysFlagFrame != 0:
+			cur = &storedEntry{raftIndex: message.HeaderRaftIndex(rec), start: prev, frame: off}
+		case cur == nil:
+			return fmt.Errorf("%w: a record without an entry frame at commitlog offset %d, after an entry's", ErrCorrupt, off)
+		default:
+			_, v, err := message.Frame(rec, false)
+			if err != nil {
+				return fmt.Errorf("%w: commitlog offset %d: %w", ErrCorrupt, off, err)
+			}
+			r := AppendResult{Offset: off, Size: int32(len(rec)), QueueOffset: message.HeaderQueueOffset(rec),
+				Topic: string(v.Topic), QueueID: v.QueueID, TagHash: message.TagHash(v.Tags), Dropped: flag&message.SysFlagDropped != 0}
+			cur.results = append(cur.results, r)
+			s.storeNext[queueKey{r.Topic, r.QueueID}] = r.QueueOffset + 1
+		}
+		if flag&message.SysFlagBatchEnd != 0 {
+			cur.end = off + int64(len(rec))
+			prev = cur.end
+			s.stored = append(s.stored, *cur)
+			if err := s.entries.add(cur.raftIndex, entrySpan{frame: cur.frame, end: cur.end}); err != nil {
+				return err
+			}
+			cur = nil
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("storage: recover the stored entries from commitlog offset %d: %w", from, err)
+	}
+	return nil
 }
 
 // redispatch brings the consume queues and index from the state from
