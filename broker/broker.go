@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -460,7 +459,7 @@ func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
 // propose proposes a command, waits for it to be applied here and returns
 // what the state machine made of it.
 func (b *Broker) propose(ctx context.Context, cmd *pb.RaftCommand) (*applyResult, error) {
-	data, err := proto.Marshal(cmd)
+	data, err := encodeCommand(cmd)
 	if err != nil {
 		return nil, err
 	}

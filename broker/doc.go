@@ -1,12 +1,17 @@
 // Package broker owns a broker replica: the Raft state machine over the
-// store (fsm.go), the leader loop that makes the Raft leader the group's
+// store (fsm.go), the layouts of its entries that carry records — sends
+// (sendRecordsEntry in fsm.go), idempotent producers' sends with their
+// numbers (sendentry.go), and commands whose records follow them, schedule
+// moves and transaction ends (commandentry.go), every one ending with its
+// records — the leader loop that makes the Raft leader the group's
 // master (broker.go), group commit of concurrent sends into Raft entries
 // (batcher.go), the send and pull services (sendservice.go,
 // pullservice.go), a producer's sends on one stream, each checked and
 // answered on its own, bounded per connection, the sends a producer
 // batched in one message served together by one goroutine and committed
 // in one entry, and the answers that finish together sent in one
-// (sendstream.go), long polling: held pulls, their caps, and their
+// (sendstream.go) on goroutines kept from one send to the next
+// (sendworkers.go), long polling: held pulls, their caps, and their
 // wake-ups by arrival, periodic check, group or all at once
 // (holdservice.go), replicated metadata — topics, subscription groups,
 // consumer offsets (metadata.go, offsets.go)

@@ -146,8 +146,8 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if len(l.Data) > 0 && l.Data[0] == sequencedEntry {
 		return f.applySequenced(l.Index, l.Data[1:])
 	}
-	var cmd pb.RaftCommand
-	if err := proto.Unmarshal(l.Data, &cmd); err != nil {
+	cmd, err := decodeCommand(l.Data)
+	if err != nil {
 		f.log.Error("undecodable raft entry", "index", l.Index, "err", err)
 		return &applyResult{err: fmt.Errorf("broker: raft entry %d: %w", l.Index, err)}
 	}
