@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
@@ -133,14 +134,7 @@ func newTestBatcher(t *testing.T, r *fakeRaft, tweak func(*Config)) *batcher {
 
 func fakeRecords(t *testing.T, bodies ...string) []byte {
 	t.Helper()
-	var out []byte
-	for _, b := range bodies {
-		var err error
-		if out, err = message.Append(out, &message.Message{Topic: "t", Body: []byte(b)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
+	return clustertest.Records(t, "t", bodies...)
 }
 
 type sent struct {

@@ -110,14 +110,17 @@ func (s *Store) DispatchRecords(raftIndex uint64, records []byte, drop []bool) (
 // CutStored takes back the stored entries above Raft index after, not
 // dispatched: the commitlog ends again where the first of them began, its
 // bytes there are zeroed (durably, so that no restart finds them), and
-// queue offsets are numbered again from there. Raft never deletes an
-// entry it applied, so a dispatched entry is never cut.
+// queue offsets are numbered again from there. Raft deletes an entry it
+// applied only with its whole log, after installing a snapshot: every
+// entry above after leaves the entry index (entries.go), and a
+// dispatched one stays in the commitlog.
 func (s *Store) CutStored(after uint64) error {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
 	if err := s.writable(); err != nil {
 		return err
 	}
+	s.entries.cutAfter(after) // applied entries above it too: Raft deletes its whole log after a snapshot install
 	i, _ := slices.BinarySearchFunc(s.stored, after+1, func(e storedEntry, idx uint64) int {
 		switch {
 		case e.raftIndex < idx:
@@ -136,7 +139,6 @@ func (s *Store) CutStored(after uint64) error {
 		return err
 	}
 	s.cl.writePos.Store(cut)
-	s.entries.cutAfter(after)
 	s.stored = s.stored[:i]
 	s.lastRaftIndex = s.dispatched.Load().raftIndex
 	clear(s.storeNext)

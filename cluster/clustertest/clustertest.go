@@ -2,7 +2,8 @@
 // share: free addresses, polling with a deadline, and building the raftmq
 // binary for tests that run it as a process (clustertest.go); every method
 // of the contract's services called by name, signed with a test access key
-// or not, for access-control tests (signed.go). Only tests import it.
+// or not, for access-control tests (signed.go); records as a producer
+// encodes them (records.go). Only tests import it.
 package clustertest
 
 import (
