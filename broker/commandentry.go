@@ -161,3 +161,49 @@ func recordFields(cmd *pb.RaftCommand) []*[]byte {
 	}
 	return nil
 }
+
+// recordsAt says where the records of a command entry's data begin, for
+// the Raft log over the commitlog (cluster.RecordsAt): after a send
+// entry's first byte, after a sequenced entry's header, after a records
+// command's counts; len(data) for an entry without records, or one it
+// cannot read (kept whole in its frame: applying it fails as it would).
+func recordsAt(data []byte) int {
+	if len(data) == 0 {
+		return 0
+	}
+	switch data[0] {
+	case sendRecordsEntry:
+		return 1
+	case sequencedEntry:
+		if _, records, err := decodeSequenced(data[1:]); err == nil {
+			return len(data) - len(records)
+		}
+	case recordsCommandEntry:
+		if at, err := commandRecordsAt(data[1:]); err == nil {
+			return 1 + at
+		}
+	}
+	return len(data)
+}
+
+// commandRecordsAt is where the records of a recordsCommandEntry (after
+// its first byte) begin.
+func commandRecordsAt(data []byte) (int, error) {
+	n, p := binary.Uvarint(data)
+	if p <= 0 || n > uint64(len(data)-p) {
+		return 0, errBadCommandEntry
+	}
+	at := p + int(n)
+	k, p := binary.Uvarint(data[at:])
+	if p <= 0 || k > uint64(len(data)) {
+		return 0, errBadCommandEntry
+	}
+	at += p
+	for range k {
+		if _, p = binary.Uvarint(data[at:]); p <= 0 {
+			return 0, errBadCommandEntry
+		}
+		at += p
+	}
+	return at, nil
+}

@@ -86,3 +86,36 @@ func FuzzDecodeCommandEntry(f *testing.F) {
 		}
 	})
 }
+
+// The Raft log over the commitlog stores an entry's records where they
+// begin (recordsAt): every layout that carries records ends with them,
+// and an entry without records, or one unreadable, is kept whole.
+func TestRecordsAtFindsEachLayoutsRecords(t *testing.T) {
+	recs := records(t, "orders", 1, "a", "b")
+	move, err := encodeCommand(&pb.RaftCommand{Command: &pb.RaftCommand_Send{Send: &pb.SendBatch{Records: recs, ScheduleOffsets: map[int32]int64{1: 2}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := appendSequencedHeader(nil, []*sendReq{{n: 2, seq: sendSeq{producer: 7, epoch: 1, first: 40, queue: 1, topic: "orders"}}})
+	plain, err := proto.Marshal(&pb.RaftCommand{Command: &pb.RaftCommand_DeleteTopic{DeleteTopic: "orders"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		data []byte
+		want []byte // the records it ends with
+	}{
+		{"send", append([]byte{sendRecordsEntry}, recs...), recs},
+		{"sequenced send", append(seq, recs...), recs},
+		{"schedule move", move, recs},
+		{"a command without records", plain, nil},
+		{"a sequenced entry cut short", seq[:3], nil},
+		{"empty", nil, nil},
+	} {
+		at := recordsAt(c.data)
+		if !bytes.Equal(c.data[at:], c.want) {
+			t.Fatalf("%s: records at %d of %d bytes, want the last %d", c.name, at, len(c.data), len(c.want))
+		}
+	}
+}
