@@ -476,11 +476,23 @@ func (c *commitlog) truncate(end int64) error {
 // made durable. Past oldEnd the segment holds what it held before the
 // writer came (zeros, or a reused segment's old records, which name other
 // offsets), as it does past any end.
+//
+// What was flushed past end is gone, so the flushed position comes back to
+// end: a flush must sync what is written there next (under flushMu, so
+// that a flush under way cannot set it past the cut after).
 func (c *commitlog) cutBack(end, oldEnd int64) error {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	var err error
 	if c.z != nil {
-		return c.z.reset(end, func() error { return c.cutTo(end, oldEnd) })
+		err = c.z.reset(end, func() error { return c.cutTo(end, oldEnd) })
+	} else {
+		err = c.cutTo(end, oldEnd)
 	}
-	return c.cutTo(end, oldEnd)
+	if err == nil && c.flushedPos.Load() > end {
+		c.flushedPos.Store(end)
+	}
+	return err
 }
 
 func (c *commitlog) cut(end int64) error { return c.cutTo(end, -1) }

@@ -148,6 +148,9 @@ func TestCutStoredTakesBackTheTail(t *testing.T) {
 	if s.cl.lastStart() == 0 {
 		t.Fatal("the stored tail did not reach a second segment")
 	}
+	if err := s.cl.flush(); err != nil { // the tail is flushed, then cut
+		t.Fatal(err)
+	}
 	if err := s.CutStored(1); err != nil {
 		t.Fatal(err)
 	}
@@ -163,6 +166,14 @@ func TestCutStoredTakesBackTheTail(t *testing.T) {
 	}
 	if err := s.CutStored(2); err != nil {
 		t.Fatal(err)
+	}
+	// What is written where the cut tail was is flushed again: the cut
+	// set the flushed position back.
+	if err := s.cl.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if flushed, written := s.cl.flushedPos.Load(), s.cl.writePos.Load(); flushed != written {
+		t.Fatalf("after the cut and a flush: flushed to %d, written to %d", flushed, written)
 	}
 	if res, err := s.DispatchRecords(2, b, nil); err != nil || res[0].Offset != end || res[0].QueueOffset != 1 {
 		t.Fatalf("dispatching b: %+v, %v", res, err)
