@@ -41,10 +41,10 @@ const (
 	BlankSize         = 8 // a blank record needs size and magic
 
 	SysFlagBatchEnd uint32 = 1 << 0
-	// SysFlagDedup marks, in a record on its way to a store (never in a
-	// stored one: a store writes the sys flag anew), a producer's send that
-	// the store appends only if it holds no record with the same unique
-	// key from the last deduplication window.
+	// SysFlagDedup marks a producer's send that the store appends only if
+	// it holds no record with the same unique key from the last
+	// deduplication window. A store writes the sys flag anew but keeps
+	// this mark, so that a record read back as stored is still marked.
 	SysFlagDedup uint32 = 1 << 1
 	// SysFlagDropped marks a stored record that no reader is given: its
 	// Raft entry was applied, and the record found to be a duplicate (a

@@ -309,7 +309,7 @@ func (s *Store) popStored() {
 // are rec, that it is dropped: its sys flag and CRC, the 8 bytes at its
 // offset 8. last says it ends its batch.
 func (s *Store) patchDropped(raftIndex uint64, rec []byte, r AppendResult, last bool) error {
-	flag := message.SysFlagDropped
+	flag := message.SysFlagDropped | message.HeaderSysFlag(rec)&message.SysFlagDedup // as writeBatch keeps it
 	if last {
 		flag |= message.SysFlagBatchEnd
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/raftmq/raftmq/message"
 )
@@ -384,6 +385,39 @@ func TestRaftLogRecoveryKeepsTheEntriesAfterTheCheckpointStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := bodies(t, s, "t", 0); got != "[a1 b1 a2 a3 b3 a4 a5 b5]" {
+		t.Fatalf("the queue reads %s", got)
+	}
+}
+
+// A producer's send keeps its dedup mark as stored, so that its entry,
+// read back from the commitlog and applied (after a restart, or by a
+// follower catching up), still finds a retry.
+func TestEntriesReadBackAreStillDeduplicated(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.DedupWindow = time.Minute
+	s := openStore(t, cfg)
+	defer s.Close()
+	const t0 = 1_800_000_000_000
+	if err := s.StoreEntries([]Entry{{Index: 1, Meta: []byte("m1"), Records: one(t, s, t0, "a")}, {Index: 2, Meta: []byte("m2"), Records: one(t, s, t0+1, "a")}}); err != nil {
+		t.Fatal(err)
+	}
+	var res []AppendResult
+	for i := uint64(1); i <= 2; i++ {
+		e, err := s.ReadEntry(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if message.HeaderSysFlag(e.Records)&message.SysFlagDedup == 0 {
+			t.Fatalf("entry %d's record lost its dedup mark as stored", i)
+		}
+		if res, err = s.DispatchRecords(i, e.Records, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !res[0].Duplicate {
+		t.Fatalf("the retry, applied as read back: %+v", res[0])
+	}
+	if got := bodies(t, s, "t", 0); got != "[a]" {
 		t.Fatalf("the queue reads %s", got)
 	}
 }

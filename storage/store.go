@@ -335,6 +335,10 @@ func (s *Store) writeBatch(raftIndex uint64, records []byte, results []AppendRes
 		if r.frame {
 			flag |= message.SysFlagFrame
 		}
+		// A producer's send keeps its mark, so that a record read back as
+		// stored (the Raft log over the commitlog) is still a retry to
+		// deduplicate where it is applied.
+		flag |= message.HeaderSysFlag(records[src:]) & message.SysFlagDedup
 		at := len(buf)
 		buf = append(buf, records[src:src+int(r.Size)]...)
 		message.Fill(buf[at:at+int(r.Size)], raftIndex, pos, r.QueueOffset, flag)
