@@ -15,6 +15,15 @@ func keyed(key, body string) message.Message {
 	return message.Message{Topic: "t", QueueID: 1, Body: []byte(body), Properties: map[string]string{message.PropertyUniqKey: key}}
 }
 
+// openDedupStore opens a store in a new directory that deduplicates
+// retries over a minute.
+func openDedupStore(t *testing.T) (*Store, Config) {
+	t.Helper()
+	cfg := testConfig(t.TempDir())
+	cfg.DedupWindow = time.Minute
+	return openStore(t, cfg), cfg
+}
+
 // marked encodes msgs at storeTime as a send the broker marks for
 // deduplication.
 func marked(t *testing.T, s *Store, storeTime int64, msgs ...message.Message) []byte {
@@ -34,9 +43,7 @@ func marked(t *testing.T, s *Store, storeTime int64, msgs ...message.Message) []
 // (the key index is rebuilt with the commitlog) and still drops what it
 // dropped.
 func TestAppendRecordsStoresARetryOnce(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.DedupWindow = time.Minute
-	s := openStore(t, cfg)
+	s, cfg := openDedupStore(t)
 	const t0 = 1_800_000_000_000
 	first, err := s.AppendRecords(1, marked(t, s, t0, keyed("u1", "a"), keyed("u2", "b")), nil)
 	if err != nil {
@@ -119,9 +126,7 @@ func TestAppendRecordsStoresARetryOnce(t *testing.T) {
 // duplicate, and a restart (recovery re-dispatching them, or rebuilding
 // the queues from the commitlog) keeps them dropped.
 func TestAppendRecordsDropsWhatTheCallerDrops(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.DedupWindow = time.Minute
-	s := openStore(t, cfg)
+	s, cfg := openDedupStore(t)
 	const t0 = 1_800_000_000_000
 	res, err := s.AppendRecords(1, marked(t, s, t0, keyed("u1", "a"), keyed("u2", "b"), keyed("u3", "c")), []bool{false, true, false})
 	if err != nil {
@@ -173,9 +178,7 @@ func TestAppendRecordsDropsWhatTheCallerDrops(t *testing.T) {
 // Every key is checked through the index, whose chains cross keys: many
 // keys in few slots still find only their own copies.
 func TestDedupFindsOnlyItsOwnKey(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.DedupWindow = time.Minute
-	s := openStore(t, cfg)
+	s, _ := openDedupStore(t)
 	defer s.Close()
 	const t0 = 1_800_000_000_000
 	for i := range 40 {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"testing"
-	"time"
 )
 
 // bodies reads a whole queue's bodies, as a reader is given them.
@@ -91,9 +90,7 @@ func TestStoredEntriesAreReadOnlyOnceDispatched(t *testing.T) {
 // dispatched before it, and its drop is written into the stored record:
 // a restart (recovery reading the commitlog again) still drops it.
 func TestDispatchDropsInPlace(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.DedupWindow = time.Minute
-	s := openStore(t, cfg)
+	s, cfg := openDedupStore(t)
 	const t0 = 1_800_000_000_000
 	a, retry, b := one(t, s, t0, "a"), one(t, s, t0+1, "a"), one(t, s, t0+2, "b")
 	for i, rec := range [][]byte{a, retry, b} {

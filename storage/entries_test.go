@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/raftmq/raftmq/message"
 )
@@ -393,9 +392,7 @@ func TestRaftLogRecoveryKeepsTheEntriesAfterTheCheckpointStored(t *testing.T) {
 // read back from the commitlog and applied (after a restart, or by a
 // follower catching up), still finds a retry.
 func TestEntriesReadBackAreStillDeduplicated(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.DedupWindow = time.Minute
-	s := openStore(t, cfg)
+	s, _ := openDedupStore(t)
 	defer s.Close()
 	const t0 = 1_800_000_000_000
 	if err := s.StoreEntries([]Entry{{Index: 1, Meta: []byte("m1"), Records: one(t, s, t0, "a")}, {Index: 2, Meta: []byte("m2"), Records: one(t, s, t0+1, "a")}}); err != nil {
