@@ -468,17 +468,21 @@ func (s *Store) errFailed() error {
 	return nil
 }
 
-// WrittenRaftIndex is the Raft index of the last batch written to the
-// commitlog: what a restart recovers as LastRaftIndex, and so what a
-// snapshot may say the store holds. Every append writes its batch (a
-// retry's records too, dropped), so the two are equal once an append
-// returns; a snapshot reads this one, the index of what is on disk.
+// WrittenRaftIndex is the Raft index of the last entry dispatched: what
+// the checkpoint covers once flushed, and what a snapshot may say the
+// store holds. AppendRecords writes and dispatches an entry at once (a
+// retry's records too, dropped), so there it equals LastRaftIndex once an
+// append returns; entries stored and not yet dispatched (StoreEntries,
+// StoreRecords) are above it.
 func (s *Store) WrittenRaftIndex() uint64 {
 	return s.dispatched.Load().raftIndex
 }
 
-// LastRaftIndex is the Raft index of the last entry the store applied.
-// After a restart the state machine skips entries at or below it.
+// LastRaftIndex is the Raft index of the last entry the store holds,
+// dispatched or only stored: the next must come from a later entry. With
+// AppendRecords alone it is the last applied, and after a restart the
+// state machine skips entries at or below it (with RaftLog, at or below
+// WrittenRaftIndex: the stored ones it applies).
 func (s *Store) LastRaftIndex() uint64 {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
