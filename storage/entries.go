@@ -20,8 +20,9 @@ import (
 // rest of a segment starts the next, so its bytes are read back at once.
 //
 // The store keeps, in memory, where each entry is from the first it
-// indexed to the last it stored: entries stored since it opened, and
-// those IndexEntries found. What Raft asks for below is ErrEntryNotFound.
+// indexed to the last it stored: entries stored since it opened, those
+// its recovery kept stored (Config.RaftLog), and those IndexEntries
+// found. What Raft asks for below is ErrEntryNotFound.
 
 // Entry is a Raft entry as the store keeps it.
 type Entry struct {
