@@ -39,6 +39,11 @@ type fsm struct {
 	// appended is told about every send batch stored (the hold service
 	// wakes held pulls from it when this replica is the master).
 	appended func(res []storage.AppendResult)
+	// lastApplied is the last command entry applied, once its effects are
+	// in place. Raft's applied_index counts an entry as soon as it hands
+	// it to the state machine's goroutine (raft v1.7.3, processLogs), a
+	// little before.
+	lastApplied atomic.Uint64
 	// catchUp copies the commitlog from a peer up to what a snapshot says
 	// (see catchup.go).
 	catchUp func(snap *pb.BrokerSnapshot) error
@@ -131,6 +136,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
+	defer f.lastApplied.Store(l.Index)
 	if sf := f.failed(); sf != nil {
 		return &applyResult{err: sf}
 	}
