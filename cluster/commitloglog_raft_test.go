@@ -1,0 +1,254 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/raftmq/raftmq/cluster/clustertest"
+	"github.com/raftmq/raftmq/storage"
+)
+
+// dispatchFSM applies entries stored in the commitlog as the broker's
+// state machine will: it dispatches them, and passes over what the store
+// dispatched before a restart.
+type dispatchFSM struct{ s *storage.Store }
+
+func (f dispatchFSM) Apply(l *raft.Log) any {
+	if l.Index <= f.s.WrittenRaftIndex() {
+		return nil // dispatched before a restart
+	}
+	at := testRecordsAt(l.Data)
+	if at == len(l.Data) {
+		return f.s.DispatchEntry(l.Index)
+	}
+	_, err := f.s.DispatchRecords(l.Index, l.Data[at:], nil)
+	return err
+}
+
+func (dispatchFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, errors.New("no snapshots") }
+func (dispatchFSM) Restore(io.ReadCloser) error         { return nil }
+
+// clogMember is a Raft member whose log is its store's commitlog.
+type clogMember struct {
+	dir, addr string
+	s         *storage.Store
+	bolt      *raftboltdb.BoltStore
+	trans     *raft.NetworkTransport
+	r         *raft.Raft
+}
+
+func (m *clogMember) start(t *testing.T, peers []raft.Server) {
+	t.Helper()
+	var err error
+	m.s, err = storage.Open(storage.Config{Dir: filepath.Join(m.dir, "store"), SegmentSize: 1 << 20, MaxMessageSize: 64 << 10, RaftLog: true, PreallocateAhead: -1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.s.IndexEntries(0); err != nil { // no snapshots: the whole log
+		t.Fatal(err)
+	}
+	if m.bolt, err = raftboltdb.NewBoltStore(filepath.Join(m.dir, "raft.db")); err != nil {
+		t.Fatal(err)
+	}
+	if m.trans, err = raft.NewTCPTransport(m.addr, nil, 3, time.Second, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	cfg := raft.DefaultConfig()
+	cfg.LocalID = raft.ServerID(m.addr)
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+	cfg.LeaderLeaseTimeout, cfg.CommitTimeout = 50*time.Millisecond, 5*time.Millisecond
+	cfg.SnapshotThreshold, cfg.SnapshotInterval = 1<<40, time.Hour
+	cfg.Logger = hclog.NewNullLogger()
+	logs := NewCommitlogLog(storeEntries{m.s}, testRecordsAt)
+	if peers != nil {
+		if err := raft.BootstrapCluster(cfg, logs, m.bolt, raft.NewDiscardSnapshotStore(), m.trans, raft.Configuration{Servers: peers}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m.r, err = raft.NewRaft(cfg, dispatchFSM{m.s}, logs, m.bolt, raft.NewDiscardSnapshotStore(), m.trans); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (m *clogMember) stop(t *testing.T) {
+	t.Helper()
+	if m.r == nil {
+		return
+	}
+	if err := m.r.Shutdown().Error(); err != nil {
+		t.Error(err)
+	}
+	m.trans.CloseStreams() // ends the peers' handlers of our connections (see RaftNode.Stop)
+	m.trans.Close()
+	m.bolt.Close()
+	m.s.Close()
+	m.r = nil
+}
+
+// clogGroup is three members on their commitlogs, with what tests ask of
+// them.
+type clogGroup struct {
+	t           *testing.T
+	members     []*clogMember
+	lastCommand uint64 // the index of the last command applied
+}
+
+func startClogGroup(t *testing.T) *clogGroup {
+	addrs := clustertest.FreeAddrs(t, 3)
+	var peers []raft.Server
+	g := &clogGroup{t: t, members: make([]*clogMember, 3)}
+	for i, a := range addrs {
+		peers = append(peers, raft.Server{ID: raft.ServerID(a), Address: raft.ServerAddress(a)})
+		g.members[i] = &clogMember{dir: t.TempDir(), addr: a}
+	}
+	for _, m := range g.members {
+		m.start(t, peers)
+	}
+	t.Cleanup(func() {
+		for _, m := range g.members {
+			m.stop(t)
+		}
+	})
+	return g
+}
+
+func (g *clogGroup) leader() *clogMember {
+	g.t.Helper()
+	var l *clogMember
+	clustertest.WaitFor(g.t, 10*time.Second, "a leader", func() bool {
+		for _, m := range g.members {
+			if m.r != nil && m.r.State() == raft.Leader {
+				l = m
+				return true
+			}
+		}
+		return false
+	})
+	return l
+}
+
+// entryData is command i: every fourth without records, the others with
+// records "x<i>" and "y<i>".
+func entryData(t *testing.T, i int) []byte {
+	if i%4 == 3 {
+		head := fmt.Sprint("command ", i)
+		return append([]byte{byte(len(head))}, head...)
+	}
+	return append([]byte{1, 'h'}, testRecords(t, fmt.Sprint("x", i), fmt.Sprint("y", i))...)
+}
+
+// propose applies commands from to to through the leader.
+func (g *clogGroup) propose(from, to int) {
+	g.t.Helper()
+	for i := from; i < to; i++ {
+		f := g.leader().r.Apply(entryData(g.t, i), 5*time.Second)
+		if err := f.Error(); err != nil {
+			g.t.Fatalf("entry %d: %v", i, err)
+		}
+		g.lastCommand = f.Index()
+	}
+}
+
+// identical waits until every member has dispatched the last command,
+// then compares the commitlogs up to there and the queue's length.
+func (g *clogGroup) identical(wantRecords int) {
+	g.t.Helper()
+	clustertest.WaitFor(g.t, 10*time.Second, "every member dispatched the last command", func() bool {
+		for _, m := range g.members {
+			if m.s.WrittenRaftIndex() < g.lastCommand {
+				return false
+			}
+		}
+		return true
+	})
+	var ref []byte
+	for i, m := range g.members {
+		_, end := m.s.CommitlogOffsets()
+		b, err := m.s.ReadCommitlog(0, end, 1<<30)
+		if err != nil {
+			g.t.Fatal(err)
+		}
+		if i > 0 && !bytes.Equal(b, ref) {
+			g.t.Fatalf("member %d's commitlog (%d bytes) differs from member 0's (%d)", i, len(b), len(ref))
+		}
+		ref = b
+		if _, max := m.s.QueueOffsets("t", 0); max != int64(wantRecords) {
+			g.t.Fatalf("member %d's queue ends at %d, want %d", i, max, wantRecords)
+		}
+	}
+}
+
+func (g *clogGroup) followers() []*clogMember {
+	l := g.leader()
+	var out []*clogMember
+	for _, m := range g.members {
+		if m != l {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// A Raft group whose members' logs are their commitlogs: entries with and
+// without records replicate and are dispatched on every member, the
+// commitlogs are byte-identical, and a follower restarted (its store
+// recovered, its entries indexed again) catches up and stays identical.
+func TestRaftGroupOnCommitlogs(t *testing.T) {
+	g := startClogGroup(t)
+	g.propose(0, 20)
+	g.identical(30) // 15 commands of 2 records
+	f := g.followers()[0]
+	f.stop(t)
+	g.propose(20, 28) // while it is down
+	f.start(t, nil)
+	g.propose(28, 32)
+	g.identical(48)
+}
+
+// The case raft-wal had bugs in (#31, #33): a leader cut off stores
+// entries no one else has; a new leader's log contradicts them; the old
+// leader, back as a follower, has that suffix cleared from its commitlog,
+// stores the new leader's entries in its place, and is restarted.
+func TestRaftFollowersSuffixClearedByANewLeaderThenRestarted(t *testing.T) {
+	g := startClogGroup(t)
+	g.propose(0, 8)
+	g.identical(12)
+	old := g.leader()
+	for _, f := range g.followers() {
+		f.stop(t)
+	}
+	stored := old.s.LastRaftIndex()
+	for i := 100; i < 104; i++ { // stored by the old leader alone, never committed
+		if err := old.r.Apply(entryData(t, i), 100*time.Millisecond).Error(); err == nil {
+			t.Fatalf("entry %d committed without followers", i)
+		}
+	}
+	if old.s.LastRaftIndex() <= stored {
+		t.Fatal("the cut-off leader stored nothing of its own")
+	}
+	old.stop(t)
+	for _, m := range g.members {
+		if m != old {
+			m.start(t, nil)
+		}
+	}
+	g.propose(8, 16) // a new leader, a new term: entries where the old leader's were
+	old.start(t, nil)
+	g.propose(16, 20)
+	g.identical(30)
+	old.stop(t) // and once more, after the cut
+	old.start(t, nil)
+	g.propose(20, 24)
+	g.identical(36)
+}
