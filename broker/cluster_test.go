@@ -221,7 +221,6 @@ func (g *group) quiesce() {
 	g.t.Helper()
 	waitFor(g.t, 20*time.Second, func() bool {
 		var ref *pb.DescribeBrokerResponse
-		fsmApplied := map[uint64]bool{}
 		for i := range g.cfgs {
 			if !g.running(i) {
 				continue
@@ -234,12 +233,30 @@ func (g *group) quiesce() {
 				return false
 			}
 			ref = d
-			if b := g.brokers[i]; b != nil {
-				fsmApplied[b.fsm.lastApplied.Load()] = true
-			}
 		}
-		return len(fsmApplied) <= 1
+		return g.stateMachinesAgree()
 	})
+}
+
+// stateMachinesAgree says whether every in-process replica's state
+// machine has applied the newest command any of them applied, or
+// restored a snapshot that covers it.
+func (g *group) stateMachinesAgree() bool {
+	var newest uint64
+	for _, b := range g.brokers {
+		if b != nil {
+			newest = max(newest, b.fsm.lastApplied.Load())
+		}
+	}
+	for _, b := range g.brokers {
+		if b == nil || b.fsm.lastApplied.Load() == newest {
+			continue
+		}
+		if snap, _ := strconv.ParseUint(b.node.Raft.Stats()["last_snapshot_index"], 10, 64); snap < newest {
+			return false
+		}
+	}
+	return true
 }
 
 func waitFor(t testing.TB, d time.Duration, cond func() bool) {
