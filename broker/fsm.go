@@ -291,7 +291,7 @@ func (f *fsm) appendSequenced(index uint64, now int64, verdicts []seqVerdict, se
 	out := &applyResult{}
 	kept := make([]bool, len(sends))
 	copies := make([][]storage.AppendResult, len(sends)) // found by key, for a send below the window
-	var drop []bool
+	all := true
 	for i, v := range verdicts {
 		switch v {
 		case seqNew:
@@ -301,13 +301,11 @@ func (f *fsm) appendSequenced(index uint64, now int64, verdicts []seqVerdict, se
 			copies[i], found = f.storedCopies(now, parts[i])
 			kept[i] = !found
 		}
-		if !kept[i] && drop == nil {
-			drop = make([]bool, 0, len(sends))
-			for j := range i {
-				drop = append(drop, slices.Repeat([]bool{false}, sends[j].n)...)
-			}
-		}
-		if drop != nil {
+		all = all && kept[i]
+	}
+	var drop []bool // a mark for each record, when a send is not kept
+	if !all {
+		for i := range sends {
 			drop = append(drop, slices.Repeat([]bool{!kept[i]}, sends[i].n)...)
 		}
 	}

@@ -264,10 +264,8 @@ func (s *Store) dispatchFramed(raftIndex uint64, records []byte, views []message
 		s.fail(err)
 		return nil, err
 	}
-	st.dispatched, st.raftIndex, st.last = e.end, raftIndex, results[len(results)-1].Offset
 	st.queueEntries += int64(len(results))
-	s.dispatched.Store(&st)
-	s.popStored()
+	s.dispatchedOldest(st)
 	answerDuplicates(results, dups)
 	return results, nil
 }
@@ -285,10 +283,18 @@ func (s *Store) passEntriesBelow(raftIndex uint64) {
 
 // dispatchedEmpty counts the oldest stored entry, which has no records,
 // dispatched. The caller holds appendMu.
-func (s *Store) dispatchedEmpty() {
+func (s *Store) dispatchedEmpty() { s.dispatchedOldest(*s.dispatched.Load()) }
+
+// dispatchedOldest makes st, the dispatch state with the oldest stored
+// entry's records counted, the store's, moved past that entry (its last
+// record, or its frame when it has none), and forgets the entry. The
+// caller holds appendMu.
+func (s *Store) dispatchedOldest(st checkpoint) {
 	e := s.stored[0]
-	st := *s.dispatched.Load()
 	st.dispatched, st.raftIndex, st.last = e.end, e.raftIndex, e.frame
+	if n := len(e.results); n > 0 {
+		st.last = e.results[n-1].Offset
+	}
 	s.dispatched.Store(&st)
 	s.popStored()
 }

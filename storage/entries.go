@@ -51,19 +51,23 @@ type entryIndex struct {
 func (x *entryIndex) follows(idx uint64) error {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
+	return x.followsLocked(idx)
+}
+
+func (x *entryIndex) followsLocked(idx uint64) error {
 	if want := x.first + uint64(len(x.spans)); len(x.spans) > 0 && idx != want {
 		return fmt.Errorf("%w: Raft entry %d after %d: entries are indexed without gaps", ErrInvalidMessage, idx, want-1)
 	}
 	return nil
 }
 
-// add indexes entry idx (follows says whether it may).
+// add indexes entry idx, when it follows the last one indexed.
 func (x *entryIndex) add(idx uint64, sp entrySpan) error {
-	if err := x.follows(idx); err != nil {
-		return err
-	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if err := x.followsLocked(idx); err != nil {
+		return err
+	}
 	if len(x.spans) == 0 {
 		x.first = idx
 	}
@@ -334,12 +338,7 @@ func (s *Store) DispatchStored(through int64) error {
 			s.fail(err)
 			return fmt.Errorf("storage: dispatch stored raft entry %d: %w", e.raftIndex, err)
 		}
-		st.dispatched, st.raftIndex, st.last = e.end, e.raftIndex, e.frame
-		if n := len(e.results); n > 0 {
-			st.last = e.results[n-1].Offset
-		}
-		s.dispatched.Store(&st)
-		s.popStored()
+		s.dispatchedOldest(st)
 	}
 	return nil
 }
