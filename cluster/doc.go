@@ -40,6 +40,10 @@
 //     entry is applied (a damaged one stops the member, naming its
 //     segment) and where a leader reads one to replicate it (never sent;
 //     the leader stops);
+//   - heartbeatgate.go: Raft's heartbeat fast path only for a follower of
+//     the heartbeat's own term: one of a newer term, handled beside the
+//     Raft loop, made a leader append entries in a term it never led
+//     (hashicorp/raft #695);
 //   - pipeline.go: pipelined replication (RaftConfig.MaxRPCsInFlight, off
 //     by default) that cannot wedge when a follower fails a request,
 //     as hashicorp/raft's own pipeline can;

@@ -295,7 +295,7 @@ var (
 // durableCommits is the member's transport with the commit index it sends
 // capped at what its log holds durably (see leaderLog).
 type durableCommits struct {
-	*raft.NetworkTransport
+	*heartbeatGate
 	log *leaderLog
 }
 

@@ -92,7 +92,7 @@ func (s *steadyPipeline) Close() error {
 
 // steadyTransport is a member's transport whose pipelines are steady.
 type steadyTransport struct {
-	*raft.NetworkTransport
+	*heartbeatGate
 }
 
 func (t steadyTransport) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {

@@ -372,10 +372,11 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		return nil, fmt.Errorf("cluster: raft log cache: %w", err)
 	}
 	stable := newClosingStable(bolt, bolt.Close)
-	var trans raft.Transport = durableCommits{NetworkTransport: transport, log: log}
+	gate := newHeartbeatGate(transport) // heartbeatgate.go
+	var trans raft.Transport = durableCommits{heartbeatGate: gate, log: log}
 	failer, _ := fsm.(LogFailer)
 	if cfg.SerialLeaderLog {
-		trans = steadyTransport{transport}
+		trans = steadyTransport{gate}
 	} else {
 		fsm = durableFSM{FSM: fsm, log: log}
 	}
@@ -389,6 +390,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	}
 	step(&times.NewRaft)
 	times.Restore = timed.took()
+	gate.running(r)
 	if last, err := logStore.LastIndex(); err == nil {
 		// What NewRaft restored (an older snapshot when the newest failed).
 		snap, _ := strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)
