@@ -64,9 +64,11 @@ const (
 //
 // RAFTMQ_BENCH_SERIAL_LEADER_LOG=1 has the master write its Raft log
 // before it replicates (cluster.RaftConfig.SerialLeaderLog), for A/B runs
-// of one build.
+// of one build. RAFTMQ_BENCH_RAFT_LOG=commitlog keeps the Raft log in the
+// commitlog (storage.Config.RaftLog, entrylog.go) instead of the WAL.
 func benchTweak(c *Config) {
 	c.Raft.SerialLeaderLog = os.Getenv("RAFTMQ_BENCH_SERIAL_LEADER_LOG") == "1"
+	c.Store.RaftLog = os.Getenv("RAFTMQ_BENCH_RAFT_LOG") == "commitlog"
 	c.Raft.HeartbeatTimeout = 500 * time.Millisecond
 	c.Raft.ElectionTimeout = 500 * time.Millisecond
 	c.Raft.LeaderLeaseTimeout = 500 * time.Millisecond

@@ -133,9 +133,21 @@ func Start(cfg Config) (*Broker, error) {
 		store.Close()
 		return nil, fmt.Errorf("broker: listen on %s: %w", cfg.GRPCAddr, err)
 	}
+	if cfg.Store.RaftLog { // entrylog.go
+		// Raft reads the entries after its newest snapshot, or all of
+		// them without one; the state machine's restore indexes again
+		// from the snapshot's offset (fsm.indexFrom).
+		if err := store.IndexEntries(0); err != nil {
+			b.lis.Close()
+			store.Close()
+			return nil, fmt.Errorf("broker: index the raft entries in the commitlog: %w", err)
+		}
+		cfg.Raft.EntryLog, cfg.Raft.RecordsAt = storeEntryLog{store}, recordsAt
+		b.fsm.dispatchMode = true
+	}
 	// The Raft log must reach what the store applied from it (cluster:
 	// checkLogHolds).
-	cfg.Raft.AppliedIndex = store.LastRaftIndex()
+	cfg.Raft.AppliedIndex = b.fsm.storeHolds()
 	raftBegan := time.Now()
 	if b.node, err = cluster.StartRaft(cfg.Raft, b.fsm); err != nil {
 		b.lis.Close()

@@ -1,5 +1,7 @@
 // Package broker owns a broker replica: the Raft state machine over the
-// store (fsm.go), the layouts of its entries that carry records — sends
+// store (fsm.go), which writes each entry's records, or, when the store is
+// the Raft log, dispatches the records Raft stored there (the store as
+// the Raft member's log, entrylog.go), the layouts of its entries that carry records — sends
 // (sendRecordsEntry in fsm.go), idempotent producers' sends with their
 // numbers (sendentry.go), and commands whose records follow them, schedule
 // moves and transaction ends (commandentry.go), every one ending with its

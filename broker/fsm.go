@@ -47,6 +47,11 @@ type fsm struct {
 	// catchUp copies the commitlog from a peer up to what a snapshot says
 	// (see catchup.go).
 	catchUp func(snap *pb.BrokerSnapshot) error
+	// dispatchMode: the store is the Raft log (entrylog.go), so an
+	// entry's records are in the commitlog before it is applied, and
+	// applying dispatches them (storage.DispatchRecords) rather than
+	// writing them.
+	dispatchMode bool
 
 	// failure stops the state machine (see fail); stopped is closed with
 	// it, and onFail called once, from the goroutine that recorded it. It
@@ -144,7 +149,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return &applyResult{err: f.fail(err)}
 	}
 	if len(l.Data) > 0 && l.Data[0] == sendRecordsEntry {
-		if l.Index <= f.store.LastRaftIndex() {
+		if l.Index <= f.storeHolds() {
 			return &applyResult{}
 		}
 		return f.applyRecords(l.Index, l.Data[1:])
@@ -154,17 +159,22 @@ func (f *fsm) Apply(l *raft.Log) any {
 	}
 	cmd, err := decodeCommand(l.Data)
 	if err != nil {
-		f.log.Error("undecodable raft entry", "index", l.Index, "err", err)
-		return &applyResult{err: fmt.Errorf("broker: raft entry %d: %w", l.Index, err)}
+		return f.undecodable(l.Index, err)
 	}
 	// Store side effects of an entry at or below what the store holds
 	// happened before the restart.
-	fresh := l.Index > f.store.LastRaftIndex()
+	fresh := l.Index > f.storeHolds()
 	switch c := cmd.Command.(type) {
 	case *pb.RaftCommand_Send:
 		if !f.meta.scheduleAt(c.Send.ScheduleFrom) {
 			// A move read from cursors another move has passed since:
-			// the same messages, moved once already.
+			// the same messages, moved once already. Records the Raft
+			// log stored are dispatched dropped.
+			if f.dispatchMode && fresh && len(c.Send.Records) > 0 {
+				if r := f.dropAll(l.Index, c.Send.Records); r.err != nil {
+					return r
+				}
+			}
 			return &applyResult{err: errStaleMove}
 		}
 		if !fresh {
@@ -214,6 +224,9 @@ func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {
 		msgs[i] = messageFromPB(sm.Message, sm.Message.Topic, sm.QueueId)
 		msgs[i].StoreTime = b.StoreTimestamp
 	}
+	if f.dispatchMode { // no broker that keeps its Raft log in the commitlog writes these
+		return &applyResult{err: f.fail(fmt.Errorf("broker: raft entry %d: a send of messages, not records, in a Raft log kept in the commitlog", index))}
+	}
 	return f.stored(f.store.Append(index, msgs))
 }
 
@@ -230,8 +243,9 @@ func (f *fsm) applyTransactions(index uint64, u *pb.TransactionUpdate, fresh boo
 	for i, e := range u.Ends {
 		n, err := message.Count(e.Records)
 		if err != nil {
-			f.log.Error("undecodable raft entry", "index", index, "err", err)
-			return &applyResult{ended: ended, err: fmt.Errorf("broker: raft entry %d: transaction end %d: %w", index, i, err)}
+			r := f.undecodable(index, fmt.Errorf("transaction end %d: %w", i, err))
+			r.ended = ended
+			return r
 		}
 		records = append(records, e.Records...)
 		for range n {
@@ -241,14 +255,55 @@ func (f *fsm) applyTransactions(index uint64, u *pb.TransactionUpdate, fresh boo
 	if !fresh || len(records) == 0 {
 		return &applyResult{ended: ended}
 	}
-	r := f.stored(f.store.AppendRecords(index, records, drop))
+	r := f.stored(f.write(index, records, drop))
 	r.ended = ended
 	return r
 }
 
 // applyRecords appends a send entry's records as the master encoded them.
 func (f *fsm) applyRecords(index uint64, records []byte) *applyResult {
-	return f.stored(f.store.AppendRecords(index, records, nil))
+	return f.stored(f.write(index, records, nil))
+}
+
+// undecodable answers an entry that cannot be read. Every replica reads the
+// same bytes (their checksum held), so each refuses it alike and goes on;
+// but when the store is the Raft log the entry's records are stored and
+// only its apply could dispatch them, so the state machine stops instead.
+func (f *fsm) undecodable(index uint64, err error) *applyResult {
+	err = fmt.Errorf("broker: raft entry %d: %w", index, err)
+	if f.dispatchMode {
+		return &applyResult{err: f.fail(err)}
+	}
+	f.log.Error("undecodable raft entry", "index", index, "err", err)
+	return &applyResult{err: err}
+}
+
+// write puts an entry's records in the store: appends them, or, when the
+// store is the Raft log, dispatches them where they were stored.
+func (f *fsm) write(index uint64, records []byte, drop []bool) ([]storage.AppendResult, error) {
+	if f.dispatchMode {
+		return f.store.DispatchRecords(index, records, drop)
+	}
+	return f.store.AppendRecords(index, records, drop)
+}
+
+// dropAll writes an entry's records, every one dropped.
+func (f *fsm) dropAll(index uint64, records []byte) *applyResult {
+	n, err := message.Count(records)
+	if err != nil {
+		return &applyResult{err: f.fail(fmt.Errorf("broker: raft entry %d: %w", index, err))}
+	}
+	return f.stored(f.write(index, records, slices.Repeat([]bool{true}, n)))
+}
+
+// storeHolds is the Raft index of the last entry whose store effects are
+// in place: the last written, or, when the store is the Raft log, the
+// last dispatched (the entries after it are stored, not applied).
+func (f *fsm) storeHolds() uint64 {
+	if f.dispatchMode {
+		return f.store.WrittenRaftIndex()
+	}
+	return f.store.LastRaftIndex()
 }
 
 // applySequenced applies a sequenced entry (sendentry.go): the producer
@@ -266,8 +321,7 @@ func (f *fsm) applySequenced(index uint64, data []byte) *applyResult {
 		parts, err = splitSends(sends, records)
 	}
 	if err != nil {
-		f.log.Error("undecodable raft entry", "index", index, "err", err)
-		return &applyResult{err: fmt.Errorf("broker: raft entry %d: %w", index, err)}
+		return f.undecodable(index, err)
 	}
 	now := message.HeaderStoreTime(records)
 	verdicts := make([]seqVerdict, len(sends))
@@ -276,7 +330,7 @@ func (f *fsm) applySequenced(index uint64, data []byte) *applyResult {
 			verdicts[i] = f.meta.producers.sequence(now, s)
 		}
 	}
-	if index <= f.store.LastRaftIndex() {
+	if index <= f.storeHolds() {
 		return &applyResult{}
 	}
 	return f.appendSequenced(index, now, verdicts, sends, records, parts)
@@ -309,7 +363,7 @@ func (f *fsm) appendSequenced(index uint64, now int64, verdicts []seqVerdict, se
 			drop = append(drop, slices.Repeat([]bool{!kept[i]}, sends[i].n)...)
 		}
 	}
-	r := f.stored(f.store.AppendRecords(index, records, drop))
+	r := f.stored(f.write(index, records, drop))
 	if r.err != nil {
 		return r
 	}
@@ -422,11 +476,33 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("broker: decode snapshot: %w", err)
 	}
 	f.meta.restore(&s)
-	if s.StoreRaftIndex > f.store.LastRaftIndex() {
+	if s.StoreRaftIndex > f.storeHolds() {
+		if f.dispatchMode {
+			return fmt.Errorf("broker: the store (dispatched to Raft index %d) is behind the snapshot (%d), and a store that is the Raft log cannot copy a peer's commitlog yet", f.storeHolds(), s.StoreRaftIndex)
+		}
 		if f.catchUp == nil {
 			return errors.New("broker: store is behind the snapshot and cannot catch up")
 		}
 		return f.catchUp(&s)
+	}
+	if f.dispatchMode {
+		return f.indexFrom(&s)
+	}
+	return nil
+}
+
+// indexFrom readies a store that is the Raft log for the entries after
+// snapshot s, which Raft reads next: the entry index from where the
+// snapshot's commitlog ended, and, when recovery found no checkpoint to
+// dispatch from, what the snapshot covers dispatched.
+func (f *fsm) indexFrom(s *pb.BrokerSnapshot) error {
+	if err := f.store.IndexEntries(s.CommitlogMaxOffset); err != nil {
+		return fmt.Errorf("broker: index the raft entries after the snapshot: %w", err)
+	}
+	if f.store.WrittenRaftIndex() < s.StoreRaftIndex {
+		if err := f.store.DispatchStored(s.CommitlogMaxOffset); err != nil {
+			return fmt.Errorf("broker: dispatch what the snapshot covers: %w", err)
+		}
 	}
 	return nil
 }

@@ -14,7 +14,8 @@ import (
 // EntryLog is, its records where consumers read them and the rest of the
 // entry (its term, type, time, extensions and the data before its
 // records) in the frame before them, so that each byte a producer sends is
-// written once on every replica. Not wired into a Raft member yet.
+// written once on every replica. A member runs on it when its
+// RaftConfig names an EntryLog; no broker does yet.
 
 // LogEntry is one Raft entry as an EntryLog keeps it: Meta is what
 // commitlogLog encodes of it, Records the records its data ends with.
@@ -60,9 +61,10 @@ func NewCommitlogLog(log EntryLog, recordsAt RecordsAt) raft.LogStore {
 // metaV1 tags the encoding of an entry's fields in its frame.
 const metaV1 = 1
 
-// encodeMeta is an entry's fields and the data before its records.
-func encodeMeta(l *raft.Log, head []byte) []byte {
-	b := make([]byte, 0, 32+len(l.Extensions)+len(head))
+// encodeMeta is an entry's fields, with ext for its extensions, and the
+// data before its records.
+func encodeMeta(l *raft.Log, ext, head []byte) []byte {
+	b := make([]byte, 0, 32+len(ext)+len(head))
 	b = append(b, metaV1, byte(l.Type))
 	b = binary.AppendUvarint(b, l.Term)
 	var at int64
@@ -70,8 +72,8 @@ func encodeMeta(l *raft.Log, head []byte) []byte {
 		at = l.AppendedAt.UnixNano()
 	}
 	b = binary.AppendVarint(b, at)
-	b = binary.AppendUvarint(b, uint64(len(l.Extensions)))
-	b = append(b, l.Extensions...)
+	b = binary.AppendUvarint(b, uint64(len(ext)))
+	b = append(b, ext...)
 	return append(b, head...)
 }
 
@@ -148,10 +150,24 @@ func (c *commitlogLog) GetLog(index uint64, l *raft.Log) error {
 	if len(head)+len(e.Records) > 0 {
 		l.Data = append(append(make([]byte, 0, len(head)+len(e.Records)), head...), e.Records...)
 	}
-	if len(l.Extensions) == 5 && l.Extensions[0] == entryChecksumV1 {
+	if len(l.Extensions) == 1 && l.Extensions[0] == entryChecksumV1 {
 		l.Extensions = entryChecksum(l.Data)
 	}
 	return nil
+}
+
+// storedExtensions is what the frame keeps of an entry's extensions: an
+// entry checksum only as its tag. The checksum is over the data as it
+// came, which differs between the bytes proposed (records not filled in)
+// and an entry read back (filled in), as a follower catching up is sent
+// it; the frame must not, or replicas' commitlogs would differ by the
+// source of each entry. The frame's CRC and the records' own cover the
+// stored bytes, and GetLog computes the checksum again.
+func storedExtensions(ext []byte) []byte {
+	if len(ext) == 5 && ext[0] == entryChecksumV1 {
+		return ext[:1]
+	}
+	return ext
 }
 
 func (c *commitlogLog) StoreLog(l *raft.Log) error { return c.StoreLogs([]*raft.Log{l}) }
@@ -164,7 +180,7 @@ func (c *commitlogLog) StoreLogs(logs []*raft.Log) error {
 		if l.Type == raft.LogCommand {
 			at = c.recordsAt(l.Data)
 		}
-		entries[i] = LogEntry{Index: l.Index, Meta: encodeMeta(l, l.Data[:at]), Records: l.Data[at:]}
+		entries[i] = LogEntry{Index: l.Index, Meta: encodeMeta(l, storedExtensions(l.Extensions), l.Data[:at]), Records: l.Data[at:]}
 	}
 	return c.log.StoreEntries(entries)
 }
@@ -193,6 +209,10 @@ func (c *commitlogLog) DeleteRange(min, max uint64) error {
 // IsMonotonic: the log has no gaps (raft.MonotonicLogStore), so after
 // installing a snapshot Raft deletes the whole log before it goes on.
 func (c *commitlogLog) IsMonotonic() bool { return true }
+
+// Close closes nothing: the store belongs to the broker, which closes it
+// after the member (RaftConfig.EntryLog).
+func (c *commitlogLog) Close() error { return nil }
 
 var (
 	_ raft.LogStore          = (*commitlogLog)(nil)

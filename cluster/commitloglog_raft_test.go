@@ -7,12 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/storage"
@@ -38,16 +37,20 @@ func (f dispatchFSM) Apply(l *raft.Log) any {
 func (dispatchFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, errors.New("no snapshots") }
 func (dispatchFSM) Restore(io.ReadCloser) error         { return nil }
 
-// clogMember is a Raft member whose log is its store's commitlog.
+// clogMember is a Raft member whose log is its store's commitlog: a
+// member as StartRaft makes one (the leader's log written beside
+// replication, entry checksums, the heartbeat gate), with RaftConfig's
+// EntryLog set.
 type clogMember struct {
-	dir, addr string
-	s         *storage.Store
-	bolt      *raftboltdb.BoltStore
-	trans     *raft.NetworkTransport
-	r         *raft.Raft
+	dir, id string
+	peers   map[string]string
+	s       *storage.Store
+	n       *RaftNode
+	r       *raft.Raft // n.Raft while it runs, nil when stopped
+	drain   func()
 }
 
-func (m *clogMember) start(t *testing.T, peers []raft.Server) {
+func (m *clogMember) start(t *testing.T) {
 	t.Helper()
 	var err error
 	m.s, err = storage.Open(storage.Config{Dir: filepath.Join(m.dir, "store"), SegmentSize: 1 << 20, MaxMessageSize: 64 << 10, RaftLog: true, PreallocateAhead: -1,
@@ -58,27 +61,14 @@ func (m *clogMember) start(t *testing.T, peers []raft.Server) {
 	if err := m.s.IndexEntries(0); err != nil { // no snapshots: the whole log
 		t.Fatal(err)
 	}
-	if m.bolt, err = raftboltdb.NewBoltStore(filepath.Join(m.dir, "raft.db")); err != nil {
-		t.Fatal(err)
-	}
-	if m.trans, err = raft.NewTCPTransport(m.addr, nil, 3, time.Second, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	cfg := raft.DefaultConfig()
-	cfg.LocalID = raft.ServerID(m.addr)
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
-	cfg.LeaderLeaseTimeout, cfg.CommitTimeout = 50*time.Millisecond, 5*time.Millisecond
+	cfg := testRaftConfig(m.id, filepath.Join(m.dir, "raft"), m.peers, 50*time.Millisecond)
 	cfg.SnapshotThreshold, cfg.SnapshotInterval = 1<<40, time.Hour
-	cfg.Logger = hclog.NewNullLogger()
-	logs := NewCommitlogLog(storeEntries{m.s}, testRecordsAt)
-	if peers != nil {
-		if err := raft.BootstrapCluster(cfg, logs, m.bolt, raft.NewDiscardSnapshotStore(), m.trans, raft.Configuration{Servers: peers}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if m.r, err = raft.NewRaft(cfg, dispatchFSM{m.s}, logs, m.bolt, raft.NewDiscardSnapshotStore(), m.trans); err != nil {
+	cfg.EntryLog, cfg.RecordsAt = storeEntries{m.s}, testRecordsAt
+	if m.n, err = StartRaft(cfg, dispatchFSM{m.s}); err != nil {
+		m.s.Close()
 		t.Fatal(err)
 	}
+	m.r, m.drain = m.n.Raft, drainLeaderChanges(m.n)
 }
 
 func (m *clogMember) stop(t *testing.T) {
@@ -86,12 +76,10 @@ func (m *clogMember) stop(t *testing.T) {
 	if m.r == nil {
 		return
 	}
-	if err := m.r.Shutdown().Error(); err != nil {
+	if err := m.n.Close(); err != nil {
 		t.Error(err)
 	}
-	m.trans.CloseStreams() // ends the peers' handlers of our connections (see RaftNode.Stop)
-	m.trans.Close()
-	m.bolt.Close()
+	m.drain()
 	m.s.Close()
 	m.r = nil
 }
@@ -106,14 +94,16 @@ type clogGroup struct {
 
 func startClogGroup(t *testing.T) *clogGroup {
 	addrs := clustertest.FreeAddrs(t, 3)
-	var peers []raft.Server
-	g := &clogGroup{t: t, members: make([]*clogMember, 3)}
+	peers := map[string]string{}
 	for i, a := range addrs {
-		peers = append(peers, raft.Server{ID: raft.ServerID(a), Address: raft.ServerAddress(a)})
-		g.members[i] = &clogMember{dir: t.TempDir(), addr: a}
+		peers[fmt.Sprint(i+1)] = a
+	}
+	g := &clogGroup{t: t, members: make([]*clogMember, 3)}
+	for i := range addrs {
+		g.members[i] = &clogMember{dir: t.TempDir(), id: fmt.Sprint(i + 1), peers: peers}
 	}
 	for _, m := range g.members {
-		m.start(t, peers)
+		m.start(t)
 	}
 	t.Cleanup(func() {
 		for _, m := range g.members {
@@ -211,7 +201,7 @@ func TestRaftGroupOnCommitlogs(t *testing.T) {
 	f := g.followers()[0]
 	f.stop(t)
 	g.propose(20, 28) // while it is down
-	f.start(t, nil)
+	f.start(t)
 	g.propose(28, 32)
 	g.identical(48)
 }
@@ -240,15 +230,49 @@ func TestRaftFollowersSuffixClearedByANewLeaderThenRestarted(t *testing.T) {
 	old.stop(t)
 	for _, m := range g.members {
 		if m != old {
-			m.start(t, nil)
+			m.start(t)
 		}
 	}
 	g.propose(8, 16) // a new leader, a new term: entries where the old leader's were
-	old.start(t, nil)
+	old.start(t)
 	g.propose(16, 20)
 	g.identical(30)
 	old.stop(t) // and once more, after the cut
-	old.start(t, nil)
+	old.start(t)
 	g.propose(20, 24)
 	g.identical(36)
+}
+
+// A member keeps its Raft log where it began it: one begun in its
+// commitlog does not start on a WAL (it would find an empty log beside
+// its term, vote and snapshots), nor one begun on a WAL in its commitlog.
+func TestAMemberKeepsItsLogWhereItBeganIt(t *testing.T) {
+	g := startClogGroup(t)
+	g.propose(0, 4)
+	m := g.members[0]
+	m.stop(t)
+	cfg := testRaftConfig(m.id, filepath.Join(m.dir, "raft"), m.peers, 50*time.Millisecond)
+	if n, err := StartRaft(cfg, &logFSM{}); err == nil {
+		n.Close()
+		t.Fatal("a member whose log is in its commitlog started on a WAL")
+	} else if !strings.Contains(err.Error(), "keeps its Raft log in the commitlog") {
+		t.Fatalf("refused for another reason: %v", err)
+	}
+
+	w := newTestGroup(t, 1, 50*time.Millisecond, nil)
+	w.leader()
+	w.stop(0)
+	s, err := storage.Open(storage.Config{Dir: t.TempDir(), RaftLog: true, PreallocateAhead: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	cfg = w.cfgs[0]
+	cfg.EntryLog, cfg.RecordsAt = storeEntries{s}, testRecordsAt
+	if n, err := StartRaft(cfg, dispatchFSM{s}); err == nil {
+		n.Close()
+		t.Fatal("a member whose log is in a WAL started on its commitlog")
+	} else if !strings.Contains(err.Error(), "holds a Raft log in its WAL") {
+		t.Fatalf("refused for another reason: %v", err)
+	}
 }

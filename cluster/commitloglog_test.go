@@ -173,3 +173,67 @@ func TestCommitlogLogStoresReadsAndDeletes(t *testing.T) {
 		t.Fatalf("the first entry after the snapshot is %d", first)
 	}
 }
+
+// A follower stores an entry as its leader sent it: the bytes proposed
+// (records not filled in, the entry checksum over them) from the leader's
+// memory, or, for a follower catching up, the entry as the leader's log
+// gives it back (records filled in, the checksum computed again). Both
+// must leave the same commitlog bytes: replicas are compared, and copied
+// from, byte for byte (TestDrillFollowerStoppedAndCaughtUp with
+// --raft-log commitlog found frames that differed in the checksum).
+func TestAnEntryIsStoredAlikeAsProposedOrAsReadBack(t *testing.T) {
+	leader, ls := newCommitlogLog(t)
+	follower, fs := newCommitlogLog(t)
+	proposed := command(1, 1, "head", testRecords(t, "a", "b"))
+	if err := leader.StoreLogs([]*raft.Log{proposed}); err != nil {
+		t.Fatal(err)
+	}
+	var readBack raft.Log
+	if err := leader.GetLog(1, &readBack); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(readBack.Data, proposed.Data) {
+		t.Fatal("the entry read back is the one proposed: the store filled nothing in")
+	}
+	if len(readBack.Extensions) != 5 || !entrySound(&readBack) {
+		t.Fatalf("the entry read back has no sound checksum (%x)", readBack.Extensions)
+	}
+	if err := follower.StoreLogs([]*raft.Log{&readBack}); err != nil {
+		t.Fatal(err)
+	}
+	var fromFollower raft.Log
+	if err := follower.GetLog(1, &fromFollower); err != nil {
+		t.Fatal(err)
+	}
+	if len(fromFollower.Extensions) != 5 || !entrySound(&fromFollower) {
+		t.Fatalf("the follower's entry has no sound checksum (%x)", fromFollower.Extensions)
+	}
+	for _, s := range []*storage.Store{ls, fs} {
+		if _, err := s.DispatchRecords(1, proposed.Data[5:], nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := commitlogOf(t, ls), commitlogOf(t, fs)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("the commitlogs differ: %d and %d bytes, first at %d", len(a), len(b), firstDiff(a, b))
+	}
+}
+
+func commitlogOf(t *testing.T, s *storage.Store) []byte {
+	t.Helper()
+	_, end := s.CommitlogOffsets()
+	b, err := s.ReadCommitlog(0, end, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}

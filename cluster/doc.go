@@ -21,15 +21,16 @@
 //     (HMAC-SHA1 over the fields' values and the body, replayable, so only
 //     over TLS), the caller of a remoting request, and the check a gateway
 //     makes of each native call it makes (CheckCall);
-//   - logstore.go: the Raft log on hashicorp/raft-wal, raft-boltdb/v2 kept
-//     for Raft's stable state (term and vote), the one-time move of a bolt
-//     log into the WAL, and the completion of a segment rotation that a
-//     crash interrupted;
+//   - logstore.go: the member's Raft log, in the WAL or, when its
+//     configuration names an EntryLog, in the commitlog, each member kept
+//     on the one it began with (a marker file); the log on
+//     hashicorp/raft-wal, raft-boltdb/v2 kept for Raft's stable state
+//     (term and vote), the one-time move of a bolt log into the WAL, and
+//     the completion of a segment rotation that a crash interrupted;
 //   - commitloglog.go: a Raft log store over a broker's commitlog (an
 //     EntryLog): each entry's records where consumers read them, the rest
 //     of the entry in a frame before them; a suffix deleted is cut, a
-//     prefix only forgotten (not wired into a member yet:
-//     docs/commitlog-raft-log.md);
+//     prefix only forgotten (docs/commitlog-raft-log.md);
 //   - leaderlog.go: the leader's Raft log written beside replication
 //     rather than before it (a queue and one writer while leading), with
 //     the commit index sent to followers and the leader's own applies held

@@ -38,6 +38,76 @@ const (
 // carries: few fsyncs, bounded memory.
 const migrateBatchBytes = 8 << 20
 
+// memberLog is a member's Raft log as StartRaft opens it: the WAL, or a
+// commitlogLog.
+type memberLog interface {
+	raft.LogStore
+	raft.MonotonicLogStore
+	Close() error
+}
+
+// openMemberLog opens the member's Raft log: the EntryLog the
+// configuration names, or the WAL under Dir. name says where it is, in
+// errors.
+//
+// A member keeps its log where it began it: the WAL's directory, or a
+// marker file for the commitlog, says which, and the other is refused
+// (moving a log from one to the other is not built yet).
+func openMemberLog(cfg RaftConfig, bolt *raftboltdb.BoltStore, hlog hclog.Logger) (log memberLog, name string, err error) {
+	marker := filepath.Join(cfg.Dir, inCommitlogMarker)
+	_, statErr := os.Stat(marker)
+	inCommitlog := statErr == nil
+	if statErr != nil && !errors.Is(statErr, os.ErrNotExist) {
+		return nil, "", fmt.Errorf("cluster: raft log marker: %w", statErr)
+	}
+	if cfg.EntryLog != nil {
+		if cfg.RecordsAt == nil {
+			return nil, "", errors.New("cluster: RaftConfig.EntryLog needs RecordsAt")
+		}
+		if !inCommitlog {
+			if _, err := os.Stat(filepath.Join(cfg.Dir, walDirName)); err == nil {
+				return nil, "", fmt.Errorf("cluster: %s holds a Raft log in its WAL (%s): it cannot start with its log in the commitlog (no move between the two yet)", cfg.Dir, walDirName)
+			}
+			if err := writeMarker(marker); err != nil {
+				return nil, "", err
+			}
+		}
+		return &commitlogLog{log: cfg.EntryLog, recordsAt: cfg.RecordsAt}, "the commitlog", nil
+	}
+	if inCommitlog {
+		return nil, "", fmt.Errorf("cluster: %s keeps its Raft log in the commitlog (%s): start it that way again", cfg.Dir, inCommitlogMarker)
+	}
+	w, err := openLogStore(cfg.Dir, cfg.LogSegmentSize, bolt, hlog)
+	if err != nil {
+		return nil, "", err
+	}
+	return w, filepath.Join(cfg.Dir, walDirName), nil
+}
+
+// inCommitlogMarker, in a member's Dir, says its Raft log is in the
+// commitlog (RaftConfig.EntryLog).
+const inCommitlogMarker = "raft-log-in-commitlog"
+
+// writeMarker creates the empty file path durably: the file and its
+// directory's entry.
+func writeMarker(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("cluster: raft log marker: %w", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: raft log marker: %w", err)
+	}
+	return nil
+}
+
 // openLogStore opens the WAL in dir/wal. A member whose log is still in
 // bolt (raftmq before the WAL) has it copied into the WAL first; the copy
 // is built aside in dir/wal.migrating and renamed into place only once it

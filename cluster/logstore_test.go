@@ -388,6 +388,41 @@ func runApplyChild(spec string) {
 	}
 }
 
+// killApplyChild runs this test binary as a child with env set, reads
+// its "acked k" lines (each k one more than the last, from acked+1), kills
+// it with SIGKILL once it acked want, and returns the last k it acked.
+func killApplyChild(t *testing.T, env string, round, acked, want int) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for acked < want && sc.Scan() {
+		k, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "acked "))
+		if err != nil || k != acked+1 {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("round %d: child said %q after ack %d", round, sc.Text(), acked)
+		}
+		acked = k
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	for sc.Scan() { // acks written before the kill
+		if k, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "acked ")); err == nil {
+			acked = k
+		}
+	}
+	cmd.Wait()
+	return acked
+}
+
 // A real process applying entries to a one-member group, its log
 // rotating a segment every four entries, is killed with SIGKILL at random
 // moments. Every restart recovers a log that holds every acknowledged
@@ -398,37 +433,7 @@ func TestKill9DuringSegmentRotation(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	acked := -1
 	for round := 0; round < 6; round++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), killChildEnv+"="+dir+","+addr)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		want := acked + 10 + rng.IntN(60)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			k, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "acked "))
-			if err != nil || k != acked+1 {
-				cmd.Process.Kill()
-				cmd.Wait()
-				t.Fatalf("round %d: child said %q after ack %d", round, sc.Text(), acked)
-			}
-			acked = k
-			if acked >= want {
-				break
-			}
-		}
-		cmd.Process.Signal(syscall.SIGKILL)
-		for sc.Scan() {
-			if k, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "acked ")); err == nil {
-				acked = k
-			}
-		}
-		cmd.Wait()
+		acked = killApplyChild(t, killChildEnv+"="+dir+","+addr, round, acked, acked+10+rng.IntN(60))
 
 		cfg := testRaftConfig("1", dir, map[string]string{"1": addr}, 50*time.Millisecond)
 		cfg.LogSegmentSize = 4 << 10

@@ -18,6 +18,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(killChildEnv); spec != "" {
 		runApplyChild(spec) // never returns
 	}
+	if spec := os.Getenv(killCommitlogChildEnv); spec != "" {
+		runCommitlogApplyChild(spec) // never returns
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	wal "github.com/hashicorp/raft-wal"
 	"go.etcd.io/bbolt"
 
 	"github.com/raftmq/raftmq/internal/defaults"
@@ -30,7 +29,8 @@ import (
 type RaftConfig struct {
 	// ID is this member's id within the group (a broker's replica id).
 	ID string
-	// Dir holds the Raft log (wal/, hashicorp/raft-wal), the stable store
+	// Dir holds the Raft log (wal/, hashicorp/raft-wal; or, with EntryLog,
+	// only a marker that the log is in the commitlog), the stable store
 	// (raft.db, raft-boltdb/v2: term and vote) and snapshots/, all fsynced.
 	Dir string
 	// BindAddr is the host:port of the Raft TCP transport.
@@ -132,6 +132,14 @@ type RaftConfig struct {
 	SerialLeaderLog bool
 	// wrapLog, in tests, wraps the WAL (a disk that stalls or fails).
 	wrapLog func(raft.LogStore) raft.LogStore
+	// EntryLog, when set, is the Raft log instead of the WAL: a broker's
+	// commitlog (commitloglog.go; docs/commitlog-raft-log.md), whose
+	// command entries' data RecordsAt splits into a head and records. The
+	// state machine then dispatches what the log stored rather than
+	// writing it. The member does not close it: its owner does, after
+	// Close. Default nil: the WAL under Dir.
+	EntryLog  EntryLog
+	RecordsAt RecordsAt
 
 	// TLS, when set, runs the transport over mutual TLS (raftstream.go):
 	// it dials and accepts only certificates that name a replica of Group
@@ -209,7 +217,7 @@ type RaftNode struct {
 	LeaderChanges <-chan bool
 
 	transport *raft.NetworkTransport
-	logStore  *wal.WAL
+	logStore  memberLog
 	log       *leaderLog  // logStore as Raft writes it (leaderlog.go)
 	checked   *checkedLog // logStore as replication reads it (entrychecksum.go)
 	boltStore *raftboltdb.BoltStore
@@ -287,7 +295,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		}
 		bolt.Close()
 	}
-	logStore, err := openLogStore(cfg.Dir, cfg.LogSegmentSize, bolt, hlog)
+	logStore, logName, err := openMemberLog(cfg, bolt, hlog)
 	if err != nil {
 		bolt.Close()
 		return nil, err
@@ -299,7 +307,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		closeAll()
 		return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
 	}
-	if err := checkLogHolds(filepath.Join(cfg.Dir, walDirName), logStore, snaps, cfg.AppliedIndex); err != nil {
+	if err := checkLogHolds(logName, logStore, snaps, cfg.AppliedIndex); err != nil {
 		closeAll()
 		return nil, err
 	}
@@ -354,8 +362,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	if cfg.wrapLog != nil {
 		inner = cfg.wrapLog(logStore)
 	}
-	walDir := filepath.Join(cfg.Dir, walDirName)
-	checked := newCheckedLog(inner, walDir) // entrychecksum.go
+	checked := newCheckedLog(inner, logName) // entrychecksum.go
 	log, err := newLeaderLog(checked, logStore.Close)
 	if err != nil {
 		closeAll()
@@ -380,7 +387,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	} else {
 		fsm = durableFSM{FSM: fsm, log: log}
 	}
-	fsm = checkedFSM{FSM: fsm, walDir: walDir, failer: failer}
+	fsm = checkedFSM{FSM: fsm, walDir: logName, failer: failer}
 	timed := &timedRestore{FSM: fsm}
 	stepBegan = time.Now()
 	r, err := raft.NewRaft(rc, timed, logs, stable, snaps, trans)

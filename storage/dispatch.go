@@ -99,8 +99,12 @@ func (s *Store) DispatchRecords(raftIndex uint64, records []byte, drop []bool) (
 		}
 	}
 	res, err := s.dispatchFramed(raftIndex, records, views, drop)
-	if err == nil && s.cfg.FlushMode == FlushSync {
-		if err = s.cl.flush(); err != nil { // a drop written in place
+	// The drops written in place are made durable now, except with
+	// RaftLog: there a crash loses only what the checkpoint does not
+	// cover, and recovery keeps those entries stored for Raft to apply,
+	// and drop, again (a sync per dispatch would double the entry's).
+	if err == nil && s.cfg.FlushMode == FlushSync && !s.cfg.RaftLog {
+		if err = s.cl.flush(); err != nil {
 			s.fail(err)
 		}
 	}

@@ -1,0 +1,43 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/storage"
+)
+
+// The commitlog as the Raft log (docs/commitlog-raft-log.md): with
+// storage.Config.RaftLog the replica's Raft member keeps its log in the
+// store (cluster.RaftConfig.EntryLog), each entry's records where
+// consumers read them, and the state machine dispatches what Raft stored
+// instead of writing it again (fsm.go, dispatchMode). Not yet offered as
+// a flag: a replica that needs a snapshot's commitlog from a peer cannot
+// copy it in this mode (fsm.Restore refuses), and a topic deleted while
+// later entries are stored keeps no numbering for them.
+
+// storeEntryLog is the store as the Raft member's EntryLog.
+type storeEntryLog struct{ s *storage.Store }
+
+func (l storeEntryLog) StoreEntries(es []cluster.LogEntry) error {
+	out := make([]storage.Entry, len(es))
+	for i, e := range es {
+		out[i] = storage.Entry(e)
+	}
+	return l.s.StoreEntries(out)
+}
+
+func (l storeEntryLog) ReadEntry(index uint64) (cluster.LogEntry, error) {
+	e, err := l.s.ReadEntry(index)
+	if errors.Is(err, storage.ErrEntryNotFound) {
+		return cluster.LogEntry{}, fmt.Errorf("%w: %w", cluster.ErrNoEntry, err)
+	}
+	return cluster.LogEntry(e), err
+}
+
+func (l storeEntryLog) EntryIndexes() (first, last uint64, ok bool) { return l.s.EntryIndexes() }
+func (l storeEntryLog) CutStored(after uint64) error                { return l.s.CutStored(after) }
+func (l storeEntryLog) ForgetEntries(index uint64)                  { l.s.ForgetEntries(index) }
+
+var _ cluster.EntryLog = storeEntryLog{}
