@@ -136,8 +136,10 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.Store.RaftLog { // entrylog.go
 		// Raft reads the entries after its newest snapshot, or all of
 		// them without one; the state machine's restore indexes again
-		// from the snapshot's offset (fsm.indexFrom).
-		if err := store.IndexEntries(0); err != nil {
+		// from the snapshot's offset (fsm.indexFrom). From the oldest
+		// segment retention kept: each starts with an entry.
+		clMin, _ := store.CommitlogOffsets()
+		if err := store.IndexEntries(clMin); err != nil {
 			b.lis.Close()
 			store.Close()
 			return nil, fmt.Errorf("broker: index the raft entries in the commitlog: %w", err)

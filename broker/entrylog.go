@@ -12,10 +12,11 @@ import (
 // storage.Config.RaftLog the replica's Raft member keeps its log in the
 // store (cluster.RaftConfig.EntryLog), each entry's records where
 // consumers read them, and the state machine dispatches what Raft stored
-// instead of writing it again (fsm.go, dispatchMode). Not yet offered as
-// a flag: a replica that needs a snapshot's commitlog from a peer cannot
-// copy it in this mode (fsm.Restore refuses), and a topic deleted while
-// later entries are stored keeps no numbering for them.
+// instead of writing it again (fsm.go, dispatchMode). Experimental
+// (raftmq broker --raft-log commitlog): a replica that needs a snapshot's
+// commitlog from a peer cannot copy it in this mode (fsm.Restore
+// refuses), and DeleteTopic is refused, since sends stored after its
+// entry and before it applies were numbered on the queues it deletes.
 
 // storeEntryLog is the store as the Raft member's EntryLog.
 type storeEntryLog struct{ s *storage.Store }
