@@ -15,7 +15,7 @@ import (
 // entry (its term, type, time, extensions and the data before its
 // records) in the frame before them, so that each byte a producer sends is
 // written once on every replica. A member runs on it when its
-// RaftConfig names an EntryLog; no broker does yet.
+// RaftConfig names an EntryLog (a broker with --raft-log commitlog).
 
 // LogEntry is one Raft entry as an EntryLog keeps it: Meta is what
 // commitlogLog encodes of it, Records the records its data ends with.
