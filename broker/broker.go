@@ -149,7 +149,7 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	// The Raft log must reach what the store applied from it (cluster:
 	// checkLogHolds).
-	cfg.Raft.AppliedIndex = b.fsm.storeHolds()
+	cfg.Raft.AppliedIndex = store.WrittenRaftIndex()
 	raftBegan := time.Now()
 	if b.node, err = cluster.StartRaft(cfg.Raft, b.fsm); err != nil {
 		b.lis.Close()

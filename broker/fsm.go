@@ -149,7 +149,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return &applyResult{err: f.fail(err)}
 	}
 	if len(l.Data) > 0 && l.Data[0] == sendRecordsEntry {
-		if l.Index <= f.storeHolds() {
+		if l.Index <= f.store.WrittenRaftIndex() {
 			return &applyResult{}
 		}
 		return f.applyRecords(l.Index, l.Data[1:])
@@ -161,9 +161,11 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if err != nil {
 		return f.undecodable(l.Index, err)
 	}
-	// Store side effects of an entry at or below what the store holds
-	// happened before the restart.
-	fresh := l.Index > f.storeHolds()
+	// Store side effects of an entry at or below what the store
+	// dispatched happened before the restart. (With AppendRecords that is
+	// also the last entry written; with the store as the Raft log, the
+	// entries after it are stored, not applied.)
+	fresh := l.Index > f.store.WrittenRaftIndex()
 	switch c := cmd.Command.(type) {
 	case *pb.RaftCommand_Send:
 		if !f.meta.scheduleAt(c.Send.ScheduleFrom) {
@@ -296,16 +298,6 @@ func (f *fsm) dropAll(index uint64, records []byte) *applyResult {
 	return f.stored(f.write(index, records, slices.Repeat([]bool{true}, n)))
 }
 
-// storeHolds is the Raft index of the last entry whose store effects are
-// in place: the last written, or, when the store is the Raft log, the
-// last dispatched (the entries after it are stored, not applied).
-func (f *fsm) storeHolds() uint64 {
-	if f.dispatchMode {
-		return f.store.WrittenRaftIndex()
-	}
-	return f.store.LastRaftIndex()
-}
-
 // applySequenced applies a sequenced entry (sendentry.go): the producer
 // table decides each idempotent producer's send (producers.go), on every
 // replica and at every replay alike, and the sends it does not find
@@ -330,7 +322,7 @@ func (f *fsm) applySequenced(index uint64, data []byte) *applyResult {
 			verdicts[i] = f.meta.producers.sequence(now, s)
 		}
 	}
-	if index <= f.storeHolds() {
+	if index <= f.store.WrittenRaftIndex() {
 		return &applyResult{}
 	}
 	return f.appendSequenced(index, now, verdicts, sends, records, parts)
@@ -476,9 +468,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("broker: decode snapshot: %w", err)
 	}
 	f.meta.restore(&s)
-	if s.StoreRaftIndex > f.storeHolds() {
+	if s.StoreRaftIndex > f.store.WrittenRaftIndex() {
 		if f.dispatchMode {
-			return fmt.Errorf("broker: the store (dispatched to Raft index %d) is behind the snapshot (%d), and a store that is the Raft log cannot copy a peer's commitlog yet", f.storeHolds(), s.StoreRaftIndex)
+			return fmt.Errorf("broker: the store (dispatched to Raft index %d) is behind the snapshot (%d), and a store that is the Raft log cannot copy a peer's commitlog yet", f.store.WrittenRaftIndex(), s.StoreRaftIndex)
 		}
 		if f.catchUp == nil {
 			return errors.New("broker: store is behind the snapshot and cannot catch up")

@@ -22,25 +22,7 @@ const killCommitlogChildEnv = "RAFTMQ_CLUSTER_COMMITLOG_CHILD"
 // TestKill9DuringCommitlogSegmentRotation on its commitlog in dir: 16 KiB
 // segments, so that a few entries of a 1 KiB record each fill one.
 func startKillMember(dir, addr string) (*storage.Store, *RaftNode, error) {
-	s, err := storage.Open(storage.Config{Dir: filepath.Join(dir, "store"), SegmentSize: 16 << 10, MaxMessageSize: 4 << 10,
-		RaftLog: true, PreallocateAhead: -1, Logger: quiet})
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := s.IndexEntries(0); err != nil {
-		s.Close()
-		return nil, nil, err
-	}
-	cfg := testRaftConfig("1", filepath.Join(dir, "raft"), map[string]string{"1": addr}, 50*time.Millisecond)
-	cfg.MaxAppendEntries = 1
-	cfg.SnapshotThreshold, cfg.SnapshotInterval = 1<<40, time.Hour
-	cfg.EntryLog, cfg.RecordsAt = storeEntries{s}, testRecordsAt
-	n, err := StartRaft(cfg, dispatchFSM{s})
-	if err != nil {
-		s.Close()
-		return nil, nil, err
-	}
-	return s, n, nil
+	return startOnCommitlog(dir, "1", map[string]string{"1": addr}, 16<<10, 1)
 }
 
 // killEntry is entry k: a head and one record of 1 KiB, "k<k>:" first.
@@ -86,29 +68,13 @@ func runCommitlogApplyChild(spec string) {
 		fmt.Println("start:", err)
 		os.Exit(2)
 	}
-	drainLeaderChanges(n)
-	for deadline := time.Now().Add(10 * time.Second); n.Raft.State() != raft.Leader; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			fmt.Println("no leadership within 10 s")
-			os.Exit(2)
-		}
-	}
-	if err := n.Raft.Barrier(5 * time.Second).Error(); err != nil { // what was committed before the kill
-		fmt.Println("barrier:", err)
-		os.Exit(2)
-	}
+	leadAlone(n)
 	held, err := heldBodies(s)
 	if err != nil {
 		fmt.Println("read:", err)
 		os.Exit(2)
 	}
-	for k := len(held); ; k++ {
-		if err := n.Raft.Apply(killEntry(k), 5*time.Second).Error(); err != nil {
-			fmt.Println("apply:", err)
-			os.Exit(2)
-		}
-		fmt.Printf("acked %d\n", k)
-	}
+	applyUntilKilled(n, len(held), killEntry)
 }
 
 // The third of issue 12's restart cases, on the commitlog: a real process

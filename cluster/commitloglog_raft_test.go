@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,22 +52,35 @@ type clogMember struct {
 func (m *clogMember) start(t *testing.T) {
 	t.Helper()
 	var err error
-	m.s, err = storage.Open(storage.Config{Dir: filepath.Join(m.dir, "store"), SegmentSize: 1 << 20, MaxMessageSize: 64 << 10, RaftLog: true, PreallocateAhead: -1,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.s.IndexEntries(0); err != nil { // no snapshots: the whole log
-		t.Fatal(err)
-	}
-	cfg := testRaftConfig(m.id, filepath.Join(m.dir, "raft"), m.peers, 50*time.Millisecond)
-	cfg.SnapshotThreshold, cfg.SnapshotInterval = 1<<40, time.Hour
-	cfg.EntryLog, cfg.RecordsAt = storeEntries{m.s}, testRecordsAt
-	if m.n, err = StartRaft(cfg, dispatchFSM{m.s}); err != nil {
-		m.s.Close()
+	if m.s, m.n, err = startOnCommitlog(m.dir, m.id, m.peers, 1<<20, 0); err != nil {
 		t.Fatal(err)
 	}
 	m.r, m.drain = m.n.Raft, drainLeaderChanges(m.n)
+}
+
+// startOnCommitlog starts member id of peers with its Raft log in a store
+// under dir (segments of segSize) and dispatchFSM as its state machine,
+// maxAppend entries an AppendEntries at most (0: the default).
+func startOnCommitlog(dir, id string, peers map[string]string, segSize int64, maxAppend int) (*storage.Store, *RaftNode, error) {
+	s, err := storage.Open(storage.Config{Dir: filepath.Join(dir, "store"), SegmentSize: segSize, MaxMessageSize: int(segSize / 4),
+		RaftLog: true, PreallocateAhead: -1, Logger: quiet})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.IndexEntries(0); err != nil { // no snapshots: the whole log
+		s.Close()
+		return nil, nil, err
+	}
+	cfg := testRaftConfig(id, filepath.Join(dir, "raft"), peers, 50*time.Millisecond)
+	cfg.MaxAppendEntries = maxAppend
+	cfg.SnapshotThreshold, cfg.SnapshotInterval = 1<<40, time.Hour
+	cfg.EntryLog, cfg.RecordsAt = storeEntries{s}, testRecordsAt
+	n, err := StartRaft(cfg, dispatchFSM{s})
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return s, n, nil
 }
 
 func (m *clogMember) stop(t *testing.T) {
@@ -262,7 +274,7 @@ func TestAMemberKeepsItsLogWhereItBeganIt(t *testing.T) {
 	w := newTestGroup(t, 1, 50*time.Millisecond, nil)
 	w.leader()
 	w.stop(0)
-	s, err := storage.Open(storage.Config{Dir: t.TempDir(), RaftLog: true, PreallocateAhead: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := storage.Open(storage.Config{Dir: t.TempDir(), RaftLog: true, PreallocateAhead: -1, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

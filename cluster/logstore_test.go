@@ -367,6 +367,14 @@ func runApplyChild(spec string) {
 		fmt.Println("start:", err)
 		os.Exit(2)
 	}
+	leadAlone(n)
+	applyUntilKilled(n, len(fsm.list()), func(k int) []byte { return []byte(entry("k", k)) })
+}
+
+// leadAlone readies the member of a one-member group in a child process:
+// its leadership changes read, leadership won, and what was committed
+// before it was last killed applied (a Barrier). It exits on a failure.
+func leadAlone(n *RaftNode) {
 	drainLeaderChanges(n)
 	for deadline := time.Now().Add(10 * time.Second); n.Raft.State() != raft.Leader; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -374,13 +382,17 @@ func runApplyChild(spec string) {
 			os.Exit(2)
 		}
 	}
-	// Entries committed before the kill and replayed now.
 	if err := n.Raft.Barrier(5 * time.Second).Error(); err != nil {
 		fmt.Println("barrier:", err)
 		os.Exit(2)
 	}
-	for k := len(fsm.list()); ; k++ {
-		if err := n.Raft.Apply([]byte(entry("k", k)), 5*time.Second).Error(); err != nil {
+}
+
+// applyUntilKilled applies entry(k) for k from from on, printing "acked k"
+// once each is committed, until the process is killed.
+func applyUntilKilled(n *RaftNode, from int, entry func(int) []byte) {
+	for k := from; ; k++ {
+		if err := n.Raft.Apply(entry(k), 5*time.Second).Error(); err != nil {
 			fmt.Println("apply:", err)
 			os.Exit(2)
 		}
