@@ -260,7 +260,8 @@ func (s *service) DescribeBroker(context.Context, *pb.DescribeBrokerRequest) (*p
 	out.AppliedIndex, _ = strconv.ParseUint(stats["applied_index"], 10, 64)
 	out.CommitIndex, _ = strconv.ParseUint(stats["commit_index"], 10, 64)
 	out.Topics, out.TopicsVersion = b.meta.topicList()
-	out.CommitlogMinOffset, out.CommitlogMaxOffset = b.store.CommitlogOffsets()
+	out.CommitlogMinOffset, _ = b.store.CommitlogOffsets()
+	out.CommitlogMaxOffset = b.store.CommittedEnd(out.AppliedIndex) // the same on replicas that applied the same
 	if f := b.node.Raft.GetConfiguration(); f.Error() == nil {
 		for _, srv := range f.Configuration().Servers {
 			id, err := strconv.Atoi(string(srv.ID))

@@ -21,28 +21,33 @@ import (
 // approach: the snapshot is small and the data is caught up out of band).
 // catchUp copies the commitlog up to that point from a peer, whole batches
 // at a time, through CopyCommitlog; the copy is byte-identical, because
-// every replica's commitlog is a prefix of the master's.
+// every replica's commitlog is a prefix of the master's. When the store is
+// the Raft log, the copy goes to where the snapshot's Raft entry ends
+// (fsm.install), and a peer serves Raft's own entries it applied past
+// what it dispatched (committedEnd).
 //
 // It runs inside the state machine's Restore, which holds the Raft
 // snapshot install open, so it is bounded by CatchUpTimeout: what it copied
 // stays, and an unfinished copy fails the install, which the master retries
 // (from further on, each time).
-func (b *Broker) catchUp(snap *pb.BrokerSnapshot) error {
+func (b *Broker) catchUp(to int64, index uint64) error {
 	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.CatchUpTimeout)
 	defer cancel()
 	err := errNoPeer
 	for _, addr := range b.peerAddrs() {
-		if err = b.copyFrom(ctx, addr, snap.CommitlogMaxOffset); err == nil {
+		err = b.copyFrom(ctx, addr, to)
+		if _, end := b.store.CommitlogOffsets(); err == nil && end >= to {
 			break
+		} else if err == nil {
+			err = fmt.Errorf("peer %s: its commitlog ends at %d", addr, end)
 		}
 		b.log.Warn("commitlog catch-up from peer failed", "peer", addr, "err", err)
 	}
-	if got := b.store.LastRaftIndex(); got < snap.StoreRaftIndex {
-		return fmt.Errorf("broker: catch-up reached raft index %d of %d: %w", got, snap.StoreRaftIndex, err)
+	if _, end := b.store.CommitlogOffsets(); end < to || b.store.LastRaftIndex() < index {
+		return fmt.Errorf("broker: catch-up reached commitlog offset %d and raft index %d of %d and %d: %w", end, b.store.LastRaftIndex(), to, index, err)
 	}
 	b.catchUps.Add(1)
-	_, end := b.store.CommitlogOffsets()
-	b.log.Info("commitlog caught up from peer", "raft_index", snap.StoreRaftIndex, "end_offset", end)
+	b.log.Info("commitlog caught up from peer", "raft_index", index, "end_offset", to)
 	return nil
 }
 
@@ -98,14 +103,32 @@ func (b *Broker) copyFrom(ctx context.Context, addr string, to int64) error {
 // a chunk may be larger by one Raft entry).
 const copyChunk = 1 << 20
 
+// committedEnd is where this replica's commitlog ends, Raft's own entries
+// it applied included (storage.CommittedEnd): what it reports, and what
+// it copies and hashes to at most.
+func (b *Broker) committedEnd() int64 {
+	return b.store.CommittedEnd(b.node.Raft.AppliedIndex())
+}
+
+// readTo is where a read of the commitlog asked to end at to (0: its end)
+// ends.
+func (b *Broker) readTo(to int64) int64 {
+	end := b.committedEnd()
+	if to > 0 {
+		end = min(end, to)
+	}
+	return end
+}
+
 // CopyCommitlog streams this replica's commitlog from FromOffset to
 // ToOffset (0: its end) to a replica catching up.
 func (s *service) CopyCommitlog(req *pb.CopyCommitlogRequest, stream grpc.ServerStreamingServer[pb.CommitlogChunk]) error {
 	if req.FromOffset < 0 || req.ToOffset < 0 {
 		return invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "offsets must not be negative")
 	}
-	for from := req.FromOffset; req.ToOffset == 0 || from < req.ToOffset; {
-		data, err := s.b.store.ReadCommitlog(from, req.ToOffset, copyChunk)
+	to := s.b.readTo(req.ToOffset)
+	for from := req.FromOffset; ; {
+		data, err := s.b.store.ReadCommitlog(from, to, copyChunk)
 		if err != nil {
 			return storeError(err)
 		}
@@ -117,7 +140,6 @@ func (s *service) CopyCommitlog(req *pb.CopyCommitlogRequest, stream grpc.Server
 		}
 		from += int64(len(data))
 	}
-	return nil
 }
 
 // ChecksumCommitlog hashes this replica's commitlog over a range of whole
@@ -135,12 +157,12 @@ func (s *service) ChecksumCommitlog(ctx context.Context, req *pb.ChecksumCommitl
 		from = clMin
 	}
 	h := sha256.New()
-	pos := from
-	for req.ToOffset == 0 || pos < req.ToOffset {
+	pos, to := from, s.b.readTo(req.ToOffset)
+	for {
 		if err := ctx.Err(); err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
-		data, err := s.b.store.ReadCommitlog(pos, req.ToOffset, copyChunk)
+		data, err := s.b.store.ReadCommitlog(pos, to, copyChunk)
 		if err != nil {
 			return nil, storeError(err)
 		}

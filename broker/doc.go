@@ -32,8 +32,9 @@
 // and the check-back service (transactions.go) over the replicated table
 // of halves (halftable.go) and the producers' check-back streams
 // (checkstreams.go), catch-up of
-// a replica behind the Raft log by snapshot plus commitlog copy
-// (catchup.go), membership changes through the master — a replica added
+// a replica behind the Raft log by snapshot plus commitlog copy, to where
+// the snapshot's Raft entry ends when the store is the Raft log
+// (catchup.go, fsm.go install), membership changes through the master — a replica added
 // as a non-voter until caught up, removed, the leadership handed over
 // (membership.go), the stop of a replica whose store failed
 // (storefail.go), RocketMQ clients' sends, heartbeats, pulls, offsets and

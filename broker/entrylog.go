@@ -12,11 +12,14 @@ import (
 // storage.Config.RaftLog the replica's Raft member keeps its log in the
 // store (cluster.RaftConfig.EntryLog), each entry's records where
 // consumers read them, and the state machine dispatches what Raft stored
-// instead of writing it again (fsm.go, dispatchMode). Experimental
-// (raftmq broker --raft-log commitlog): a replica that needs a snapshot's
-// commitlog from a peer cannot copy it in this mode (fsm.Restore
-// refuses), and DeleteTopic is refused, since sends stored after its
-// entry and before it applies were numbered on the queues it deletes.
+// instead of writing it again (fsm.go, dispatchMode). A snapshot records
+// where its own Raft entry ends in the commitlog, and a replica that
+// installs one copies a peer's commitlog to there (fsm.install): Raft's
+// own entries never reach the state machine, so that end may lie past
+// what the state machine dispatched. Experimental (raftmq broker
+// --raft-log commitlog): DeleteTopic is refused, since sends stored after
+// its entry and before it applies were numbered on the queues it deletes;
+// a WAL member does not move its log into the commitlog.
 
 // storeEntryLog is the store as the Raft member's EntryLog.
 type storeEntryLog struct{ s *storage.Store }

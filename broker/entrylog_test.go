@@ -2,11 +2,14 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -56,4 +59,49 @@ func TestAGroupWhoseRaftLogIsTheCommitlog(t *testing.T) {
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("DeleteTopic: %v, want Unimplemented", err)
 	}
+}
+
+// A replica whose Raft log is its commitlog, behind what the master's log
+// retains, installs a snapshot whose entry is a barrier past the last
+// send (Raft's own entries never reach the state machine), copies the
+// commitlog from a peer to where that entry ends, and goes on from there
+// byte for byte, through a restart too (the second restart case,
+// in this mode).
+func TestACommitlogRaftLogCatchesUpBySnapshotAndCopy(t *testing.T) {
+	g := newGroup(t, 3, func(c *Config) {
+		compactedLog(c)
+		c.Store.RaftLog = true
+	})
+	g.createTopic("far", 2)
+	m := g.master()
+	behind := (m + 1) % 3
+	left := g.describe(behind).AppliedIndex
+	g.stop(behind)
+	acks := g.sendBodies(m, "far", 2, "away", 0, 120)
+	r := g.brokers[m].node.Raft
+	sent := r.AppliedIndex()
+	if err := r.Barrier(5 * time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		t.Fatal(err)
+	}
+	if snap, _ := strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64); snap <= sent {
+		t.Fatalf("the master's snapshot is of Raft index %d, not past the last send's %d", snap, sent)
+	}
+	clustertest.WaitFor(t, 10*time.Second, "the master's log drops what the stopped replica lacks", func() bool {
+		return !g.brokers[m].node.LogHolds(left + 1)
+	})
+	g.start(behind)
+	g.checkIdentical(acks)
+	if n := g.brokers[behind].catchUps.Load(); n == 0 {
+		t.Fatal("the replica caught up without copying the commitlog: the test did not reach the snapshot path")
+	}
+	acks = append(acks, g.sendBodies(g.master(), "far", 2, "after", 0, 20)...)
+	g.checkIdentical(acks)
+
+	g.stop(behind)
+	g.start(behind)
+	acks = append(acks, g.sendBodies(g.master(), "far", 2, "restarted", 0, 20)...)
+	g.checkIdentical(acks)
 }

@@ -7,12 +7,15 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
@@ -44,9 +47,9 @@ type fsm struct {
 	// it to the state machine's goroutine (raft v1.7.3, processLogs), a
 	// little before.
 	lastApplied atomic.Uint64
-	// catchUp copies the commitlog from a peer up to what a snapshot says
-	// (see catchup.go).
-	catchUp func(snap *pb.BrokerSnapshot) error
+	// catchUp copies the commitlog from a peer to commitlog offset to,
+	// where Raft entry index ends (see catchup.go).
+	catchUp func(to int64, index uint64) error
 	// dispatchMode: the store is the Raft log (entrylog.go), so an
 	// entry's records are in the commitlog before it is applied, and
 	// applying dispatches them (storage.DispatchRecords) rather than
@@ -448,7 +451,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	s := &pb.BrokerSnapshot{StoreRaftIndex: f.store.WrittenRaftIndex()}
 	_, s.CommitlogMaxOffset = f.store.CommitlogOffsets()
 	f.meta.snapshot(s)
-	return &fsmSnapshot{snap: s, store: f.store}, nil
+	return &fsmSnapshot{snap: s, store: f.store, raftLog: f.dispatchMode}, nil
 }
 
 // Restore replaces the metadata with the snapshot's and, when the store is
@@ -468,46 +471,91 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("broker: decode snapshot: %w", err)
 	}
 	f.meta.restore(&s)
-	if s.StoreRaftIndex > f.store.WrittenRaftIndex() {
-		if f.dispatchMode {
-			return fmt.Errorf("broker: the store (dispatched to Raft index %d) is behind the snapshot (%d), and a store that is the Raft log cannot copy a peer's commitlog yet", f.store.WrittenRaftIndex(), s.StoreRaftIndex)
+	if f.dispatchMode {
+		if cluster.SnapshotAtStart(rc) {
+			return f.indexFrom(&s)
 		}
+		return f.install(&s)
+	}
+	if s.StoreRaftIndex > f.store.WrittenRaftIndex() {
 		if f.catchUp == nil {
 			return errors.New("broker: store is behind the snapshot and cannot catch up")
 		}
-		return f.catchUp(&s)
-	}
-	if f.dispatchMode {
-		return f.indexFrom(&s)
+		return f.catchUp(s.CommitlogMaxOffset, s.StoreRaftIndex)
 	}
 	return nil
 }
 
-// indexFrom readies a store that is the Raft log for the entries after
-// snapshot s, which Raft reads next: the entry index from where the
-// snapshot's commitlog ended, and, when recovery found no checkpoint to
-// dispatch from, what the snapshot covers dispatched.
+// indexFrom readies a store that is the Raft log, at start, for the
+// entries after its own snapshot s, which Raft reads next: the entry index
+// from where the snapshot's commitlog ended, and, when recovery found no
+// checkpoint to dispatch from, what the snapshot covers dispatched. A
+// store that stays behind the snapshot is refused: its copy from a peer
+// (install) did not finish, and Raft tries an older snapshot.
 func (f *fsm) indexFrom(s *pb.BrokerSnapshot) error {
 	if err := f.store.IndexEntries(s.CommitlogMaxOffset); err != nil {
 		return fmt.Errorf("broker: index the raft entries after the snapshot: %w", err)
 	}
-	if f.store.WrittenRaftIndex() < s.StoreRaftIndex {
-		if err := f.store.DispatchStored(s.CommitlogMaxOffset); err != nil {
+	through := max(s.CommitlogMaxOffset, s.RaftLogEnd)
+	if _, end := f.store.CommitlogOffsets(); end < through {
+		if err := f.store.DispatchStored(through); err != nil {
 			return fmt.Errorf("broker: dispatch what the snapshot covers: %w", err)
 		}
+	}
+	if _, end := f.store.CommitlogOffsets(); end < through || f.store.WrittenRaftIndex() < s.StoreRaftIndex {
+		return fmt.Errorf("broker: the store holds the commitlog to offset %d (Raft index %d), short of its snapshot's %d (%d)", end, f.store.WrittenRaftIndex(), through, max(s.StoreRaftIndex, s.RaftLogIndex))
+	}
+	return nil
+}
+
+// install readies a store that is the Raft log for a snapshot s that a
+// leader sent: what it stored and did not dispatch is taken back (drops
+// are written at dispatch, and an old leader's entries there may be
+// contradicted), the commitlog is copied from a peer to where the
+// snapshot's own entry ends, and the entries after it, which Raft sends
+// next, go on from there. Raft then deletes the member's whole log
+// (installSnapshot, removeOldLogs): the index starts empty.
+func (f *fsm) install(s *pb.BrokerSnapshot) error {
+	if s.RaftLogEnd == 0 {
+		return fmt.Errorf("broker: the snapshot of Raft index %d does not say where its entry ends in the commitlog (a replica whose Raft log is not its commitlog took it)", s.StoreRaftIndex)
+	}
+	if err := f.store.CutStored(f.store.WrittenRaftIndex()); err != nil {
+		return fmt.Errorf("broker: take back the entries stored and not dispatched: %w", err)
+	}
+	switch _, end := f.store.CommitlogOffsets(); {
+	case end > s.RaftLogEnd:
+		return fmt.Errorf("broker: the store is dispatched to commitlog offset %d (Raft index %d), past the snapshot's entry %d, which ends at %d", end, f.store.WrittenRaftIndex(), s.RaftLogIndex, s.RaftLogEnd)
+	case end < s.RaftLogEnd:
+		if f.catchUp == nil {
+			return errors.New("broker: store is behind the snapshot and cannot catch up")
+		}
+		if err := f.catchUp(s.RaftLogEnd, s.RaftLogIndex); err != nil {
+			return err
+		}
+	}
+	// A restart finds the copy dispatched (indexFrom).
+	if err := f.store.Flush(); err != nil {
+		return fmt.Errorf("broker: flush the copied commitlog: %w", err)
+	}
+	if err := f.store.IndexEntries(s.RaftLogEnd); err != nil {
+		return fmt.Errorf("broker: index the raft entries after the snapshot: %w", err)
 	}
 	return nil
 }
 
 type fsmSnapshot struct {
-	snap  *pb.BrokerSnapshot
-	store *storage.Store
+	snap    *pb.BrokerSnapshot
+	store   *storage.Store
+	raftLog bool // the store is the Raft log (entrylog.go)
 }
 
 // Persist makes the store durable up to (at least) the snapshot before the
 // snapshot exists: once it does, Raft may drop the log entries it covers.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	err := s.store.Flush()
+	err := s.raftLogEnd(sink.ID())
+	if err == nil {
+		err = s.store.Flush()
+	}
 	var data []byte
 	if err == nil {
 		data, err = proto.Marshal(s.snap)
@@ -520,6 +568,32 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 		return fmt.Errorf("broker: persist snapshot: %w", err)
 	}
 	return sink.Close()
+}
+
+// raftLogEnd records, when the store is the Raft log, the snapshot's Raft
+// index and where that entry ends in the commitlog (storage.EntryEnd): a
+// replica that installs the snapshot copies to there (fsm.install). The
+// state machine learns the index only from the snapshot's ID, which
+// Raft's snapshot stores make term-index-milliseconds (raft v1.7.3
+// file_snapshot.go snapshotName, inmem_snapshot.go).
+func (s *fsmSnapshot) raftLogEnd(id string) error {
+	if !s.raftLog {
+		return nil
+	}
+	parts := strings.Split(id, "-")
+	if len(parts) != 3 {
+		return fmt.Errorf("snapshot id %q is not term-index-time", id)
+	}
+	index, err := strconv.ParseUint(parts[1], 10, 64)
+	if err != nil {
+		return fmt.Errorf("snapshot id %q: %w", id, err)
+	}
+	end, err := s.store.EntryEnd(index)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	s.snap.RaftLogIndex, s.snap.RaftLogEnd = index, end
+	return nil
 }
 
 func (s *fsmSnapshot) Release() {}

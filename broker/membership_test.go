@@ -57,7 +57,20 @@ func wantStatus(t *testing.T, err error, code codes.Code, reason pb.ErrorReason)
 // it joins as a non-voter, catches up by snapshot and commitlog copy, is
 // made a voter, and ends byte-identical with every acknowledged message.
 func TestAddedReplicaCatchesUpUnderLoadAndVotes(t *testing.T) {
-	g := newGroup(t, 3, compactedLog) // the new replica needs a snapshot and a copy
+	addedReplicaCatchesUp(t, compactedLog) // the new replica needs a snapshot and a copy
+}
+
+// The same with every replica's Raft log in its commitlog (entrylog.go):
+// the new replica copies to where the snapshot's entry ends.
+func TestAddedReplicaOnCommitlogRaftLogsCatchesUpAndVotes(t *testing.T) {
+	addedReplicaCatchesUp(t, func(c *Config) {
+		compactedLog(c)
+		c.Store.RaftLog = true
+	})
+}
+
+func addedReplicaCatchesUp(t *testing.T, mod func(*Config)) {
+	g := newGroup(t, 3, mod)
 	g.createTopic("grow", 2)
 	m := g.master()
 	acks := g.sendBodies(m, "grow", 2, "before", 0, 200)

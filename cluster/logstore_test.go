@@ -40,6 +40,9 @@ import (
 type logFSM struct {
 	mu      sync.Mutex
 	entries []string
+	// restores says, of each restore, whether it was of the member's
+	// own snapshot at start (SnapshotAtStart).
+	restores []bool
 }
 
 func (f *logFSM) Apply(l *raft.Log) any {
@@ -67,7 +70,14 @@ func (f *logFSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.entries = entries
+	f.restores = append(f.restores, SnapshotAtStart(rc))
 	return nil
+}
+
+func (f *logFSM) restored() []bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]bool(nil), f.restores...)
 }
 
 func (f *logFSM) list() []string {
@@ -343,10 +353,18 @@ func TestRestartAfterSnapshotInstall(t *testing.T) {
 	})
 	committed = append(committed, g.apply(g.leader(), "after", 10)...)
 	g.converge(committed)
+	// The state machine can tell a leader's snapshot from its own at start
+	// (a broker copies a peer's commitlog only for the former).
+	if got := g.fsms[behind].restored(); fmt.Sprint(got) != "[false]" {
+		t.Fatalf("the install's restores, at start or not: %v; want [false]", got)
+	}
 
 	g.stop(behind)
 	g.start(behind)
 	g.converge(committed)
+	if got := g.fsms[behind].restored(); fmt.Sprint(got) != "[true]" {
+		t.Fatalf("the restart's restores, at start or not: %v; want [true]", got)
+	}
 }
 
 const killChildEnv = "RAFTMQ_CLUSTER_WAL_CHILD"

@@ -388,7 +388,12 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		fsm = durableFSM{FSM: fsm, log: log}
 	}
 	fsm = checkedFSM{FSM: fsm, walDir: logName, failer: failer}
-	timed := &timedRestore{FSM: fsm}
+	own, err := snaps.List()
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("cluster: list snapshots: %w", err)
+	}
+	timed := &timedRestore{FSM: fsm, atStart: len(own) > 0}
 	stepBegan = time.Now()
 	r, err := raft.NewRaft(rc, timed, logs, stable, snaps, trans)
 	if err != nil {
@@ -411,20 +416,47 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	return &RaftNode{Raft: r, LeaderChanges: notify, transport: transport, logStore: logStore, log: log, checked: checked, boltStore: bolt, stable: stable, Started: times}, nil
 }
 
-// timedRestore times the state machine's restores (StartTimes.Restore).
-// It adds no method to the state machine it wraps, so Raft sees the same
-// interfaces (no BatchingFSM, no ConfigurationStore) as without it.
+// timedRestore times the state machine's restores (StartTimes.Restore),
+// and marks those of the member's own snapshots at start
+// (SnapshotAtStart). It adds no method to the state machine it wraps, so
+// Raft sees the same interfaces (no BatchingFSM, no ConfigurationStore)
+// as without it.
 type timedRestore struct {
 	raft.FSM
 	mu    sync.Mutex
 	total time.Duration
+	// atStart: NewRaft restores the member's own snapshots, newest first,
+	// until one succeeds (raft api.go restoreSnapshot), before it starts
+	// the goroutine that installs a leader's; so every restore until the
+	// first that succeeds is of an own snapshot, and every one after it
+	// of a leader's. False when there is none to restore.
+	atStart bool
+}
+
+// ownSnapshot is the reader of a snapshot NewRaft restores at start.
+type ownSnapshot struct{ io.ReadCloser }
+
+// SnapshotAtStart says whether a state machine's Restore reads the
+// member's own snapshot as Raft restores it when it starts, rather than
+// one a leader sent (an install). Peers can be asked for anything only
+// during the latter: the member is running.
+func SnapshotAtStart(rc io.ReadCloser) bool {
+	_, ok := rc.(ownSnapshot)
+	return ok
 }
 
 func (t *timedRestore) Restore(rc io.ReadCloser) error {
+	t.mu.Lock()
+	atStart := t.atStart
+	t.mu.Unlock()
+	if atStart {
+		rc = ownSnapshot{rc}
+	}
 	began := time.Now()
 	err := t.FSM.Restore(rc)
 	t.mu.Lock()
 	t.total += time.Since(began)
+	t.atStart = t.atStart && err != nil
 	t.mu.Unlock()
 	return err
 }

@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/raftmq/raftmq/message"
 )
@@ -18,15 +19,18 @@ var errStopScan = errors.New("stop scan")
 // ReadCommitlog returns the commitlog bytes from offset from, which must be
 // the end of a batch (a replica's end offset), to the end of the last whole
 // batch within about maxBytes (at least one batch, however large), and
-// never past to (<= 0: the store's end), which must be a batch end too. It
-// returns no bytes at the end.
+// never past to (<= 0: what is dispatched), which must be a batch end too.
+// A to past what is dispatched reads the stored entries without records
+// after it, as far as CommittedEnd, which the caller asks with its applied
+// index: only committed entries may be read. It returns no bytes at the
+// end.
 func (s *Store) ReadCommitlog(from, to int64, maxBytes int) ([]byte, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
 	clMin, end := s.CommitlogOffsets()
 	if to > 0 {
-		end = min(end, to)
+		end = min(s.CommittedEnd(math.MaxUint64), to)
 	}
 	switch {
 	case from < clMin:

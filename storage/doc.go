@@ -123,11 +123,12 @@
 //     written in place, and cutting back entries stored and not dispatched;
 //   - entries.go: Raft entries in the commitlog, each a frame record (the
 //     entry's own fields) and its records, never across segments; the
-//     in-memory index from Raft index to entry, reading one back, and
-//     dispatching what a snapshot covers after a restart (what a Raft log
-//     store over the commitlog needs, with Config.RaftLog, whose recovery
-//     keeps the entries after the checkpoint stored; not used by the
-//     broker yet);
+//     in-memory index from Raft index to entry, reading one back,
+//     dispatching what a snapshot covers after a restart, and the end that
+//     counts Raft's own entries applied (CommittedEnd, EntryEnd: what a
+//     replica reports and copies to); what a Raft log store over the
+//     commitlog needs, with Config.RaftLog, whose recovery keeps the
+//     entries after the checkpoint stored;
 //   - consumequeue.go: the consume queues;
 //   - index.go: the key index (keys and UNIQ_KEY);
 //   - dedup.go: retries stored once, by their UNIQ_KEY within DedupWindow;

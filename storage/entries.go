@@ -256,6 +256,52 @@ func (s *Store) ReadEntry(index uint64) (Entry, error) {
 	return e, nil
 }
 
+// CommittedEnd returns where the commitlog ends for a replica whose Raft
+// member applied entries through Raft index applied: after what is
+// dispatched, and after the stored entries without records up to applied
+// that follow it. Raft's own entries (a leader's first, barriers,
+// configurations) never reach the state machine to be dispatched; a
+// replica dispatches them only on the way to a later entry with records.
+// Counted here, the end is the same on every replica that applied the same
+// entries, whatever each dispatched, and it reaches the entry of any
+// state machine snapshot (EntryEnd), which a replica that installs it
+// copies to. ReadCommitlog reads to it. Without stored entries (WAL mode)
+// it is the dispatched end.
+func (s *Store) CommittedEnd(applied uint64) int64 {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	return s.committedEnd(applied)
+}
+
+// committedEnd is CommittedEnd; the caller holds appendMu.
+func (s *Store) committedEnd(applied uint64) int64 {
+	end := s.dispatched.Load().dispatched
+	for _, e := range s.stored {
+		if e.raftIndex > applied || len(e.results) > 0 {
+			break
+		}
+		end = e.end
+	}
+	return end
+}
+
+// EntryEnd returns where Raft entry index ends in the commitlog, for a
+// state machine snapshot of it: every entry with records up to it must be
+// dispatched (the state machine applied them), so that CommittedEnd
+// reaches it.
+func (s *Store) EntryEnd(index uint64) (int64, error) {
+	s.appendMu.Lock()
+	defer s.appendMu.Unlock()
+	sp, ok := s.entries.span(index)
+	if !ok {
+		return 0, fmt.Errorf("%w: %d", ErrEntryNotFound, index)
+	}
+	if committed := s.committedEnd(index); committed < sp.end {
+		return 0, fmt.Errorf("%w: Raft entry %d ends at commitlog offset %d; the entries up to it are dispatched to %d (%s)", ErrNotStored, index, sp.end, committed, s.storedSpan())
+	}
+	return sp.end, nil
+}
+
 // EntryIndexes returns the first and last Raft entries ReadEntry can
 // read; ok is false when there are none.
 func (s *Store) EntryIndexes() (first, last uint64, ok bool) {

@@ -125,6 +125,59 @@ func TestEntriesAreStoredReadBackAndDispatched(t *testing.T) {
 	checkEntry(t, s, 4, "m4", "[]")
 }
 
+// Raft's own entries (no records) after what is dispatched count in the
+// commitlog's end once applied, and a copy reads them, without their being
+// dispatched; an entry with records ends the count until it is dispatched.
+// A snapshot's entry ends where that count reaches.
+func TestCommittedEndCountsEntriesWithoutRecords(t *testing.T) {
+	s := openStore(t, testConfig(t.TempDir()))
+	defer s.Close()
+	const t0 = 1_800_000_000_000
+	a, b := one(t, s, t0, "a"), one(t, s, t0, "b")
+	err := s.StoreEntries([]Entry{{Index: 1, Meta: []byte("m1")}, {Index: 2, Meta: []byte("m2"), Records: a},
+		{Index: 3, Meta: []byte("m3")}, {Index: 4, Meta: []byte("m4")}, {Index: 5, Meta: []byte("m5"), Records: b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	span := func(i uint64) entrySpan { sp, _ := s.entries.span(i); return sp }
+	if got := s.CommittedEnd(5); got != span(1).end {
+		t.Fatalf("before any dispatch the committed end is %d, want entry 1's end %d", got, span(1).end)
+	}
+	if _, err := s.EntryEnd(2); !errors.Is(err, ErrNotStored) {
+		t.Fatalf("entry 2's end before its records are dispatched: %v", err)
+	}
+	if _, err := s.DispatchRecords(2, a, nil); err != nil {
+		t.Fatal(err)
+	}
+	dispatched := span(2).end
+	for applied, want := range map[uint64]int64{2: dispatched, 3: span(3).end, 9: span(4).end} {
+		if got := s.CommittedEnd(applied); got != want {
+			t.Errorf("applied %d: committed end %d, want %d", applied, got, want)
+		}
+	}
+	if end, err := s.EntryEnd(4); err != nil || end != span(4).end || end != span(5).frame {
+		t.Fatalf("entry 4 ends at %d (%v); its span ends at %d, entry 5 begins at %d", end, err, span(4).end, span(5).frame)
+	}
+	if _, err := s.EntryEnd(5); !errors.Is(err, ErrNotStored) {
+		t.Fatalf("entry 5, with records not dispatched: %v", err)
+	}
+	if _, err := s.EntryEnd(6); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("entry 6, never stored: %v", err)
+	}
+	// A copy to the snapshot's entry reads the frames of 3 and 4, and never
+	// entry 5's records.
+	if got, err := s.ReadCommitlog(dispatched, span(5).end, 1<<20); err != nil || int64(len(got)) != span(4).end-dispatched {
+		t.Fatalf("read from %d: %d bytes (%v), want %d", dispatched, len(got), err, span(4).end-dispatched)
+	}
+	if got, err := s.ReadCommitlog(dispatched, 0, 1<<20); err != nil || len(got) != 0 {
+		t.Fatalf("read to what is dispatched: %d bytes (%v)", len(got), err)
+	}
+	// Nothing was dispatched by counting.
+	if first, last, ok := s.StoredRaftIndexes(); !ok || first != 3 || last != 5 || s.WrittenRaftIndex() != 2 {
+		t.Fatalf("stored %d to %d (%v), dispatched to %d; want 3 to 5, 2", first, last, ok, s.WrittenRaftIndex())
+	}
+}
+
 // An entry that does not fit the rest of a segment starts the next one,
 // whole; cut entries leave the index; forgotten ones are not read.
 func TestEntriesAcrossSegmentsCutAndForgotten(t *testing.T) {

@@ -5199,8 +5199,17 @@ type BrokerSnapshot struct {
 	ScheduleOffsets    map[int32]int64            `protobuf:"bytes,8,rep,name=schedule_offsets,json=scheduleOffsets,proto3" json:"schedule_offsets,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Transactions       *TransactionState          `protobuf:"bytes,9,opt,name=transactions,proto3" json:"transactions,omitempty"`
 	Producers          *ProducerTable             `protobuf:"bytes,10,opt,name=producers,proto3" json:"producers,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// With the commitlog as the Raft log (broker/entrylog.go): the
+	// snapshot's Raft index, and where that entry ends in the commitlog.
+	// Raft's own entries (a leader's first, barriers, configurations) never
+	// reach the state machine, so that entry may end past
+	// commitlog_max_offset; a replica that installs the snapshot copies to
+	// raft_log_end, and the entries after it go on from there. 0: the
+	// snapshot is not from such a replica.
+	RaftLogIndex  uint64 `protobuf:"varint,11,opt,name=raft_log_index,json=raftLogIndex,proto3" json:"raft_log_index,omitempty"`
+	RaftLogEnd    int64  `protobuf:"varint,12,opt,name=raft_log_end,json=raftLogEnd,proto3" json:"raft_log_end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BrokerSnapshot) Reset() {
@@ -5301,6 +5310,20 @@ func (x *BrokerSnapshot) GetProducers() *ProducerTable {
 		return x.Producers
 	}
 	return nil
+}
+
+func (x *BrokerSnapshot) GetRaftLogIndex() uint64 {
+	if x != nil {
+		return x.RaftLogIndex
+	}
+	return 0
+}
+
+func (x *BrokerSnapshot) GetRaftLogEnd() int64 {
+	if x != nil {
+		return x.RaftLogEnd
+	}
+	return 0
 }
 
 // Idempotent producers' sequences, in snapshots (broker/producers.go).
@@ -6311,7 +6334,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\"g\n" +
 	"\fOffsetCommit\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x120\n" +
-	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\xff\x04\n" +
+	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\xc7\x05\n" +
 	"\x0eBrokerSnapshot\x12(\n" +
 	"\x10store_raft_index\x18\x01 \x01(\x04R\x0estoreRaftIndex\x120\n" +
 	"\x14commitlog_max_offset\x18\x02 \x01(\x03R\x12commitlogMaxOffset\x12.\n" +
@@ -6323,7 +6346,10 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x10schedule_offsets\x18\b \x03(\v2..raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntryR\x0fscheduleOffsets\x12?\n" +
 	"\ftransactions\x18\t \x01(\v2\x1b.raftmq.v1.TransactionStateR\ftransactions\x126\n" +
 	"\tproducers\x18\n" +
-	" \x01(\v2\x18.raftmq.v1.ProducerTableR\tproducers\x1aB\n" +
+	" \x01(\v2\x18.raftmq.v1.ProducerTableR\tproducers\x12$\n" +
+	"\x0eraft_log_index\x18\v \x01(\x04R\fraftLogIndex\x12 \n" +
+	"\fraft_log_end\x18\f \x01(\x03R\n" +
+	"raftLogEnd\x1aB\n" +
 	"\x14ScheduleOffsetsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"v\n" +
