@@ -57,12 +57,6 @@ func (s *service) DeleteTopic(ctx context.Context, req *pb.DeleteTopicRequest) (
 	if b.meta.topic(req.Name) == nil {
 		return nil, statusError(codes.NotFound, pb.ErrorReason_TOPIC_NOT_FOUND, "topic "+req.Name+" does not exist", nil)
 	}
-	if b.fsm.dispatchMode {
-		// Sends stored after the delete's entry, before it applies, were
-		// numbered on the deleted queues: not safe yet (entrylog.go).
-		return nil, statusError(codes.Unimplemented, pb.ErrorReason_ERROR_REASON_UNSPECIFIED,
-			"deleting a topic is not supported yet on a group whose Raft log is its commitlog (--raft-log commitlog)", nil)
-	}
 	if err := b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_DeleteTopic{DeleteTopic: req.Name}}); err != nil {
 		return nil, err
 	}

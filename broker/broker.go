@@ -134,16 +134,6 @@ func Start(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("broker: listen on %s: %w", cfg.GRPCAddr, err)
 	}
 	if cfg.Store.RaftLog { // entrylog.go
-		// Raft reads the entries after its newest snapshot, or all of
-		// them without one; the state machine's restore indexes again
-		// from the snapshot's offset (fsm.indexFrom). From the oldest
-		// segment retention kept: each starts with an entry.
-		clMin, _ := store.CommitlogOffsets()
-		if err := store.IndexEntries(clMin); err != nil {
-			b.lis.Close()
-			store.Close()
-			return nil, fmt.Errorf("broker: index the raft entries in the commitlog: %w", err)
-		}
 		cfg.Raft.EntryLog, cfg.Raft.RecordsAt = storeEntryLog{store}, recordsAt
 		b.fsm.dispatchMode = true
 	}

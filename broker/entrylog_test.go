@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,11 +11,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/message"
+	"github.com/raftmq/raftmq/storage"
 )
 
 // A group whose replicas keep their Raft log in their commitlogs
@@ -22,8 +23,8 @@ import (
 // the same commitlog and every acked message, through snapshots, a
 // follower restarted after missing entries, and the master restarted
 // after a snapshot; each restart reads its entries back from its own
-// commitlog, from where its snapshot says. Deleting a topic is refused in
-// this mode.
+// commitlog, from where its snapshot says. A topic deleted and created
+// again is numbered from 0 on every replica alike.
 func TestAGroupWhoseRaftLogIsTheCommitlog(t *testing.T) {
 	g := newGroup(t, 3, func(c *Config) {
 		c.Store.RaftLog = true
@@ -54,10 +55,75 @@ func TestAGroupWhoseRaftLogIsTheCommitlog(t *testing.T) {
 			t.Errorf("replica %d has a WAL (%v): its Raft log is not its commitlog", i+1, err)
 		}
 	}
-	// Not yet in this mode (entrylog.go): refused with a status, not done.
-	_, err := g.client(g.master()).DeleteTopic(context.Background(), &pb.DeleteTopicRequest{Name: "orders"})
-	if status.Code(err) != codes.Unimplemented {
-		t.Fatalf("DeleteTopic: %v, want Unimplemented", err)
+	// Sends go on while the topic is deleted and created again: the
+	// records stored after the deletion's entry are numbered from 0 on
+	// every replica, whenever each applies it (storage/topicdelete.go).
+	m = g.master()
+	stop, first := make(chan struct{}), make(chan struct{})
+	sent := make(chan []acked)
+	go func() {
+		var got []acked
+		defer func() { sent <- got }()
+		defer func() {
+			if len(got) == 0 {
+				close(first)
+			}
+		}()
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			body := fmt.Sprintf("during-%d", n)
+			resp, err := g.client(m).SendMessage(ctx, oneMessage("orders", int32(n%4), body))
+			cancel()
+			if err == nil {
+				if got = append(got, acked{body: body, queue: int32(n % 4), res: resp.Results[0]}); len(got) == 1 {
+					close(first)
+				}
+			}
+		}
+	}()
+	<-first // sends under way
+	if _, err := g.client(m).DeleteTopic(context.Background(), &pb.DeleteTopicRequest{Name: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	during := <-sent
+	g.createTopic("orders", 4)
+	during = append(during, g.sendBodies(m, "orders", 4, "d", 0, 8)...)
+	acks = append(acks, during...)
+	g.checkIdentical(acks)
+	// Every replica's queues of the topic created again hold what was acked
+	// after the deletion, from 0, and nothing from before it.
+	after := map[string]acked{}
+	for _, a := range during {
+		after[a.body] = a
+	}
+	for i := range g.cfgs {
+		n := 0
+		for q := int32(0); q < 4; q++ {
+			res, err := g.brokers[i].store.GetMessages(storage.GetRequest{Topic: "orders", QueueID: q, MaxMessages: 1000, MaxBytes: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Records) > 0 && res.MinOffset != 0 {
+				t.Fatalf("replica %d: queue %d of the topic created again begins at %d", i+1, q, res.MinOffset)
+			}
+			for _, rec := range res.Records {
+				r, _ := message.Decode(rec)
+				a, ok := after[string(r.Body)]
+				if !ok || a.queue != q || a.res.QueueOffset != r.QueueOffset {
+					t.Fatalf("replica %d: queue %d holds %q at %d, not acked there after the deletion", i+1, q, r.Body, r.QueueOffset)
+				}
+				n++
+			}
+		}
+		if n < 8 {
+			t.Fatalf("replica %d: the topic created again holds %d messages, fewer than the 8 sent after it", i+1, n)
+		}
 	}
 }
 
@@ -66,11 +132,15 @@ func TestAGroupWhoseRaftLogIsTheCommitlog(t *testing.T) {
 // send (Raft's own entries never reach the state machine), copies the
 // commitlog from a peer to where that entry ends, and goes on from there
 // byte for byte, through a restart too (the second restart case,
-// in this mode).
+// in this mode). Segments are small: a restart with a snapshot indexes the
+// newest segment's entries, and its restore those after the snapshot's
+// offset, in older segments too.
 func TestACommitlogRaftLogCatchesUpBySnapshotAndCopy(t *testing.T) {
 	g := newGroup(t, 3, func(c *Config) {
 		compactedLog(c)
 		c.Store.RaftLog = true
+		c.Store.SegmentSize, c.Store.MaxMessageSize = 16<<10, 4<<10
+		c.MaxMessageSize, c.EntryMaxBytes = 2<<10, 8<<10
 	})
 	g.createTopic("far", 2)
 	m := g.master()
@@ -104,4 +174,12 @@ func TestACommitlogRaftLogCatchesUpBySnapshotAndCopy(t *testing.T) {
 	g.start(behind)
 	acks = append(acks, g.sendBodies(g.master(), "far", 2, "restarted", 0, 20)...)
 	g.checkIdentical(acks)
+	m = g.master()
+	g.stop(m)
+	g.start(m)
+	acks = append(acks, g.sendBodies(g.master(), "far", 2, "master-restarted", 0, 20)...)
+	g.checkIdentical(acks)
+	if segs, _ := os.ReadDir(filepath.Join(g.cfgs[m].Dir, "store", "commitlog")); len(segs) < 3 {
+		t.Fatalf("the master's commitlog has %d segments: the restarts did not index across segments", len(segs))
+	}
 }

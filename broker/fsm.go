@@ -195,7 +195,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.meta.upsertTopic(c.UpsertTopic)
 	case *pb.RaftCommand_DeleteTopic:
 		if fresh {
-			if err := f.store.DeleteTopic(c.DeleteTopic); err != nil {
+			if err := f.deleteTopic(l.Index, c.DeleteTopic); err != nil {
 				return &applyResult{err: f.fail(err)}
 			}
 		}
@@ -218,6 +218,25 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.log.Error("unknown raft command", "index", l.Index)
 	}
 	return nil
+}
+
+// deleteTopic removes a topic's queues as entry index applies its
+// deletion: the store appends a frame that says so, or, when it is the
+// Raft log, dispatches the entry's own frame, which says so since the
+// entry was stored (entrylog.go deletedTopic). Then a checkpoint: a
+// restart begins after the deletion instead of finding the queues
+// disagree with the commitlog and rebuilding them all.
+func (f *fsm) deleteTopic(index uint64, topic string) error {
+	var err error
+	if f.dispatchMode {
+		err = f.store.DispatchEntry(index)
+	} else {
+		err = f.store.DeleteTopic(index, topic)
+	}
+	if err == nil {
+		err = f.store.Flush()
+	}
+	return err
 }
 
 func (f *fsm) applySend(index uint64, b *pb.SendBatch) *applyResult {

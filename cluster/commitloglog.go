@@ -23,6 +23,11 @@ type LogEntry struct {
 	Index   uint64
 	Meta    []byte
 	Records []byte
+	// Command is, for an entry to store, a command entry's data before
+	// its records (in Meta too), for the EntryLog to read what it must
+	// know of the entry as it stores it: the broker, which topic a
+	// deletion deletes. Not kept apart; nil from ReadEntry.
+	Command []byte
 }
 
 // ErrNoEntry is what an EntryLog answers for an entry it does not hold.
@@ -40,6 +45,13 @@ type EntryLog interface {
 	CutStored(after uint64) error
 	// ForgetEntries stops holding the entries below index for Raft.
 	ForgetEntries(index uint64)
+	// IndexAtStart readies the entries Raft reads as the member starts,
+	// before anything else: every one when the member has no snapshot
+	// (Raft replays them all), else the newest (Raft's last entry), the
+	// state machine's restore of the snapshot holding the rest from
+	// where the snapshot says (as the broker's does): a start need not
+	// read a whole commitlog.
+	IndexAtStart(snapshot bool) error
 }
 
 // RecordsAt says where the records of an entry's data begin: len(data)
@@ -181,6 +193,9 @@ func (c *commitlogLog) StoreLogs(logs []*raft.Log) error {
 			at = c.recordsAt(l.Data)
 		}
 		entries[i] = LogEntry{Index: l.Index, Meta: encodeMeta(l, storedExtensions(l.Extensions), l.Data[:at]), Records: l.Data[at:]}
+		if l.Type == raft.LogCommand {
+			entries[i].Command = l.Data[:at]
+		}
 	}
 	return c.log.StoreEntries(entries)
 }

@@ -67,10 +67,6 @@ func startOnCommitlog(dir, id string, peers map[string]string, segSize int64, ma
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.IndexEntries(0); err != nil { // no snapshots: the whole log
-		s.Close()
-		return nil, nil, err
-	}
 	cfg := testRaftConfig(id, filepath.Join(dir, "raft"), peers, 50*time.Millisecond)
 	cfg.MaxAppendEntries = maxAppend
 	cfg.SnapshotThreshold, cfg.SnapshotInterval = 1<<40, time.Hour

@@ -21,7 +21,7 @@ type storeEntries struct{ s *storage.Store }
 func (a storeEntries) StoreEntries(es []LogEntry) error {
 	out := make([]storage.Entry, len(es))
 	for i, e := range es {
-		out[i] = storage.Entry(e)
+		out[i] = storage.Entry{Index: e.Index, Meta: e.Meta, Records: e.Records}
 	}
 	return a.s.StoreEntries(out)
 }
@@ -31,12 +31,18 @@ func (a storeEntries) ReadEntry(index uint64) (LogEntry, error) {
 	if errors.Is(err, storage.ErrEntryNotFound) {
 		return LogEntry{}, fmt.Errorf("%w: %w", ErrNoEntry, err)
 	}
-	return LogEntry(e), err
+	return LogEntry{Index: e.Index, Meta: e.Meta, Records: e.Records}, err
 }
 
 func (a storeEntries) EntryIndexes() (uint64, uint64, bool) { return a.s.EntryIndexes() }
 func (a storeEntries) CutStored(after uint64) error         { return a.s.CutStored(after) }
 func (a storeEntries) ForgetEntries(index uint64)           { a.s.ForgetEntries(index) }
+func (a storeEntries) IndexAtStart(snapshot bool) error {
+	if snapshot {
+		return a.s.IndexNewestEntries()
+	}
+	return a.s.IndexEntries(0)
+}
 
 // testRecordsAt: a command's first byte says how long its head is.
 func testRecordsAt(data []byte) int {

@@ -307,6 +307,17 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		closeAll()
 		return nil, fmt.Errorf("cluster: open snapshot store: %w", err)
 	}
+	own, err := snaps.List()
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("cluster: list snapshots: %w", err)
+	}
+	if cfg.EntryLog != nil {
+		if err := cfg.EntryLog.IndexAtStart(len(own) > 0); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("cluster: index the raft entries in the commitlog: %w", err)
+		}
+	}
 	if err := checkLogHolds(logName, logStore, snaps, cfg.AppliedIndex); err != nil {
 		closeAll()
 		return nil, err
@@ -388,11 +399,6 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		fsm = durableFSM{FSM: fsm, log: log}
 	}
 	fsm = checkedFSM{FSM: fsm, walDir: logName, failer: failer}
-	own, err := snaps.List()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("cluster: list snapshots: %w", err)
-	}
 	timed := &timedRestore{FSM: fsm, atStart: len(own) > 0}
 	stepBegan = time.Now()
 	r, err := raft.NewRaft(rc, timed, logs, stable, snaps, trans)

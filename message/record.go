@@ -60,12 +60,24 @@ const (
 	// FrameTopic, queue 0, its body the entry's own fields. No queue holds
 	// it and no reader is given it.
 	SysFlagFrame uint32 = 1 << 3
+	// SysFlagDeletesTopic marks a frame whose Raft entry deletes a topic,
+	// named by the frame's PropertyDeletesTopic. A store removes the
+	// topic's queues where it dispatches the frame (applied, copied from
+	// a peer or recovered), and numbers the topic's queues from 0 for the
+	// records stored after it, whenever it is applied. A store whose Raft
+	// log is elsewhere writes such a frame alone when it applies the
+	// deletion.
+	SysFlagDeletesTopic uint32 = 1 << 4
 
 	maxShortLen = 1<<16 - 1
 )
 
 // FrameTopic is the topic of a Raft entry's frame (SysFlagFrame).
 const FrameTopic = "%RAFT%"
+
+// PropertyDeletesTopic names the topic a frame marked SysFlagDeletesTopic
+// deletes.
+const PropertyDeletesTopic = "DELETES_TOPIC"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

@@ -117,16 +117,13 @@ func (s *Store) AppendRaw(from int64, data []byte) error {
 		return err
 	}
 	s.cl.writePos.Store(end)
-	_, err = s.cl.scan(st, end, func(rec []byte) error { return s.dispatchStored(rec, &st) })
+	_, err = s.cl.scan(st, end, func(rec []byte) error { return s.dispatchFound(rec, &st) })
 	if err != nil {
 		s.fail(err)
 		return err
 	}
-	if s.cfg.FlushMode == FlushSync {
-		if err := s.cl.flush(); err != nil {
-			s.fail(err)
-			return err
-		}
+	if err := s.syncWrites(); err != nil {
+		return err
 	}
 	st.dispatched, st.raftIndex, st.last = end, res.raftIndex, res.last
 	s.lastRaftIndex = res.raftIndex

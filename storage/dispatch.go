@@ -25,12 +25,10 @@ import (
 // dropped at dispatch keeps its offset; the drop is written into the
 // stored record in place: its sys flag and CRC, 8 bytes (patchDropped).
 //
-// Not yet: a restart dispatches every whole batch recovery finds, stored
-// entries included, which is right only while every entry is dispatched
-// as soon as it is stored (AppendRecords). With the commitlog as the Raft
-// log, recovery will dispatch what the checkpoint covers and leave the
-// rest to Raft's replay; and DeleteTopic, applied between stored entries
-// numbered past it, will have to keep the deleted queues' numbering.
+// With Config.RaftLog, recovery dispatches what the checkpoint covers and
+// keeps the rest stored for Raft's replay (recovery.go keepStored), and a
+// topic's deletion stored between entries numbers the topic's later
+// records from 0 (topicdelete.go).
 
 // storedEntry is a Raft entry's batch written to the commitlog and not
 // dispatched yet.
@@ -39,6 +37,7 @@ type storedEntry struct {
 	start, end int64          // the commitlog bytes it took, blank fillers included
 	frame      int64          // where its frame is (entries.go); -1: it has none
 	results    []AppendResult // each record's place, queue offset, size, queue and tag hash
+	deletes    string         // the topic it deletes (topicdelete.go)
 }
 
 // StoreRecords writes records, a sequence of records as EncodeRecord lays
@@ -60,13 +59,7 @@ func (s *Store) StoreRecords(raftIndex uint64, records []byte) error {
 	if err := s.storeFramed(raftIndex, records, results); err != nil {
 		return err
 	}
-	if s.cfg.FlushMode == FlushSync {
-		if err := s.cl.flush(); err != nil {
-			s.fail(err)
-			return err
-		}
-	}
-	return nil
+	return s.syncWrites()
 }
 
 // DispatchRecords dispatches the oldest stored entry, which must be Raft
@@ -146,8 +139,12 @@ func (s *Store) CutStored(after uint64) error {
 	s.stored = s.stored[:i]
 	s.lastRaftIndex = s.dispatched.Load().raftIndex
 	clear(s.storeNext)
+	clear(s.deleting)
 	for _, e := range s.stored {
 		s.lastRaftIndex = e.raftIndex
+		if e.deletes != "" {
+			s.numberAfresh(e.deletes)
+		}
 		for _, r := range e.results {
 			s.storeNext[queueKey{r.Topic, r.QueueID}] = r.QueueOffset + 1
 		}
@@ -220,7 +217,7 @@ func (s *Store) place(results []AppendResult, start int64, whole bool) int64 {
 		}
 		k := queueKey{r.Topic, r.QueueID}
 		qoff, ok := s.storeNext[k]
-		if !ok {
+		if !ok && s.deleting[k.topic] == 0 { // a stored deletion numbers from 0 (topicdelete.go)
 			if q := s.queue(k, false); q != nil {
 				qoff = q.max.Load()
 			}
@@ -295,6 +292,10 @@ func (s *Store) dispatchedEmpty() { s.dispatchedOldest(*s.dispatched.Load()) }
 // caller holds appendMu.
 func (s *Store) dispatchedOldest(st checkpoint) {
 	e := s.stored[0]
+	if e.deletes != "" {
+		_ = s.deleteQueues(e.deletes, &st) // a failure fails the store: the caller's next step sees it
+		s.deleted(e.deletes)
+	}
 	st.dispatched, st.raftIndex, st.last = e.end, e.raftIndex, e.frame
 	if n := len(e.results); n > 0 {
 		st.last = e.results[n-1].Offset
@@ -310,6 +311,7 @@ func (s *Store) popStored() {
 	if len(s.stored) == 1 {
 		s.stored = s.stored[:0] // the usual case, and no allocation for the next
 		clear(s.storeNext)      // every queue's max is its next offset again
+		clear(s.deleting)
 	} else {
 		s.stored = s.stored[1:]
 	}

@@ -128,7 +128,12 @@
 //     counts Raft's own entries applied (CommittedEnd, EntryEnd: what a
 //     replica reports and copies to); what a Raft log store over the
 //     commitlog needs, with Config.RaftLog, whose recovery keeps the
-//     entries after the checkpoint stored;
+//     entries after the checkpoint stored; at start, the newest segment's
+//     entries only (IndexNewestEntries) when a snapshot covers the rest;
+//   - topicdelete.go: a topic's deletion as a frame in the commitlog, which
+//     removes its queues wherever it is dispatched (applied, recovered,
+//     rebuilt, copied), and, stored before it is applied, numbers the
+//     topic's later records from 0 at once;
 //   - consumequeue.go: the consume queues;
 //   - index.go: the key index (keys and UNIQ_KEY);
 //   - dedup.go: retries stored once, by their UNIQ_KEY within DedupWindow;

@@ -29,6 +29,10 @@ type Entry struct {
 	Index   uint64
 	Meta    []byte // the entry's own fields, kept as they are
 	Records []byte // records as EncodeRecord lays them out; none for an entry that is not a send
+	// DeletesTopic names the topic the entry deletes, if it does (it then
+	// has no records): the frame says so, and the topic's records stored
+	// after it are numbered from 0 (topicdelete.go).
+	DeletesTopic string
 }
 
 // ErrEntryNotFound: the store has not indexed that Raft entry.
@@ -142,7 +146,8 @@ func (s *Store) StoreEntries(entries []Entry) error {
 	return nil
 }
 
-// storeEntry writes one entry as a batch: its frame, then its records.
+// storeEntry writes one entry as a batch: its frame, then its records, and
+// indexes it.
 func (s *Store) storeEntry(e Entry) error {
 	if err := s.appendable(e.Index); err != nil {
 		return err
@@ -150,20 +155,38 @@ func (s *Store) storeEntry(e Entry) error {
 	if err := s.entries.follows(e.Index); err != nil {
 		return err
 	}
-	frame, err := s.frameRecord(e.Meta)
+	sp, err := s.storeFrame(e)
 	if err != nil {
-		return fmt.Errorf("raft entry %d: %w", e.Index, err)
+		return err
 	}
-	all := []AppendResult{{Size: int32(len(frame)), Topic: message.FrameTopic, frame: true}}
+	if err := s.entries.add(e.Index, sp); err != nil {
+		s.fail(err)
+		return err
+	}
+	return nil
+}
+
+// storeFrame writes e as a batch, its frame then its records, after every
+// entry stored, and keeps it as the newest stored entry. The caller holds
+// appendMu and has checked e.Index.
+func (s *Store) storeFrame(e Entry) (entrySpan, error) {
+	if e.DeletesTopic != "" && len(e.Records) > 0 {
+		return entrySpan{}, fmt.Errorf("%w: raft entry %d deletes topic %s and carries records", ErrInvalidMessage, e.Index, e.DeletesTopic)
+	}
+	frame, err := s.frameRecord(e.Meta, e.DeletesTopic)
+	if err != nil {
+		return entrySpan{}, fmt.Errorf("raft entry %d: %w", e.Index, err)
+	}
+	all := []AppendResult{{Size: int32(len(frame)), Topic: message.FrameTopic, frame: true, deletes: e.DeletesTopic != ""}}
 	if len(e.Records) > 0 {
 		_, results, err := s.frameBatch(e.Records, false)
 		if err != nil {
-			return fmt.Errorf("raft entry %d: %w", e.Index, err)
+			return entrySpan{}, fmt.Errorf("raft entry %d: %w", e.Index, err)
 		}
 		all = append(all, results...)
 	}
 	if size := len(frame) + len(e.Records); int64(size) > s.cfg.SegmentSize {
-		return fmt.Errorf("%w: raft entry %d of %d bytes, segments of %d", ErrInvalidMessage, e.Index, size, s.cfg.SegmentSize)
+		return entrySpan{}, fmt.Errorf("%w: raft entry %d of %d bytes, segments of %d", ErrInvalidMessage, e.Index, size, s.cfg.SegmentSize)
 	}
 	buf := append(append(s.entryBuf[:0], frame...), e.Records...)
 	if cap(buf) <= 16<<20 {
@@ -173,21 +196,23 @@ func (s *Store) storeEntry(e Entry) error {
 	end := s.place(all, start, true)
 	if err := s.writeBatch(e.Index, buf, all, start); err != nil {
 		s.fail(err)
-		return err
+		return entrySpan{}, err
 	}
 	s.lastRaftIndex = e.Index
-	s.stored = append(s.stored, storedEntry{raftIndex: e.Index, start: start, end: end, frame: all[0].Offset, results: all[1:]})
-	if err := s.entries.add(e.Index, entrySpan{frame: all[0].Offset, end: end}); err != nil {
-		s.fail(err)
-		return err
+	s.stored = append(s.stored, storedEntry{raftIndex: e.Index, start: start, end: end, frame: all[0].Offset, results: all[1:], deletes: e.DeletesTopic})
+	if e.DeletesTopic != "" {
+		s.numberAfresh(e.DeletesTopic)
 	}
-	return nil
+	return entrySpan{frame: all[0].Offset, end: end}, nil
 }
 
 // frameRecord encodes an entry's frame with body meta, the fields the
-// store fills left zero.
-func (s *Store) frameRecord(meta []byte) ([]byte, error) {
+// store fills left zero, naming the topic it deletes if it does.
+func (s *Store) frameRecord(meta []byte, deletes string) ([]byte, error) {
 	m := message.Message{Topic: message.FrameTopic, Body: meta}
+	if deletes != "" {
+		m.Properties = map[string]string{message.PropertyDeletesTopic: deletes}
+	}
 	size, err := s.check(&m)
 	if err != nil {
 		return nil, err
@@ -246,7 +271,7 @@ func (s *Store) ReadEntry(index uint64) (Entry, error) {
 			if err != nil {
 				return Entry{}, fmt.Errorf("raft entry %d: %w", index, err)
 			}
-			e = Entry{Index: index, Meta: r.Body, Records: b[size:]}
+			e = Entry{Index: index, Meta: r.Body, Records: b[size:], DeletesTopic: r.Properties[message.PropertyDeletesTopic]}
 		}
 		p += size
 	}
@@ -362,6 +387,19 @@ func (s *Store) IndexEntries(from int64) error {
 	s.entries.first, s.entries.spans = x.first, x.spans
 	s.entries.mu.Unlock()
 	return nil
+}
+
+// IndexNewestEntries indexes, as IndexEntries does, the entries of the
+// newest segment that holds any: the last entry, all a Raft member with a
+// snapshot needs at start before its state machine restores the snapshot
+// and indexes from the snapshot's offset. Every segment of a store whose
+// entries are the Raft log begins with one.
+func (s *Store) IndexNewestEntries() error {
+	from, end := s.cl.minOffset(), s.cl.writePos.Load()
+	if end > from {
+		from = max(from, (end-1)-(end-1)%s.cfg.SegmentSize)
+	}
+	return s.IndexEntries(from)
 }
 
 // DispatchStored dispatches, as they were written, the stored entries

@@ -178,6 +178,48 @@ func TestCommittedEndCountsEntriesWithoutRecords(t *testing.T) {
 	}
 }
 
+// At start a member with a snapshot indexes only the newest segment's
+// entries: the last one is there, and the first indexed begins that
+// segment. An empty store indexes nothing.
+func TestIndexNewestEntriesReadsTheNewestSegment(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize, cfg.MaxMessageSize = 4096, 1024
+	s := openStore(t, cfg)
+	if err := s.IndexNewestEntries(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := s.EntryIndexes(); ok {
+		t.Fatal("an empty store indexed entries")
+	}
+	const t0 = 1_800_000_000_000
+	for i := range 30 { // about 400 bytes an entry: 10 a segment
+		r := append(append(one(t, s, t0, fmt.Sprint("x", i)), one(t, s, t0, fmt.Sprint("y", i))...), one(t, s, t0, fmt.Sprint("z", i))...)
+		if err := s.StoreEntries([]Entry{{Index: uint64(i + 1), Meta: []byte(fmt.Sprint("m", i)), Records: r}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newest := s.cl.lastStart()
+	if newest < 2*cfg.SegmentSize {
+		t.Fatalf("30 entries reached segment %d only", newest)
+	}
+	want := uint64(0)
+	for i := uint64(1); i <= 30 && want == 0; i++ {
+		if sp, _ := s.entries.span(i); sp.frame >= newest {
+			want = i
+		}
+	}
+	s.crash()
+	s = openStore(t, cfg)
+	defer s.Close()
+	if err := s.IndexNewestEntries(); err != nil {
+		t.Fatal(err)
+	}
+	if first, last, ok := s.EntryIndexes(); !ok || first != want || last != 30 {
+		t.Fatalf("indexed %d to %d (%v), want %d (the newest segment's first) to 30", first, last, ok, want)
+	}
+	checkEntry(t, s, 30, "m29", "[x29 y29 z29]")
+}
+
 // An entry that does not fit the rest of a segment starts the next one,
 // whole; cut entries leave the index; forgotten ones are not read.
 func TestEntriesAcrossSegmentsCutAndForgotten(t *testing.T) {

@@ -68,7 +68,7 @@ func TestWriteErrorFailsStoreUntilReopened(t *testing.T) {
 	if err := s.Flush(); !errors.Is(err, ErrFailed) {
 		t.Fatalf("flush after the failure: %v, want ErrFailed", err)
 	}
-	if err := s.DeleteTopic("T"); !errors.Is(err, ErrFailed) {
+	if err := s.DeleteTopic(failedAt, "T"); !errors.Is(err, ErrFailed) {
 		t.Fatalf("delete topic after the failure: %v, want ErrFailed", err)
 	}
 	if got := s.LastRaftIndex(); got != failedAt-1 {
@@ -139,12 +139,12 @@ func TestDeleteTopicErrorFailsStore(t *testing.T) {
 	if _, err := s.Append(4, []message.Message{{Topic: "gone", Body: []byte("x")}}); err != nil {
 		t.Fatal(err)
 	}
-	err := s.DeleteTopic("gone")
+	err := s.DeleteTopic(5, "gone")
 	if err == nil {
 		t.Fatal("delete topic succeeded")
 	}
 	checkFailure(t, s, err, syscall.EROFS, gone)
-	if _, err := s.Append(5, batchFor(5)); !errors.Is(err, ErrFailed) {
+	if _, err := s.Append(6, batchFor(6)); !errors.Is(err, ErrFailed) {
 		t.Fatalf("append after the failure: %v, want ErrFailed", err)
 	}
 }

@@ -154,6 +154,14 @@ func (s *Store) keepStored(from, to int64) error {
 		switch {
 		case flag&message.SysFlagFrame != 0:
 			cur = &storedEntry{raftIndex: message.HeaderRaftIndex(rec), start: prev, frame: off}
+			if flag&message.SysFlagDeletesTopic != 0 {
+				topic, err := frameDeletes(rec)
+				if err != nil {
+					return err
+				}
+				cur.deletes = topic
+				s.numberAfresh(topic)
+			}
 		case cur == nil:
 			return fmt.Errorf("%w: a record without an entry frame at commitlog offset %d, after an entry's", ErrCorrupt, off)
 		default:
@@ -219,7 +227,7 @@ func (s *Store) redispatch(from checkpoint, scan scanResult, full bool) (checkpo
 			batchStart = message.HeaderOffset(rec)
 		}
 		newBatch = message.HeaderSysFlag(rec)&message.SysFlagBatchEnd != 0
-		if err := s.dispatchStored(rec, &st); err != nil {
+		if err := s.dispatchFound(rec, &st); err != nil {
 			return &badBatchError{start: batchStart, err: err}
 		}
 		return nil

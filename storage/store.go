@@ -35,6 +35,7 @@ type Store struct {
 	encBuf        []byte             // guarded by appendMu
 	stored        []storedEntry      // written, not dispatched (dispatch.go); guarded by appendMu
 	storeNext     map[queueKey]int64 // next queue offsets counting stored entries; guarded by appendMu
+	deleting      map[string]int     // stored entries not dispatched that delete a topic, by topic (topicdelete.go); guarded by appendMu
 	dedupSeen     map[uint64]int     // a batch's unique keys (dedup.go), guarded by appendMu
 	chunks        []chunk            // guarded by appendMu
 	keyBuf        []indexKey         // guarded by appendMu
@@ -76,6 +77,8 @@ type AppendResult struct {
 	Dropped bool
 
 	frame bool // a Raft entry's frame (entries.go): no queue offset, never dispatched
+	// deletes: the frame deletes a topic (message.SysFlagDeletesTopic).
+	deletes bool
 }
 
 type chunk struct {
@@ -106,6 +109,7 @@ func Open(cfg Config) (*Store, error) {
 		log:       cfg.Logger.With("store", cfg.Dir),
 		queues:    make(map[queueKey]*consumeQueue),
 		storeNext: make(map[queueKey]int64),
+		deleting:  make(map[string]int),
 		dedupSeen: make(map[uint64]int),
 		stop:      make(chan struct{}),
 		failedC:   make(chan struct{}),
@@ -308,6 +312,19 @@ func appendBlank(buf []byte, size int64) []byte {
 	return buf
 }
 
+// syncWrites makes what was written durable before an append returns, in
+// FlushSync mode; a failure fails the store. The caller holds appendMu.
+func (s *Store) syncWrites() error {
+	if s.cfg.FlushMode != FlushSync {
+		return nil
+	}
+	if err := s.cl.flush(); err != nil {
+		s.fail(err)
+		return err
+	}
+	return nil
+}
+
 // writeBatch encodes the placed records and writes them with one write
 // per segment touched (blank records fill the ends of segments left).
 func (s *Store) writeBatch(raftIndex uint64, records []byte, results []AppendResult, pos int64) error {
@@ -334,6 +351,9 @@ func (s *Store) writeBatch(raftIndex uint64, records []byte, results []AppendRes
 		}
 		if r.frame {
 			flag |= message.SysFlagFrame
+		}
+		if r.deletes {
+			flag |= message.SysFlagDeletesTopic
 		}
 		// A producer's send keeps its mark, so that a record read back as
 		// stored (the Raft log over the commitlog) is still a retry to
@@ -541,49 +561,6 @@ func (s *Store) checkpoint() error {
 		return err
 	}
 	s.lastCP = *st
-	return nil
-}
-
-// DeleteTopic removes the consume queues of topic. Its records stay in the
-// commitlog until retention deletes their segments. A failure to remove
-// the queues' files fails the store (see Err).
-func (s *Store) DeleteTopic(topic string) error {
-	if !message.ValidTopic(topic) {
-		return fmt.Errorf("%w: topic %q", ErrInvalidMessage, topic)
-	}
-	s.appendMu.Lock()
-	defer s.appendMu.Unlock()
-	if err := s.errFailed(); err != nil {
-		return err
-	}
-	st := *s.dispatched.Load()
-	s.queuesMu.Lock()
-	for k, q := range s.queues {
-		if k.topic == topic {
-			st.queueEntries -= q.max.Load()
-			q.close()
-			delete(s.queues, k)
-		}
-	}
-	s.queuesMu.Unlock()
-	s.dispatched.Store(&st)
-	dir := filepath.Join(s.cfg.Dir, consumeQueueDir, topic)
-	var err error
-	if s.cfg.DiskFault != nil {
-		if ferr := s.cfg.DiskFault("remove", dir); ferr != nil {
-			err = &os.PathError{Op: "remove", Path: dir, Err: ferr}
-		}
-	}
-	if err == nil {
-		err = os.RemoveAll(dir)
-	}
-	if err != nil {
-		// A disk that cannot remove files is failing: the store stops
-		// taking writes, as after a failed write.
-		err = fmt.Errorf("storage: delete topic %s: %w", topic, err)
-		s.fail(err)
-		return err
-	}
 	return nil
 }
 

@@ -305,7 +305,7 @@ func TestDeleteTopic(t *testing.T) {
 	if _, err := s.Append(11, []message.Message{{Topic: "gone", Body: []byte("x")}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.DeleteTopic("gone"); err != nil {
+	if err := s.DeleteTopic(12, "gone"); err != nil {
 		t.Fatal(err)
 	}
 	if _, max := s.QueueOffsets("gone", 0); max != 0 {
