@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
@@ -181,5 +182,37 @@ func TestACommitlogRaftLogCatchesUpBySnapshotAndCopy(t *testing.T) {
 	g.checkIdentical(acks)
 	if segs, _ := os.ReadDir(filepath.Join(g.cfgs[m].Dir, "store", "commitlog")); len(segs) < 3 {
 		t.Fatalf("the master's commitlog has %d segments: the restarts did not index across segments", len(segs))
+	}
+}
+
+// The store is told which topic an entry deletes as it stores it: a
+// DeleteTopic command only, never a send, a command with records, another
+// command or bytes that do not decode.
+func TestDeletedTopicIsReadFromADeleteTopicEntryOnly(t *testing.T) {
+	del, err := encodeCommand(&pb.RaftCommand{Command: &pb.RaftCommand_DeleteTopic{DeleteTopic: "orders"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	group, err := encodeCommand(&pb.RaftCommand{Command: &pb.RaftCommand_DeleteGroup{DeleteGroup: "orders"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := records(t, "orders", 1, "a")
+	send := append([]byte{sendRecordsEntry}, recs...)
+	for _, c := range []struct {
+		name string
+		e    cluster.LogEntry
+		want string
+	}{
+		{"a deletion", cluster.LogEntry{Command: del}, "orders"},
+		{"another command", cluster.LogEntry{Command: group}, ""},
+		{"a send", cluster.LogEntry{Command: send[:1], Records: recs}, ""},
+		{"a send's head alone", cluster.LogEntry{Command: send[:1]}, ""},
+		{"bytes that do not decode", cluster.LogEntry{Command: []byte{0x0a, 0xff}}, ""},
+		{"Raft's own entry", cluster.LogEntry{}, ""},
+	} {
+		if got := deletedTopic(c.e); got != c.want {
+			t.Errorf("%s: deletes %q, want %q", c.name, got, c.want)
+		}
 	}
 }
