@@ -1,6 +1,8 @@
 // Package cluster owns how nodes find and agree with each other:
 //   - raft.go: the Raft group setup of a broker group (hashicorp/raft with a
-//     file snapshot store and a TCP transport, or mutual TLS);
+//     file snapshot store and a TCP transport, or mutual TLS), and which of
+//     the state machine's restores are of its own snapshots at start
+//     (SnapshotAtStart) rather than a leader's;
 //   - raftstream.go: the Raft transport's stream layer over mutual TLS,
 //     which accepts and dials only replicas of the member's own group and
 //     handshakes off hashicorp/raft's accept loop;
@@ -30,7 +32,8 @@
 //   - commitloglog.go: a Raft log store over a broker's commitlog (an
 //     EntryLog): each entry's records where consumers read them, the rest
 //     of the entry in a frame before them; a suffix deleted is cut, a
-//     prefix only forgotten (docs/commitlog-raft-log.md);
+//     prefix only forgotten; at start the EntryLog indexes what Raft will
+//     read (docs/commitlog-raft-log.md);
 //   - leaderlog.go: the leader's Raft log written beside replication
 //     rather than before it (a queue and one writer while leading), with
 //     the commit index sent to followers and the leader's own applies held
