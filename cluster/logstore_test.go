@@ -354,16 +354,17 @@ func TestRestartAfterSnapshotInstall(t *testing.T) {
 	committed = append(committed, g.apply(g.leader(), "after", 10)...)
 	g.converge(committed)
 	// The state machine can tell a leader's snapshot from its own at start
-	// (a broker copies a peer's commitlog only for the former).
-	if got := g.fsms[behind].restored(); fmt.Sprint(got) != "[false]" {
-		t.Fatalf("the install's restores, at start or not: %v; want [false]", got)
+	// (a broker copies a peer's commitlog only for the former). The leader
+	// may send more than one while the member catches up.
+	if got := g.fsms[behind].restored(); len(got) == 0 || slices.Contains(got, true) {
+		t.Fatalf("the installs' restores, at start or not: %v; want one or more, none at start", got)
 	}
 
 	g.stop(behind)
 	g.start(behind)
 	g.converge(committed)
-	if got := g.fsms[behind].restored(); fmt.Sprint(got) != "[true]" {
-		t.Fatalf("the restart's restores, at start or not: %v; want [true]", got)
+	if got := g.fsms[behind].restored(); len(got) == 0 || !got[0] || slices.Contains(got[1:], true) {
+		t.Fatalf("the restart's restores, at start or not: %v; want the first at start, no other", got)
 	}
 }
 
