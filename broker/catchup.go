@@ -103,17 +103,11 @@ func (b *Broker) copyFrom(ctx context.Context, addr string, to int64) error {
 // a chunk may be larger by one Raft entry).
 const copyChunk = 1 << 20
 
-// committedEnd is where this replica's commitlog ends, Raft's own entries
-// it applied included (storage.CommittedEnd): what it reports, and what
-// it copies and hashes to at most.
-func (b *Broker) committedEnd() int64 {
-	return b.store.CommittedEnd(b.node.Raft.AppliedIndex())
-}
-
 // readTo is where a read of the commitlog asked to end at to (0: its end)
-// ends.
+// ends: at most where this replica's commitlog ends with Raft's own
+// entries it applied (storage.CommittedEnd), as it reports it.
 func (b *Broker) readTo(to int64) int64 {
-	end := b.committedEnd()
+	end := b.store.CommittedEnd(b.node.Raft.AppliedIndex())
 	if to > 0 {
 		end = min(end, to)
 	}

@@ -497,12 +497,18 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return f.install(&s)
 	}
 	if s.StoreRaftIndex > f.store.WrittenRaftIndex() {
-		if f.catchUp == nil {
-			return errors.New("broker: store is behind the snapshot and cannot catch up")
-		}
-		return f.catchUp(s.CommitlogMaxOffset, s.StoreRaftIndex)
+		return f.copyTo(s.CommitlogMaxOffset, s.StoreRaftIndex)
 	}
 	return nil
+}
+
+// copyTo copies the commitlog from a peer to offset to, where Raft entry
+// index ends (catchup.go).
+func (f *fsm) copyTo(to int64, index uint64) error {
+	if f.catchUp == nil {
+		return errors.New("broker: store is behind the snapshot and cannot catch up")
+	}
+	return f.catchUp(to, index)
 }
 
 // indexFrom readies a store that is the Raft log, at start, for the
@@ -545,10 +551,7 @@ func (f *fsm) install(s *pb.BrokerSnapshot) error {
 	case end > s.RaftLogEnd:
 		return fmt.Errorf("broker: the store is dispatched to commitlog offset %d (Raft index %d), past the snapshot's entry %d, which ends at %d", end, f.store.WrittenRaftIndex(), s.RaftLogIndex, s.RaftLogEnd)
 	case end < s.RaftLogEnd:
-		if f.catchUp == nil {
-			return errors.New("broker: store is behind the snapshot and cannot catch up")
-		}
-		if err := f.catchUp(s.RaftLogEnd, s.RaftLogIndex); err != nil {
+		if err := f.copyTo(s.RaftLogEnd, s.RaftLogIndex); err != nil {
 			return err
 		}
 	}

@@ -71,11 +71,8 @@ func (s *Store) frame(b []byte, withKeys bool) (int, message.View, error) {
 func (s *Store) AppendRecords(raftIndex uint64, records []byte, drop []bool) ([]AppendResult, error) {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
-	if err := s.appendable(raftIndex); err != nil {
+	if err := s.appendableAtOnce(raftIndex); err != nil {
 		return nil, err
-	}
-	if len(s.stored) > 0 { // it dispatches what it stores at once, in order
-		return nil, fmt.Errorf("%w: entries stored and not dispatched (%s) come first", ErrNotStored, s.storedSpan())
 	}
 	views, results, err := s.frameBatch(records, true)
 	if err != nil {
@@ -136,6 +133,19 @@ func (s *Store) appendable(raftIndex uint64) error {
 	}
 	if raftIndex <= s.lastRaftIndex {
 		return fmt.Errorf("%w: %d <= %d", ErrStaleRaftIndex, raftIndex, s.lastRaftIndex)
+	}
+	return nil
+}
+
+// appendableAtOnce is appendable for an append that dispatches what it
+// stores at once (AppendRecords, DeleteTopic): every entry stored before
+// it must be dispatched first, in order. The caller holds appendMu.
+func (s *Store) appendableAtOnce(raftIndex uint64) error {
+	if err := s.appendable(raftIndex); err != nil {
+		return err
+	}
+	if len(s.stored) > 0 {
+		return fmt.Errorf("%w: entries stored and not dispatched (%s) come first", ErrNotStored, s.storedSpan())
 	}
 	return nil
 }

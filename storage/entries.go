@@ -395,11 +395,9 @@ func (s *Store) IndexEntries(from int64) error {
 // and indexes from the snapshot's offset. Every segment of a store whose
 // entries are the Raft log begins with one.
 func (s *Store) IndexNewestEntries() error {
-	from, end := s.cl.minOffset(), s.cl.writePos.Load()
-	if end > from {
-		from = max(from, (end-1)-(end-1)%s.cfg.SegmentSize)
-	}
-	return s.IndexEntries(from)
+	// Recovery removed a segment rolled into and left empty by a crash, so
+	// the last segment holds the last entry.
+	return s.IndexEntries(max(s.cl.minOffset(), s.cl.lastStart()))
 }
 
 // DispatchStored dispatches, as they were written, the stored entries

@@ -42,11 +42,8 @@ func (s *Store) DeleteTopic(raftIndex uint64, topic string) error {
 	if s.cfg.RaftLog {
 		return fmt.Errorf("%w: with the commitlog as the Raft log, the entry that deletes a topic is stored naming it (Entry.DeletesTopic)", ErrInvalidMessage)
 	}
-	if err := s.appendable(raftIndex); err != nil {
+	if err := s.appendableAtOnce(raftIndex); err != nil {
 		return err
-	}
-	if len(s.stored) > 0 {
-		return fmt.Errorf("%w: entries stored and not dispatched (%s) come first", ErrNotStored, s.storedSpan())
 	}
 	if _, err := s.storeFrame(Entry{Index: raftIndex, DeletesTopic: topic}); err != nil {
 		return err
