@@ -250,6 +250,8 @@ func (s *service) DescribeBroker(context.Context, *pb.DescribeBrokerRequest) (*p
 		Master:        b.master.Load(),
 		Term:          b.term(),
 		MasterAddress: leaderAddr,
+		RaftLog:       b.fsm.ownRaftLog(),
+		GroupRaftLog:  b.fsm.groupRaftLog(),
 	}
 	out.AppliedIndex, _ = strconv.ParseUint(stats["applied_index"], 10, 64)
 	out.CommitIndex, _ = strconv.ParseUint(stats["commit_index"], 10, 64)

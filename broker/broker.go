@@ -208,7 +208,7 @@ func Start(cfg Config) (*Broker, error) {
 		}
 	}()
 	st := b.node.Started // raft_start's parts (cluster.StartTimes says which grow)
-	b.log.Info("broker started", "grpc", cfg.AdvertiseGRPC, "raft", cfg.Raft.BindAddr,
+	b.log.Info("broker started", "grpc", cfg.AdvertiseGRPC, "raft", cfg.Raft.BindAddr, "raft_log", RaftLogFlag(b.fsm.ownRaftLog()),
 		"store_open", storeOpened.Sub(began), "raft_start", raftStarted.Sub(raftBegan),
 		slog.Group("raft_steps", "stable_open", st.StableOpen, "log_open", st.LogOpen, "snapshots_open", st.SnapshotsOpen,
 			"new_raft", st.NewRaft, "restore", st.Restore, "entries_after_snapshot", st.EntriesAfterSnapshot),
@@ -350,7 +350,7 @@ func (b *Broker) leaderLoop(ctx context.Context) {
 				continue
 			}
 			if err := b.apply(ctx, &pb.RaftCommand{Command: &pb.RaftCommand_Announce{Announce: &pb.MasterAnnounce{
-				ReplicaId: b.self, GrpcAddress: b.cfg.AdvertiseGRPC,
+				ReplicaId: b.self, GrpcAddress: b.cfg.AdvertiseGRPC, RaftLog: b.fsm.ownRaftLog(), // raftlogplace.go
 			}}}); err != nil {
 				b.log.Warn("announce as new master failed", "err", err)
 				continue

@@ -31,7 +31,13 @@ type Config struct {
 	// ("1", "2", ...) to Raft addresses.
 	Raft cluster.RaftConfig
 	// Store configures the store; its Dir and Logger are filled in.
+	// Store.RaftLog keeps the Raft log in the commitlog (entrylog.go).
 	Store storage.Config
+	// RaftLogFromDir lets the data directory choose Store.RaftLog
+	// (cluster.RaftLogInCommitlog): the place it holds, and the
+	// commitlog for a new one (raftmq broker --raft-log auto, the
+	// default). Off (the zero value): Store.RaftLog as set.
+	RaftLogFromDir bool
 	// Gossip puts the replica in the cluster's gossip pool (off when its
 	// BindAddr is empty).
 	Gossip GossipConfig
@@ -226,6 +232,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	defaults.IfZero(&c.Raft.Logger, c.Logger)
 	c.Store.Dir = c.Dir + "/store"
+	if c.RaftLogFromDir {
+		inCommitlog, err := cluster.RaftLogInCommitlog(c.Raft.Dir)
+		if err != nil {
+			return c, err
+		}
+		c.Store.RaftLog = inCommitlog
+	}
 	defaults.IfZero(&c.Store.Logger, c.Logger)
 	defaults.IfZero(&c.SendTimeout, 3*time.Second)
 	defaults.IfZero(&c.MaxBatchMessages, 1024)

@@ -37,7 +37,9 @@
 // (catchup.go, fsm.go install), membership changes through the master — a replica added
 // as a non-voter until caught up, removed, the leadership handed over
 // (membership.go), the stop of a replica whose store failed
-// (storefail.go), RocketMQ clients' sends, heartbeats, pulls, offsets and
+// (storefail.go), the group's one place for its replicas' Raft logs,
+// declared by its first master's announce, carried in snapshots, and the
+// stop of a replica that keeps its log elsewhere (raftlogplace.go), RocketMQ clients' sends, heartbeats, pulls, offsets and
 // queue locks over the remoting protocol on the gRPC port (over TLS when
 // it has TLS), onto the native services, each call checked under access
 // control as the native RPC is (remoting.go), the clients that heartbeat

@@ -18,9 +18,10 @@ import (
 // own entries never reach the state machine, so that end may lie past
 // what the state machine dispatched. A DeleteTopic entry is stored
 // naming the topic (deletedTopic), so that sends stored after it and
-// before it applies are numbered from 0 on every replica. Experimental
-// (raftmq broker --raft-log commitlog): a WAL member does not move its
-// log into the commitlog.
+// before it applies are numbered from 0 on every replica. A new replica's
+// default (raftmq broker --raft-log auto, Config.RaftLogFromDir); a WAL
+// member does not move its log into the commitlog, and a group keeps its
+// replicas' logs in one place (raftlogplace.go).
 
 // storeEntryLog is the store as the Raft member's EntryLog.
 type storeEntryLog struct{ s *storage.Store }

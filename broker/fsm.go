@@ -55,6 +55,9 @@ type fsm struct {
 	// applying dispatches them (storage.DispatchRecords) rather than
 	// writing them.
 	dispatchMode bool
+	// groupLog is the group's Raft log place as declared, a
+	// pb.RaftLogPlace (raftlogplace.go); read by DescribeBroker.
+	groupLog atomic.Int32
 
 	// failure stops the state machine (see fail); stopped is closed with
 	// it, and onFail called once, from the goroutine that recorded it. It
@@ -207,6 +210,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 	case *pb.RaftCommand_DeleteGroup:
 		f.meta.deleteGroup(c.DeleteGroup)
 	case *pb.RaftCommand_Announce:
+		if err := f.declareRaftLog(c.Announce.RaftLog); err != nil {
+			return &applyResult{err: f.fail(err)}
+		}
 		f.meta.announce(c.Announce)
 	case *pb.RaftCommand_Transactions:
 		return f.applyTransactions(l.Index, c.Transactions, fresh)
@@ -467,7 +473,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if sf := f.failed(); sf != nil {
 		return nil, sf
 	}
-	s := &pb.BrokerSnapshot{StoreRaftIndex: f.store.WrittenRaftIndex()}
+	s := &pb.BrokerSnapshot{StoreRaftIndex: f.store.WrittenRaftIndex(), GroupRaftLog: f.groupRaftLog()}
 	_, s.CommitlogMaxOffset = f.store.CommitlogOffsets()
 	f.meta.snapshot(s)
 	return &fsmSnapshot{snap: s, store: f.store, raftLog: f.dispatchMode}, nil
@@ -488,6 +494,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	var s pb.BrokerSnapshot
 	if err := proto.Unmarshal(data, &s); err != nil {
 		return fmt.Errorf("broker: decode snapshot: %w", err)
+	}
+	if err := f.restoreRaftLog(s.GroupRaftLog); err != nil {
+		return f.fail(err)
 	}
 	f.meta.restore(&s)
 	if f.dispatchMode {

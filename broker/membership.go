@@ -64,12 +64,22 @@ func (s *service) AddReplica(ctx context.Context, req *pb.AddReplicaRequest) (*p
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// Only a replica of this group may be asked: its certificate says so.
+	conn, err := grpc.NewClient(req.GrpcAddress, b.dialCreds(cluster.Want{Cluster: b.cfg.Gossip.Cluster, Role: cluster.IdentityBroker, Group: b.cfg.Group}))
+	if err != nil {
+		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "grpc_address: "+err.Error())
+	}
+	defer conn.Close()
+	joiner := pb.NewBrokerClient(conn)
+	if err := b.checkJoiner(ctx, req.GrpcAddress, joiner); err != nil {
+		return nil, err
+	}
 	target := b.node.Raft.AppliedIndex()
 	if err := b.node.Raft.AddNonvoter(id, raft.ServerAddress(req.RaftAddress), 0, membershipChangeTimeout).Error(); err != nil {
 		return nil, b.membershipError("add replica "+string(id)+" as a non-voter", err)
 	}
 	b.log.Info("replica added as a non-voter; waiting for it to catch up", "replica", req.Id, "raft", req.RaftAddress, "target_index", target)
-	if err := b.waitApplied(ctx, req.GrpcAddress, target); err != nil {
+	if err := b.waitApplied(ctx, req.GrpcAddress, joiner, target); err != nil {
 		return nil, err
 	}
 	if err := b.node.Raft.AddVoter(id, raft.ServerAddress(req.RaftAddress), 0, membershipChangeTimeout).Error(); err != nil {
@@ -79,15 +89,38 @@ func (s *service) AddReplica(ctx context.Context, req *pb.AddReplicaRequest) (*p
 	return b.membership()
 }
 
-// waitApplied polls the replica at addr until it has applied index target.
-func (b *Broker) waitApplied(ctx context.Context, addr string, target uint64) error {
-	// Only a replica of this group may be asked: its certificate says so.
-	conn, err := grpc.NewClient(addr, b.dialCreds(cluster.Want{Cluster: b.cfg.Gossip.Cluster, Role: cluster.IdentityBroker, Group: b.cfg.Group}))
-	if err != nil {
-		return invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "grpc_address: "+err.Error())
+// checkJoiner asks the replica at addr, until it answers, whether it may
+// join: a replica of this group, keeping its Raft log where this one does
+// (raftlogplace.go). Refused now, it has stored nothing of the group's.
+func (b *Broker) checkJoiner(ctx context.Context, addr string, client pb.BrokerClient) error {
+	var last error
+	for tick := time.NewTicker(100 * time.Millisecond); ; {
+		d, err := client.DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
+		switch {
+		case err == nil && d.Group != b.cfg.Group:
+			tick.Stop()
+			return conflict(fmt.Sprintf("%s is a replica of group %s, not %s", addr, d.Group, b.cfg.Group))
+		case err == nil && d.RaftLog != pb.RaftLogPlace_RAFT_LOG_UNDECLARED && d.RaftLog != b.fsm.ownRaftLog():
+			tick.Stop()
+			return conflict(fmt.Sprintf("the replica at %s keeps its Raft log in %s and this group in %s: start it again on an empty data directory with --raft-log %s",
+				addr, raftLogWhere(d.RaftLog), raftLogWhere(b.fsm.ownRaftLog()), RaftLogFlag(b.fsm.ownRaftLog())))
+		case err == nil:
+			tick.Stop()
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, fmt.Sprintf(
+				"the new replica at %s did not answer before the catch-up timeout (last error: %v); it was not added", addr, last), nil)
+		case <-tick.C:
+		}
 	}
-	defer conn.Close()
-	client := pb.NewBrokerClient(conn)
+}
+
+// waitApplied polls the replica at addr until it has applied index target.
+func (b *Broker) waitApplied(ctx context.Context, addr string, client pb.BrokerClient, target uint64) error {
 	var last error
 	var applied uint64
 	for tick := time.NewTicker(100 * time.Millisecond); ; {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -281,6 +282,30 @@ func TestAMemberKeepsItsLogWhereItBeganIt(t *testing.T) {
 		n.Close()
 		t.Fatal("a member whose log is in a WAL started on its commitlog")
 	} else if !strings.Contains(err.Error(), "holds a Raft log in its WAL") {
+		t.Fatalf("refused for another reason: %v", err)
+	}
+
+	// What a broker that lets the directory choose reads
+	// (RaftLogInCommitlog): each member's own place, and the commitlog
+	// for a new directory, but not for one holding only a bolt log
+	// (raftmq before the WAL), which is refused the commitlog too.
+	bolt := filepath.Join(t.TempDir(), "raft")
+	if err := os.MkdirAll(bolt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bolt, boltFileName), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]bool{filepath.Join(m.dir, "raft"): true, w.cfgs[0].Dir: false, bolt: false, t.TempDir(): true} {
+		if got, err := RaftLogInCommitlog(dir); err != nil || got != want {
+			t.Errorf("RaftLogInCommitlog(%s) = %v, %v; want %v", dir, got, err, want)
+		}
+	}
+	cfg.Dir = bolt
+	if n, err := StartRaft(cfg, dispatchFSM{s}); err == nil {
+		n.Close()
+		t.Fatal("a member whose log is in bolt started on its commitlog")
+	} else if !strings.Contains(err.Error(), "holds a Raft log in its WAL (raft.db)") {
 		t.Fatalf("refused for another reason: %v", err)
 	}
 }

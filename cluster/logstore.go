@@ -48,40 +48,77 @@ type memberLog interface {
 
 // openMemberLog opens the member's Raft log: the EntryLog the
 // configuration names, or the WAL under Dir. name says where it is, in
-// errors.
-//
-// A member keeps its log where it began it: the WAL's directory, or a
-// marker file for the commitlog, says which, and the other is refused
-// (moving a log from one to the other is not built yet).
+// errors. claimLogPlace has checked the place.
 func openMemberLog(cfg RaftConfig, bolt *raftboltdb.BoltStore, hlog hclog.Logger) (log memberLog, name string, err error) {
-	marker := filepath.Join(cfg.Dir, inCommitlogMarker)
-	_, statErr := os.Stat(marker)
-	inCommitlog := statErr == nil
-	if statErr != nil && !errors.Is(statErr, os.ErrNotExist) {
-		return nil, "", fmt.Errorf("cluster: raft log marker: %w", statErr)
-	}
 	if cfg.EntryLog != nil {
-		if cfg.RecordsAt == nil {
-			return nil, "", errors.New("cluster: RaftConfig.EntryLog needs RecordsAt")
-		}
-		if !inCommitlog {
-			if _, err := os.Stat(filepath.Join(cfg.Dir, walDirName)); err == nil {
-				return nil, "", fmt.Errorf("cluster: %s holds a Raft log in its WAL (%s): it cannot start with its log in the commitlog (no move between the two yet)", cfg.Dir, walDirName)
-			}
-			if err := writeMarker(marker); err != nil {
-				return nil, "", err
-			}
-		}
 		return &commitlogLog{log: cfg.EntryLog, recordsAt: cfg.RecordsAt}, "the commitlog", nil
-	}
-	if inCommitlog {
-		return nil, "", fmt.Errorf("cluster: %s keeps its Raft log in the commitlog (%s): start it that way again", cfg.Dir, inCommitlogMarker)
 	}
 	w, err := openLogStore(cfg.Dir, cfg.LogSegmentSize, bolt, hlog)
 	if err != nil {
 		return nil, "", err
 	}
 	return w, filepath.Join(cfg.Dir, walDirName), nil
+}
+
+// claimLogPlace checks, before anything of the member's is opened, that
+// it keeps its log where it began it: the WAL's directory, or a marker
+// file for the commitlog, says which, and the other is refused (moving a
+// log from one to the other is not built yet). A member beginning in the
+// commitlog writes the marker first, so that a crash before its first
+// entry leaves a directory that says so (RaftLogInCommitlog).
+func claimLogPlace(cfg RaftConfig) error {
+	marker := filepath.Join(cfg.Dir, inCommitlogMarker)
+	_, statErr := os.Stat(marker)
+	inCommitlog := statErr == nil
+	if statErr != nil && !errors.Is(statErr, os.ErrNotExist) {
+		return fmt.Errorf("cluster: raft log marker: %w", statErr)
+	}
+	switch {
+	case cfg.EntryLog != nil && cfg.RecordsAt == nil:
+		return errors.New("cluster: RaftConfig.EntryLog needs RecordsAt")
+	case cfg.EntryLog != nil && !inCommitlog:
+		if held, err := holdsWALorBoltLog(cfg.Dir); err != nil {
+			return err
+		} else if held != "" {
+			return fmt.Errorf("cluster: %s holds a Raft log in its WAL (%s): it cannot start with its log in the commitlog (no move between the two yet)", cfg.Dir, held)
+		}
+		return writeMarker(marker)
+	case cfg.EntryLog == nil && inCommitlog:
+		return fmt.Errorf("cluster: %s keeps its Raft log in the commitlog (%s): start it that way again", cfg.Dir, inCommitlogMarker)
+	}
+	return nil
+}
+
+// RaftLogInCommitlog says where a member whose Dir is dir keeps its Raft
+// log, for a broker that lets the directory choose (raftmq broker
+// --raft-log auto): in the commitlog when its marker is there, in a WAL
+// when the directory holds one or a bolt log (raftmq before the WAL, whose
+// first start moves it into the WAL), and in the commitlog for a new
+// member, whose directory holds neither.
+func RaftLogInCommitlog(dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, inCommitlogMarker)); err == nil {
+		return true, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return false, fmt.Errorf("cluster: raft log marker: %w", err)
+	}
+	held, err := holdsWALorBoltLog(dir)
+	return held == "", err
+}
+
+// holdsWALorBoltLog names what of a WAL member's dir holds: its WAL's
+// directory, or raft.db (a bolt log, or a WAL member that stopped before
+// it made its WAL's directory). "" when neither is there.
+func holdsWALorBoltLog(dir string) (string, error) {
+	for _, name := range []string{walDirName, walMigratingName, boltFileName} {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("cluster: raft log dir: %w", err)
+		}
+	}
+	return "", nil
 }
 
 // inCommitlogMarker, in a member's Dir, says its Raft log is in the

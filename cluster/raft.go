@@ -277,6 +277,9 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 		*d = now.Sub(stepBegan)
 		stepBegan = now
 	}
+	if err := claimLogPlace(cfg); err != nil {
+		return nil, err
+	}
 	bolt, err := raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(cfg.Dir, boltFileName),
 		// The map freelist is not written on every commit: bolt's commits

@@ -289,6 +289,59 @@ func (TransactionOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_raftmq_proto_rawDescGZIP(), []int{3}
 }
 
+// Where a replica keeps its Raft log (raftmq broker --raft-log): a group's
+// replicas must agree, since the commitlog as the Raft log frames every
+// entry in it and the WAL's commitlog holds the records alone, and
+// replicas compare and copy commitlogs byte for byte.
+type RaftLogPlace int32
+
+const (
+	RaftLogPlace_RAFT_LOG_UNDECLARED RaftLogPlace = 0 // announced by a master from before the declaration
+	RaftLogPlace_RAFT_LOG_WAL        RaftLogPlace = 1
+	RaftLogPlace_RAFT_LOG_COMMITLOG  RaftLogPlace = 2
+)
+
+// Enum value maps for RaftLogPlace.
+var (
+	RaftLogPlace_name = map[int32]string{
+		0: "RAFT_LOG_UNDECLARED",
+		1: "RAFT_LOG_WAL",
+		2: "RAFT_LOG_COMMITLOG",
+	}
+	RaftLogPlace_value = map[string]int32{
+		"RAFT_LOG_UNDECLARED": 0,
+		"RAFT_LOG_WAL":        1,
+		"RAFT_LOG_COMMITLOG":  2,
+	}
+)
+
+func (x RaftLogPlace) Enum() *RaftLogPlace {
+	p := new(RaftLogPlace)
+	*p = x
+	return p
+}
+
+func (x RaftLogPlace) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RaftLogPlace) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftmq_proto_enumTypes[4].Descriptor()
+}
+
+func (RaftLogPlace) Type() protoreflect.EnumType {
+	return &file_raftmq_proto_enumTypes[4]
+}
+
+func (x RaftLogPlace) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RaftLogPlace.Descriptor instead.
+func (RaftLogPlace) EnumDescriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{4}
+}
+
 // A message as a producer sends it.
 type Message struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3599,6 +3652,8 @@ type DescribeBrokerResponse struct {
 	TopicsVersion      int64                  `protobuf:"varint,10,opt,name=topics_version,json=topicsVersion,proto3" json:"topics_version,omitempty"`
 	CommitlogMinOffset int64                  `protobuf:"varint,11,opt,name=commitlog_min_offset,json=commitlogMinOffset,proto3" json:"commitlog_min_offset,omitempty"`
 	CommitlogMaxOffset int64                  `protobuf:"varint,12,opt,name=commitlog_max_offset,json=commitlogMaxOffset,proto3" json:"commitlog_max_offset,omitempty"`
+	RaftLog            RaftLogPlace           `protobuf:"varint,13,opt,name=raft_log,json=raftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"raft_log,omitempty"`                  // this replica's
+	GroupRaftLog       RaftLogPlace           `protobuf:"varint,14,opt,name=group_raft_log,json=groupRaftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"group_raft_log,omitempty"` // the group's, as declared (see MasterAnnounce)
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -3715,6 +3770,20 @@ func (x *DescribeBrokerResponse) GetCommitlogMaxOffset() int64 {
 		return x.CommitlogMaxOffset
 	}
 	return 0
+}
+
+func (x *DescribeBrokerResponse) GetRaftLog() RaftLogPlace {
+	if x != nil {
+		return x.RaftLog
+	}
+	return RaftLogPlace_RAFT_LOG_UNDECLARED
+}
+
+func (x *DescribeBrokerResponse) GetGroupRaftLog() RaftLogPlace {
+	if x != nil {
+		return x.GroupRaftLog
+	}
+	return RaftLogPlace_RAFT_LOG_UNDECLARED
 }
 
 type CopyCommitlogRequest struct {
@@ -4943,9 +5012,13 @@ func (x *HalfState) GetCheckedAt() int64 {
 // A new master's first entry: its gRPC address, so that every replica can
 // redirect writers to it.
 type MasterAnnounce struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReplicaId     int32                  `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
-	GrpcAddress   string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ReplicaId   int32                  `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	GrpcAddress string                 `protobuf:"bytes,2,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	// Where the new master keeps its Raft log. The first master to announce
+	// one declares the group's (broker/raftlogplace.go); a replica that
+	// keeps its own elsewhere stops.
+	RaftLog       RaftLogPlace `protobuf:"varint,3,opt,name=raft_log,json=raftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"raft_log,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4992,6 +5065,13 @@ func (x *MasterAnnounce) GetGrpcAddress() string {
 		return x.GrpcAddress
 	}
 	return ""
+}
+
+func (x *MasterAnnounce) GetRaftLog() RaftLogPlace {
+	if x != nil {
+		return x.RaftLog
+	}
+	return RaftLogPlace_RAFT_LOG_UNDECLARED
 }
 
 type SendBatch struct {
@@ -5206,8 +5286,9 @@ type BrokerSnapshot struct {
 	// commitlog_max_offset; a replica that installs the snapshot copies to
 	// raft_log_end, and the entries after it go on from there. 0: the
 	// snapshot is not from such a replica.
-	RaftLogIndex  uint64 `protobuf:"varint,11,opt,name=raft_log_index,json=raftLogIndex,proto3" json:"raft_log_index,omitempty"`
-	RaftLogEnd    int64  `protobuf:"varint,12,opt,name=raft_log_end,json=raftLogEnd,proto3" json:"raft_log_end,omitempty"`
+	RaftLogIndex  uint64       `protobuf:"varint,11,opt,name=raft_log_index,json=raftLogIndex,proto3" json:"raft_log_index,omitempty"`
+	RaftLogEnd    int64        `protobuf:"varint,12,opt,name=raft_log_end,json=raftLogEnd,proto3" json:"raft_log_end,omitempty"`
+	GroupRaftLog  RaftLogPlace `protobuf:"varint,13,opt,name=group_raft_log,json=groupRaftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"group_raft_log,omitempty"` // as declared (see MasterAnnounce)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5324,6 +5405,13 @@ func (x *BrokerSnapshot) GetRaftLogEnd() int64 {
 		return x.RaftLogEnd
 	}
 	return 0
+}
+
+func (x *BrokerSnapshot) GetGroupRaftLog() RaftLogPlace {
+	if x != nil {
+		return x.GroupRaftLog
+	}
+	return RaftLogPlace_RAFT_LOG_UNDECLARED
 }
 
 // Idempotent producers' sequences, in snapshots (broker/producers.go).
@@ -6208,7 +6296,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12\x16\n" +
-	"\x06master\x18\x04 \x01(\bR\x06master\"\xd7\x03\n" +
+	"\x06master\x18\x04 \x01(\bR\x06master\"\xca\x04\n" +
 	"\x16DescribeBrokerResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1d\n" +
 	"\n" +
@@ -6223,7 +6311,9 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0etopics_version\x18\n" +
 	" \x01(\x03R\rtopicsVersion\x120\n" +
 	"\x14commitlog_min_offset\x18\v \x01(\x03R\x12commitlogMinOffset\x120\n" +
-	"\x14commitlog_max_offset\x18\f \x01(\x03R\x12commitlogMaxOffset\"T\n" +
+	"\x14commitlog_max_offset\x18\f \x01(\x03R\x12commitlogMaxOffset\x122\n" +
+	"\braft_log\x18\r \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\araftLog\x12=\n" +
+	"\x0egroup_raft_log\x18\x0e \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\fgroupRaftLog\"T\n" +
 	"\x14CopyCommitlogRequest\x12\x1f\n" +
 	"\vfrom_offset\x18\x01 \x01(\x03R\n" +
 	"fromOffset\x12\x1b\n" +
@@ -6312,11 +6402,12 @@ const file_raftmq_proto_rawDesc = "" +
 	"\vcheck_times\x18\x02 \x01(\x05R\n" +
 	"checkTimes\x12\x1d\n" +
 	"\n" +
-	"checked_at\x18\x03 \x01(\x03R\tcheckedAt\"R\n" +
+	"checked_at\x18\x03 \x01(\x03R\tcheckedAt\"\x86\x01\n" +
 	"\x0eMasterAnnounce\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12!\n" +
-	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\"\xac\x03\n" +
+	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x122\n" +
+	"\braft_log\x18\x03 \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\araftLog\"\xac\x03\n" +
 	"\tSendBatch\x12'\n" +
 	"\x0fstore_timestamp\x18\x01 \x01(\x03R\x0estoreTimestamp\x124\n" +
 	"\bmessages\x18\x02 \x03(\v2\x18.raftmq.v1.StoredMessageR\bmessages\x12T\n" +
@@ -6334,7 +6425,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\"g\n" +
 	"\fOffsetCommit\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x120\n" +
-	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\xc7\x05\n" +
+	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\x86\x06\n" +
 	"\x0eBrokerSnapshot\x12(\n" +
 	"\x10store_raft_index\x18\x01 \x01(\x04R\x0estoreRaftIndex\x120\n" +
 	"\x14commitlog_max_offset\x18\x02 \x01(\x03R\x12commitlogMaxOffset\x12.\n" +
@@ -6349,7 +6440,8 @@ const file_raftmq_proto_rawDesc = "" +
 	" \x01(\v2\x18.raftmq.v1.ProducerTableR\tproducers\x12$\n" +
 	"\x0eraft_log_index\x18\v \x01(\x04R\fraftLogIndex\x12 \n" +
 	"\fraft_log_end\x18\f \x01(\x03R\n" +
-	"raftLogEnd\x1aB\n" +
+	"raftLogEnd\x12=\n" +
+	"\x0egroup_raft_log\x18\r \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\fgroupRaftLog\x1aB\n" +
 	"\x14ScheduleOffsetsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"v\n" +
@@ -6438,7 +6530,11 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x12TransactionOutcome\x12\x17\n" +
 	"\x13TRANSACTION_UNKNOWN\x10\x00\x12\x16\n" +
 	"\x12TRANSACTION_COMMIT\x10\x01\x12\x18\n" +
-	"\x14TRANSACTION_ROLLBACK\x10\x022\xe1\x15\n" +
+	"\x14TRANSACTION_ROLLBACK\x10\x02*Q\n" +
+	"\fRaftLogPlace\x12\x17\n" +
+	"\x13RAFT_LOG_UNDECLARED\x10\x00\x12\x10\n" +
+	"\fRAFT_LOG_WAL\x10\x01\x12\x16\n" +
+	"\x12RAFT_LOG_COMMITLOG\x10\x022\xe1\x15\n" +
 	"\x06Broker\x12L\n" +
 	"\vSendMessage\x12\x1d.raftmq.v1.SendMessageRequest\x1a\x1e.raftmq.v1.SendMessageResponse\x12T\n" +
 	"\x11SendMessageStream\x12\x1c.raftmq.v1.SendStreamRequest\x1a\x1d.raftmq.v1.SendStreamResponse(\x010\x01\x12L\n" +
@@ -6494,249 +6590,254 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 	return file_raftmq_proto_rawDescData
 }
 
-var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
 	(ConsumeMode)(0),                        // 2: raftmq.v1.ConsumeMode
 	(TransactionOutcome)(0),                 // 3: raftmq.v1.TransactionOutcome
-	(*Message)(nil),                         // 4: raftmq.v1.Message
-	(*SendMessageRequest)(nil),              // 5: raftmq.v1.SendMessageRequest
-	(*SendStreamRequest)(nil),               // 6: raftmq.v1.SendStreamRequest
-	(*SendStreamResponse)(nil),              // 7: raftmq.v1.SendStreamResponse
-	(*InitProducerRequest)(nil),             // 8: raftmq.v1.InitProducerRequest
-	(*InitProducerResponse)(nil),            // 9: raftmq.v1.InitProducerResponse
-	(*SendResult)(nil),                      // 10: raftmq.v1.SendResult
-	(*SendMessageResponse)(nil),             // 11: raftmq.v1.SendMessageResponse
-	(*PullMessageRequest)(nil),              // 12: raftmq.v1.PullMessageRequest
-	(*PullMessageResponse)(nil),             // 13: raftmq.v1.PullMessageResponse
-	(*QueryConsumerOffsetRequest)(nil),      // 14: raftmq.v1.QueryConsumerOffsetRequest
-	(*QueryConsumerOffsetResponse)(nil),     // 15: raftmq.v1.QueryConsumerOffsetResponse
-	(*QueueOffset)(nil),                     // 16: raftmq.v1.QueueOffset
-	(*UpdateConsumerOffsetRequest)(nil),     // 17: raftmq.v1.UpdateConsumerOffsetRequest
-	(*UpdateConsumerOffsetResponse)(nil),    // 18: raftmq.v1.UpdateConsumerOffsetResponse
-	(*ResetConsumerOffsetRequest)(nil),      // 19: raftmq.v1.ResetConsumerOffsetRequest
-	(*ResetConsumerOffsetResponse)(nil),     // 20: raftmq.v1.ResetConsumerOffsetResponse
-	(*Subscription)(nil),                    // 21: raftmq.v1.Subscription
-	(*ConsumerGroupInfo)(nil),               // 22: raftmq.v1.ConsumerGroupInfo
-	(*HeldQueue)(nil),                       // 23: raftmq.v1.HeldQueue
-	(*HeartbeatRequest)(nil),                // 24: raftmq.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),               // 25: raftmq.v1.HeartbeatResponse
-	(*GetConsumerListRequest)(nil),          // 26: raftmq.v1.GetConsumerListRequest
-	(*GetConsumerListResponse)(nil),         // 27: raftmq.v1.GetConsumerListResponse
-	(*DescribeConsumerGroupsRequest)(nil),   // 28: raftmq.v1.DescribeConsumerGroupsRequest
-	(*ConsumerMember)(nil),                  // 29: raftmq.v1.ConsumerMember
-	(*ConsumerGroupMembers)(nil),            // 30: raftmq.v1.ConsumerGroupMembers
-	(*DescribeConsumerGroupsResponse)(nil),  // 31: raftmq.v1.DescribeConsumerGroupsResponse
-	(*ConsumerSendBackRequest)(nil),         // 32: raftmq.v1.ConsumerSendBackRequest
-	(*ConsumerSendBackResponse)(nil),        // 33: raftmq.v1.ConsumerSendBackResponse
-	(*LockQueuesRequest)(nil),               // 34: raftmq.v1.LockQueuesRequest
-	(*LockQueuesResponse)(nil),              // 35: raftmq.v1.LockQueuesResponse
-	(*UnlockQueuesRequest)(nil),             // 36: raftmq.v1.UnlockQueuesRequest
-	(*UnlockQueuesResponse)(nil),            // 37: raftmq.v1.UnlockQueuesResponse
-	(*TopicConfig)(nil),                     // 38: raftmq.v1.TopicConfig
-	(*CreateTopicRequest)(nil),              // 39: raftmq.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),             // 40: raftmq.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),              // 41: raftmq.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),             // 42: raftmq.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),               // 43: raftmq.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),              // 44: raftmq.v1.ListTopicsResponse
-	(*SubscriptionGroupConfig)(nil),         // 45: raftmq.v1.SubscriptionGroupConfig
-	(*UpsertSubscriptionGroupRequest)(nil),  // 46: raftmq.v1.UpsertSubscriptionGroupRequest
-	(*UpsertSubscriptionGroupResponse)(nil), // 47: raftmq.v1.UpsertSubscriptionGroupResponse
-	(*DeleteSubscriptionGroupRequest)(nil),  // 48: raftmq.v1.DeleteSubscriptionGroupRequest
-	(*DeleteSubscriptionGroupResponse)(nil), // 49: raftmq.v1.DeleteSubscriptionGroupResponse
-	(*ListSubscriptionGroupsRequest)(nil),   // 50: raftmq.v1.ListSubscriptionGroupsRequest
-	(*ListSubscriptionGroupsResponse)(nil),  // 51: raftmq.v1.ListSubscriptionGroupsResponse
-	(*GetQueueOffsetsRequest)(nil),          // 52: raftmq.v1.GetQueueOffsetsRequest
-	(*GetQueueOffsetsResponse)(nil),         // 53: raftmq.v1.GetQueueOffsetsResponse
-	(*SearchOffsetByTimeRequest)(nil),       // 54: raftmq.v1.SearchOffsetByTimeRequest
-	(*SearchOffsetByTimeResponse)(nil),      // 55: raftmq.v1.SearchOffsetByTimeResponse
-	(*QueryMessageByIdRequest)(nil),         // 56: raftmq.v1.QueryMessageByIdRequest
-	(*QueryMessageByKeyRequest)(nil),        // 57: raftmq.v1.QueryMessageByKeyRequest
-	(*QueryMessageResponse)(nil),            // 58: raftmq.v1.QueryMessageResponse
-	(*DescribeBrokerRequest)(nil),           // 59: raftmq.v1.DescribeBrokerRequest
-	(*ReplicaInfo)(nil),                     // 60: raftmq.v1.ReplicaInfo
-	(*DescribeBrokerResponse)(nil),          // 61: raftmq.v1.DescribeBrokerResponse
-	(*CopyCommitlogRequest)(nil),            // 62: raftmq.v1.CopyCommitlogRequest
-	(*CommitlogChunk)(nil),                  // 63: raftmq.v1.CommitlogChunk
-	(*ChecksumCommitlogRequest)(nil),        // 64: raftmq.v1.ChecksumCommitlogRequest
-	(*AddReplicaRequest)(nil),               // 65: raftmq.v1.AddReplicaRequest
-	(*RemoveReplicaRequest)(nil),            // 66: raftmq.v1.RemoveReplicaRequest
-	(*TransferLeaderRequest)(nil),           // 67: raftmq.v1.TransferLeaderRequest
-	(*MembershipResponse)(nil),              // 68: raftmq.v1.MembershipResponse
-	(*ChecksumCommitlogResponse)(nil),       // 69: raftmq.v1.ChecksumCommitlogResponse
-	(*EndTransactionRequest)(nil),           // 70: raftmq.v1.EndTransactionRequest
-	(*EndTransactionResponse)(nil),          // 71: raftmq.v1.EndTransactionResponse
-	(*TransactionCheckStreamRequest)(nil),   // 72: raftmq.v1.TransactionCheckStreamRequest
-	(*TransactionCheck)(nil),                // 73: raftmq.v1.TransactionCheck
-	(*RaftCommand)(nil),                     // 74: raftmq.v1.RaftCommand
-	(*InitProducer)(nil),                    // 75: raftmq.v1.InitProducer
-	(*TransactionUpdate)(nil),               // 76: raftmq.v1.TransactionUpdate
-	(*TransactionEnd)(nil),                  // 77: raftmq.v1.TransactionEnd
-	(*TransactionState)(nil),                // 78: raftmq.v1.TransactionState
-	(*HalfState)(nil),                       // 79: raftmq.v1.HalfState
-	(*MasterAnnounce)(nil),                  // 80: raftmq.v1.MasterAnnounce
-	(*SendBatch)(nil),                       // 81: raftmq.v1.SendBatch
-	(*StoredMessage)(nil),                   // 82: raftmq.v1.StoredMessage
-	(*OffsetCommit)(nil),                    // 83: raftmq.v1.OffsetCommit
-	(*BrokerSnapshot)(nil),                  // 84: raftmq.v1.BrokerSnapshot
-	(*ProducerTable)(nil),                   // 85: raftmq.v1.ProducerTable
-	(*ProducerState)(nil),                   // 86: raftmq.v1.ProducerState
-	(*QueueSequences)(nil),                  // 87: raftmq.v1.QueueSequences
-	(*GetRouteRequest)(nil),                 // 88: raftmq.v1.GetRouteRequest
-	(*GroupRoute)(nil),                      // 89: raftmq.v1.GroupRoute
-	(*RouteResponse)(nil),                   // 90: raftmq.v1.RouteResponse
-	(*GetClusterInfoRequest)(nil),           // 91: raftmq.v1.GetClusterInfoRequest
-	(*ClusterGroup)(nil),                    // 92: raftmq.v1.ClusterGroup
-	(*ClusterInfoResponse)(nil),             // 93: raftmq.v1.ClusterInfoResponse
-	(*ListTopicNamesResponse)(nil),          // 94: raftmq.v1.ListTopicNamesResponse
-	(*WatchRoutesRequest)(nil),              // 95: raftmq.v1.WatchRoutesRequest
-	nil,                                     // 96: raftmq.v1.Message.PropertiesEntry
-	nil,                                     // 97: raftmq.v1.TransactionState.HalvesEntry
-	nil,                                     // 98: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 99: raftmq.v1.SendBatch.ScheduleFromEntry
-	nil,                                     // 100: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	(RaftLogPlace)(0),                       // 4: raftmq.v1.RaftLogPlace
+	(*Message)(nil),                         // 5: raftmq.v1.Message
+	(*SendMessageRequest)(nil),              // 6: raftmq.v1.SendMessageRequest
+	(*SendStreamRequest)(nil),               // 7: raftmq.v1.SendStreamRequest
+	(*SendStreamResponse)(nil),              // 8: raftmq.v1.SendStreamResponse
+	(*InitProducerRequest)(nil),             // 9: raftmq.v1.InitProducerRequest
+	(*InitProducerResponse)(nil),            // 10: raftmq.v1.InitProducerResponse
+	(*SendResult)(nil),                      // 11: raftmq.v1.SendResult
+	(*SendMessageResponse)(nil),             // 12: raftmq.v1.SendMessageResponse
+	(*PullMessageRequest)(nil),              // 13: raftmq.v1.PullMessageRequest
+	(*PullMessageResponse)(nil),             // 14: raftmq.v1.PullMessageResponse
+	(*QueryConsumerOffsetRequest)(nil),      // 15: raftmq.v1.QueryConsumerOffsetRequest
+	(*QueryConsumerOffsetResponse)(nil),     // 16: raftmq.v1.QueryConsumerOffsetResponse
+	(*QueueOffset)(nil),                     // 17: raftmq.v1.QueueOffset
+	(*UpdateConsumerOffsetRequest)(nil),     // 18: raftmq.v1.UpdateConsumerOffsetRequest
+	(*UpdateConsumerOffsetResponse)(nil),    // 19: raftmq.v1.UpdateConsumerOffsetResponse
+	(*ResetConsumerOffsetRequest)(nil),      // 20: raftmq.v1.ResetConsumerOffsetRequest
+	(*ResetConsumerOffsetResponse)(nil),     // 21: raftmq.v1.ResetConsumerOffsetResponse
+	(*Subscription)(nil),                    // 22: raftmq.v1.Subscription
+	(*ConsumerGroupInfo)(nil),               // 23: raftmq.v1.ConsumerGroupInfo
+	(*HeldQueue)(nil),                       // 24: raftmq.v1.HeldQueue
+	(*HeartbeatRequest)(nil),                // 25: raftmq.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),               // 26: raftmq.v1.HeartbeatResponse
+	(*GetConsumerListRequest)(nil),          // 27: raftmq.v1.GetConsumerListRequest
+	(*GetConsumerListResponse)(nil),         // 28: raftmq.v1.GetConsumerListResponse
+	(*DescribeConsumerGroupsRequest)(nil),   // 29: raftmq.v1.DescribeConsumerGroupsRequest
+	(*ConsumerMember)(nil),                  // 30: raftmq.v1.ConsumerMember
+	(*ConsumerGroupMembers)(nil),            // 31: raftmq.v1.ConsumerGroupMembers
+	(*DescribeConsumerGroupsResponse)(nil),  // 32: raftmq.v1.DescribeConsumerGroupsResponse
+	(*ConsumerSendBackRequest)(nil),         // 33: raftmq.v1.ConsumerSendBackRequest
+	(*ConsumerSendBackResponse)(nil),        // 34: raftmq.v1.ConsumerSendBackResponse
+	(*LockQueuesRequest)(nil),               // 35: raftmq.v1.LockQueuesRequest
+	(*LockQueuesResponse)(nil),              // 36: raftmq.v1.LockQueuesResponse
+	(*UnlockQueuesRequest)(nil),             // 37: raftmq.v1.UnlockQueuesRequest
+	(*UnlockQueuesResponse)(nil),            // 38: raftmq.v1.UnlockQueuesResponse
+	(*TopicConfig)(nil),                     // 39: raftmq.v1.TopicConfig
+	(*CreateTopicRequest)(nil),              // 40: raftmq.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),             // 41: raftmq.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),              // 42: raftmq.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),             // 43: raftmq.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),               // 44: raftmq.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),              // 45: raftmq.v1.ListTopicsResponse
+	(*SubscriptionGroupConfig)(nil),         // 46: raftmq.v1.SubscriptionGroupConfig
+	(*UpsertSubscriptionGroupRequest)(nil),  // 47: raftmq.v1.UpsertSubscriptionGroupRequest
+	(*UpsertSubscriptionGroupResponse)(nil), // 48: raftmq.v1.UpsertSubscriptionGroupResponse
+	(*DeleteSubscriptionGroupRequest)(nil),  // 49: raftmq.v1.DeleteSubscriptionGroupRequest
+	(*DeleteSubscriptionGroupResponse)(nil), // 50: raftmq.v1.DeleteSubscriptionGroupResponse
+	(*ListSubscriptionGroupsRequest)(nil),   // 51: raftmq.v1.ListSubscriptionGroupsRequest
+	(*ListSubscriptionGroupsResponse)(nil),  // 52: raftmq.v1.ListSubscriptionGroupsResponse
+	(*GetQueueOffsetsRequest)(nil),          // 53: raftmq.v1.GetQueueOffsetsRequest
+	(*GetQueueOffsetsResponse)(nil),         // 54: raftmq.v1.GetQueueOffsetsResponse
+	(*SearchOffsetByTimeRequest)(nil),       // 55: raftmq.v1.SearchOffsetByTimeRequest
+	(*SearchOffsetByTimeResponse)(nil),      // 56: raftmq.v1.SearchOffsetByTimeResponse
+	(*QueryMessageByIdRequest)(nil),         // 57: raftmq.v1.QueryMessageByIdRequest
+	(*QueryMessageByKeyRequest)(nil),        // 58: raftmq.v1.QueryMessageByKeyRequest
+	(*QueryMessageResponse)(nil),            // 59: raftmq.v1.QueryMessageResponse
+	(*DescribeBrokerRequest)(nil),           // 60: raftmq.v1.DescribeBrokerRequest
+	(*ReplicaInfo)(nil),                     // 61: raftmq.v1.ReplicaInfo
+	(*DescribeBrokerResponse)(nil),          // 62: raftmq.v1.DescribeBrokerResponse
+	(*CopyCommitlogRequest)(nil),            // 63: raftmq.v1.CopyCommitlogRequest
+	(*CommitlogChunk)(nil),                  // 64: raftmq.v1.CommitlogChunk
+	(*ChecksumCommitlogRequest)(nil),        // 65: raftmq.v1.ChecksumCommitlogRequest
+	(*AddReplicaRequest)(nil),               // 66: raftmq.v1.AddReplicaRequest
+	(*RemoveReplicaRequest)(nil),            // 67: raftmq.v1.RemoveReplicaRequest
+	(*TransferLeaderRequest)(nil),           // 68: raftmq.v1.TransferLeaderRequest
+	(*MembershipResponse)(nil),              // 69: raftmq.v1.MembershipResponse
+	(*ChecksumCommitlogResponse)(nil),       // 70: raftmq.v1.ChecksumCommitlogResponse
+	(*EndTransactionRequest)(nil),           // 71: raftmq.v1.EndTransactionRequest
+	(*EndTransactionResponse)(nil),          // 72: raftmq.v1.EndTransactionResponse
+	(*TransactionCheckStreamRequest)(nil),   // 73: raftmq.v1.TransactionCheckStreamRequest
+	(*TransactionCheck)(nil),                // 74: raftmq.v1.TransactionCheck
+	(*RaftCommand)(nil),                     // 75: raftmq.v1.RaftCommand
+	(*InitProducer)(nil),                    // 76: raftmq.v1.InitProducer
+	(*TransactionUpdate)(nil),               // 77: raftmq.v1.TransactionUpdate
+	(*TransactionEnd)(nil),                  // 78: raftmq.v1.TransactionEnd
+	(*TransactionState)(nil),                // 79: raftmq.v1.TransactionState
+	(*HalfState)(nil),                       // 80: raftmq.v1.HalfState
+	(*MasterAnnounce)(nil),                  // 81: raftmq.v1.MasterAnnounce
+	(*SendBatch)(nil),                       // 82: raftmq.v1.SendBatch
+	(*StoredMessage)(nil),                   // 83: raftmq.v1.StoredMessage
+	(*OffsetCommit)(nil),                    // 84: raftmq.v1.OffsetCommit
+	(*BrokerSnapshot)(nil),                  // 85: raftmq.v1.BrokerSnapshot
+	(*ProducerTable)(nil),                   // 86: raftmq.v1.ProducerTable
+	(*ProducerState)(nil),                   // 87: raftmq.v1.ProducerState
+	(*QueueSequences)(nil),                  // 88: raftmq.v1.QueueSequences
+	(*GetRouteRequest)(nil),                 // 89: raftmq.v1.GetRouteRequest
+	(*GroupRoute)(nil),                      // 90: raftmq.v1.GroupRoute
+	(*RouteResponse)(nil),                   // 91: raftmq.v1.RouteResponse
+	(*GetClusterInfoRequest)(nil),           // 92: raftmq.v1.GetClusterInfoRequest
+	(*ClusterGroup)(nil),                    // 93: raftmq.v1.ClusterGroup
+	(*ClusterInfoResponse)(nil),             // 94: raftmq.v1.ClusterInfoResponse
+	(*ListTopicNamesResponse)(nil),          // 95: raftmq.v1.ListTopicNamesResponse
+	(*WatchRoutesRequest)(nil),              // 96: raftmq.v1.WatchRoutesRequest
+	nil,                                     // 97: raftmq.v1.Message.PropertiesEntry
+	nil,                                     // 98: raftmq.v1.TransactionState.HalvesEntry
+	nil,                                     // 99: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 100: raftmq.v1.SendBatch.ScheduleFromEntry
+	nil,                                     // 101: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
-	96,  // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
-	4,   // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
-	5,   // 2: raftmq.v1.SendStreamRequest.send:type_name -> raftmq.v1.SendMessageRequest
-	6,   // 3: raftmq.v1.SendStreamRequest.more:type_name -> raftmq.v1.SendStreamRequest
-	11,  // 4: raftmq.v1.SendStreamResponse.result:type_name -> raftmq.v1.SendMessageResponse
-	7,   // 5: raftmq.v1.SendStreamResponse.more:type_name -> raftmq.v1.SendStreamResponse
-	10,  // 6: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
+	97,  // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
+	5,   // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
+	6,   // 2: raftmq.v1.SendStreamRequest.send:type_name -> raftmq.v1.SendMessageRequest
+	7,   // 3: raftmq.v1.SendStreamRequest.more:type_name -> raftmq.v1.SendStreamRequest
+	12,  // 4: raftmq.v1.SendStreamResponse.result:type_name -> raftmq.v1.SendMessageResponse
+	8,   // 5: raftmq.v1.SendStreamResponse.more:type_name -> raftmq.v1.SendStreamResponse
+	11,  // 6: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
 	1,   // 7: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
-	16,  // 8: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
-	16,  // 9: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
+	17,  // 8: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
+	17,  // 9: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
 	2,   // 10: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
-	21,  // 11: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
-	23,  // 12: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
-	22,  // 13: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
+	22,  // 11: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
+	24,  // 12: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
+	23,  // 13: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
 	2,   // 14: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
-	21,  // 15: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
-	23,  // 16: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
-	29,  // 17: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
-	30,  // 18: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
-	38,  // 19: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
-	38,  // 20: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
-	45,  // 21: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	45,  // 22: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	60,  // 23: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
-	38,  // 24: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
-	60,  // 25: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
-	60,  // 26: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
-	3,   // 27: raftmq.v1.EndTransactionRequest.outcome:type_name -> raftmq.v1.TransactionOutcome
-	3,   // 28: raftmq.v1.EndTransactionResponse.outcome:type_name -> raftmq.v1.TransactionOutcome
-	10,  // 29: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
-	70,  // 30: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
-	4,   // 31: raftmq.v1.TransactionCheck.message:type_name -> raftmq.v1.Message
-	81,  // 32: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
-	38,  // 33: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
-	83,  // 34: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
-	45,  // 35: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	80,  // 36: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
-	76,  // 37: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
-	75,  // 38: raftmq.v1.RaftCommand.init_producer:type_name -> raftmq.v1.InitProducer
-	77,  // 39: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
-	3,   // 40: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
-	97,  // 41: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
-	3,   // 42: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
-	82,  // 43: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	98,  // 44: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	99,  // 45: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
-	4,   // 46: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	16,  // 47: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	38,  // 48: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	83,  // 49: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	45,  // 50: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	80,  // 51: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	100, // 52: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	78,  // 53: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
-	85,  // 54: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
-	86,  // 55: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
-	87,  // 56: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
-	60,  // 57: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	89,  // 58: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	60,  // 59: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	92,  // 60: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	79,  // 61: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
-	5,   // 62: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	6,   // 63: raftmq.v1.Broker.SendMessageStream:input_type -> raftmq.v1.SendStreamRequest
-	12,  // 64: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	14,  // 65: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	17,  // 66: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	19,  // 67: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
-	24,  // 68: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	26,  // 69: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	28,  // 70: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
-	32,  // 71: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	34,  // 72: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	36,  // 73: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	39,  // 74: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	41,  // 75: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	43,  // 76: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	46,  // 77: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	48,  // 78: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	50,  // 79: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	52,  // 80: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	54,  // 81: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	56,  // 82: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	57,  // 83: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	59,  // 84: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	62,  // 85: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	64,  // 86: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	65,  // 87: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
-	66,  // 88: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
-	67,  // 89: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
-	70,  // 90: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
-	72,  // 91: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
-	8,   // 92: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
-	88,  // 93: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	91,  // 94: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	43,  // 95: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	95,  // 96: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	11,  // 97: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	7,   // 98: raftmq.v1.Broker.SendMessageStream:output_type -> raftmq.v1.SendStreamResponse
-	13,  // 99: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	15,  // 100: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	18,  // 101: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	20,  // 102: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
-	25,  // 103: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	27,  // 104: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	31,  // 105: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
-	33,  // 106: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	35,  // 107: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	37,  // 108: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	40,  // 109: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	42,  // 110: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	44,  // 111: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	47,  // 112: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	49,  // 113: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	51,  // 114: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	53,  // 115: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	55,  // 116: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	58,  // 117: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	58,  // 118: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	61,  // 119: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	63,  // 120: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	69,  // 121: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	68,  // 122: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
-	68,  // 123: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
-	68,  // 124: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
-	71,  // 125: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
-	73,  // 126: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
-	9,   // 127: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
-	90,  // 128: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	93,  // 129: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	94,  // 130: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	90,  // 131: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	97,  // [97:132] is the sub-list for method output_type
-	62,  // [62:97] is the sub-list for method input_type
-	62,  // [62:62] is the sub-list for extension type_name
-	62,  // [62:62] is the sub-list for extension extendee
-	0,   // [0:62] is the sub-list for field type_name
+	22,  // 15: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
+	24,  // 16: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
+	30,  // 17: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
+	31,  // 18: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
+	39,  // 19: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
+	39,  // 20: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
+	46,  // 21: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	46,  // 22: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	61,  // 23: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
+	39,  // 24: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
+	4,   // 25: raftmq.v1.DescribeBrokerResponse.raft_log:type_name -> raftmq.v1.RaftLogPlace
+	4,   // 26: raftmq.v1.DescribeBrokerResponse.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
+	61,  // 27: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
+	61,  // 28: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
+	3,   // 29: raftmq.v1.EndTransactionRequest.outcome:type_name -> raftmq.v1.TransactionOutcome
+	3,   // 30: raftmq.v1.EndTransactionResponse.outcome:type_name -> raftmq.v1.TransactionOutcome
+	11,  // 31: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
+	71,  // 32: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
+	5,   // 33: raftmq.v1.TransactionCheck.message:type_name -> raftmq.v1.Message
+	82,  // 34: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
+	39,  // 35: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
+	84,  // 36: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
+	46,  // 37: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	81,  // 38: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
+	77,  // 39: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
+	76,  // 40: raftmq.v1.RaftCommand.init_producer:type_name -> raftmq.v1.InitProducer
+	78,  // 41: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
+	3,   // 42: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
+	98,  // 43: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
+	3,   // 44: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
+	4,   // 45: raftmq.v1.MasterAnnounce.raft_log:type_name -> raftmq.v1.RaftLogPlace
+	83,  // 46: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	99,  // 47: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	100, // 48: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
+	5,   // 49: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	17,  // 50: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	39,  // 51: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	84,  // 52: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	46,  // 53: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	81,  // 54: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	101, // 55: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	79,  // 56: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
+	86,  // 57: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
+	4,   // 58: raftmq.v1.BrokerSnapshot.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
+	87,  // 59: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
+	88,  // 60: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
+	61,  // 61: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	90,  // 62: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	61,  // 63: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	93,  // 64: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	80,  // 65: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
+	6,   // 66: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	7,   // 67: raftmq.v1.Broker.SendMessageStream:input_type -> raftmq.v1.SendStreamRequest
+	13,  // 68: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	15,  // 69: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	18,  // 70: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	20,  // 71: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
+	25,  // 72: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	27,  // 73: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	29,  // 74: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	33,  // 75: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	35,  // 76: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	37,  // 77: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	40,  // 78: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	42,  // 79: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	44,  // 80: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	47,  // 81: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	49,  // 82: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	51,  // 83: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	53,  // 84: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	55,  // 85: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	57,  // 86: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	58,  // 87: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	60,  // 88: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	63,  // 89: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	65,  // 90: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	66,  // 91: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
+	67,  // 92: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
+	68,  // 93: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
+	71,  // 94: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
+	73,  // 95: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
+	9,   // 96: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
+	89,  // 97: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	92,  // 98: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	44,  // 99: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	96,  // 100: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	12,  // 101: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	8,   // 102: raftmq.v1.Broker.SendMessageStream:output_type -> raftmq.v1.SendStreamResponse
+	14,  // 103: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	16,  // 104: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	19,  // 105: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	21,  // 106: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
+	26,  // 107: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	28,  // 108: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	32,  // 109: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	34,  // 110: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	36,  // 111: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	38,  // 112: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	41,  // 113: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	43,  // 114: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	45,  // 115: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	48,  // 116: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	50,  // 117: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	52,  // 118: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	54,  // 119: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	56,  // 120: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	59,  // 121: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	59,  // 122: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	62,  // 123: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	64,  // 124: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	70,  // 125: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	69,  // 126: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
+	69,  // 127: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
+	69,  // 128: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
+	72,  // 129: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
+	74,  // 130: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
+	10,  // 131: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
+	91,  // 132: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	94,  // 133: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	95,  // 134: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	91,  // 135: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	101, // [101:136] is the sub-list for method output_type
+	66,  // [66:101] is the sub-list for method input_type
+	66,  // [66:66] is the sub-list for extension type_name
+	66,  // [66:66] is the sub-list for extension extendee
+	0,   // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -6766,7 +6867,7 @@ func file_raftmq_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   2,

@@ -156,7 +156,7 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--gc-percent", "off"}, `--gc-percent "off": want a percentage, 25 to 10000`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--group-commit-wait", "0"}, `--group-commit-wait "0": want a duration up to 1s, or off`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--group-commit-wait", "2s"}, `--group-commit-wait "2s": want a duration up to 1s, or off`},
-		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--raft-log", "bolt"}, `--raft-log "bolt": want wal or commitlog`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--raft-log", "bolt"}, `--raft-log "bolt": want auto, commitlog or wal`},
 	} {
 		out, err := exec.Command(bin, tc.args...).CombinedOutput()
 		if _, exited := err.(*exec.ExitError); !exited || !strings.Contains(string(out), "raftmq: ") || !strings.Contains(string(out), tc.want) {

@@ -81,7 +81,8 @@ with Ctrl-C; started again on the same --dir it comes back with its data.
 						TransactionTimeout:       txTimeout,
 						TransactionCheckInterval: txCheckInterval,
 						// Small segments: a new store zero-fills its first.
-						Store: storage.Config{SegmentSize: 64 << 20},
+						Store:          storage.Config{SegmentSize: 64 << 20},
+						RaftLogFromDir: true, // the commitlog, for a new directory
 						Gossip: broker.GossipConfig{BindAddr: fmt.Sprintf("127.0.0.1:%d", base+3),
 							Join: []string{fmt.Sprintf("127.0.0.1:%d", port+1)}, Fast: true},
 						Logger: log,
