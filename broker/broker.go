@@ -97,6 +97,11 @@ func Start(cfg Config) (*Broker, error) {
 	// a restart after a power cut took seconds more in each round of the
 	// long power-loss drill, after the store had recovered.
 	began := time.Now()
+	// The store recovers its commitlog by the rules of its Raft log's
+	// place: asked for the other place, refuse before it opens.
+	if _, err := cluster.CheckRaftLogPlace(cfg.Raft.Dir, cfg.Store.RaftLog); err != nil {
+		return nil, err
+	}
 	store, err := storage.Open(cfg.Store)
 	if err != nil {
 		return nil, err

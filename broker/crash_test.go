@@ -20,6 +20,7 @@ type childSpec struct {
 	ID        int
 	GRPCAddrs []string
 	RaftAddrs []string
+	RaftLog   bool // Store.RaftLog: the commitlog as the Raft log
 }
 
 // runChildBroker runs one replica until it is killed; it says "ready" on
@@ -30,7 +31,9 @@ func runChildBroker() {
 		fmt.Println("bad spec:", err)
 		os.Exit(2)
 	}
-	b, err := Start(testConfig(spec.Dir, spec.ID, spec.GRPCAddrs, spec.RaftAddrs))
+	cfg := testConfig(spec.Dir, spec.ID, spec.GRPCAddrs, spec.RaftAddrs)
+	cfg.Store.RaftLog = spec.RaftLog
+	b, err := Start(cfg)
 	if err != nil {
 		fmt.Println("start:", err)
 		os.Exit(2)
@@ -54,7 +57,7 @@ func startChild(t testing.TB, cfg Config) *exec.Cmd {
 	// The test config derives every replica's gRPC address from its index;
 	// children need them all only to build the same config.
 	grpcAddrs[cfg.ReplicaID-1] = cfg.GRPCAddr
-	spec, _ := json.Marshal(childSpec{Dir: dirOf(cfg), ID: int(cfg.ReplicaID), GRPCAddrs: grpcAddrs, RaftAddrs: raftAddrs})
+	spec, _ := json.Marshal(childSpec{Dir: dirOf(cfg), ID: int(cfg.ReplicaID), GRPCAddrs: grpcAddrs, RaftAddrs: raftAddrs, RaftLog: cfg.Store.RaftLog})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 	out, err := cmd.StdoutPipe()

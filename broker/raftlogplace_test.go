@@ -2,7 +2,10 @@ package broker
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"io/fs"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -152,4 +155,56 @@ func TestRaftLogFromDirChoosesWhatTheDirectoryHolds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A replica asked to start with its Raft log in the other place than its
+// data directory holds is refused before its store is opened: a store
+// opened in the other mode would recover its commitlog by the other rules
+// (a WAL store dispatches the entries a commitlog store keeps stored).
+// Every file of the store is as it was.
+func TestTheOtherRaftLogPlaceIsRefusedBeforeTheStoreOpens(t *testing.T) {
+	for _, inCommitlog := range []bool{true, false} {
+		// A child process, killed (SIGKILL) right after its last sends:
+		// its store holds entries past its last checkpoint.
+		g := makeGroup(t, 1, true, func(c *Config) { c.Store.RaftLog = inCommitlog })
+		g.createTopic("place", 2)
+		g.sendBodies(g.master(), "place", 2, "m", 0, 50)
+		g.stop(0)
+		g.external = false // started in this process from here on
+		before := storeFiles(t, filepath.Join(g.cfgs[0].Dir, "store"))
+		cfg := g.cfgs[0]
+		cfg.Store.RaftLog = !inCommitlog
+		b, err := Start(cfg)
+		if err == nil {
+			b.Close()
+			t.Fatalf("a replica whose Raft log is in the commitlog (%v) started the other way", inCommitlog)
+		}
+		want := map[bool]string{true: "keeps its Raft log in the commitlog", false: "holds a Raft log in its WAL"}[inCommitlog]
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("refused for another reason: %v", err)
+		}
+		if after := storeFiles(t, filepath.Join(g.cfgs[0].Dir, "store")); !maps.Equal(before, after) {
+			t.Fatalf("the refused start changed the store's files:\nbefore %v\nafter  %v", before, after)
+		}
+		g.start(0) // the right way: it serves again
+		g.sendBodies(g.master(), "place", 2, "m", 50, 60)
+	}
+}
+
+// storeFiles maps every file under dir to a hash of its bytes.
+func storeFiles(t *testing.T, dir string) map[string][32]byte {
+	t.Helper()
+	files := map[string][32]byte{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		files[p] = sha256.Sum256(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
 }

@@ -27,7 +27,9 @@
 //     configuration names an EntryLog, in the commitlog, each member kept
 //     on the one it began with (a marker file, written before anything
 //     else of the member's), where a directory says its member keeps it
-//     (RaftLogInCommitlog: the commitlog for a new one); the log on
+//     (RaftLogInCommitlog: the commitlog for a new one) and the refusal of
+//     the other (CheckRaftLogPlace, which a broker asks before its store
+//     opens); the log on
 //     hashicorp/raft-wal, raft-boltdb/v2 kept for Raft's stable state
 //     (term and vote), the one-time move of a bolt log into the WAL, and
 //     the completion of a segment rotation that a crash interrupted;

@@ -61,32 +61,42 @@ func openMemberLog(cfg RaftConfig, bolt *raftboltdb.BoltStore, hlog hclog.Logger
 }
 
 // claimLogPlace checks, before anything of the member's is opened, that
-// it keeps its log where it began it: the WAL's directory, or a marker
-// file for the commitlog, says which, and the other is refused (moving a
-// log from one to the other is not built yet). A member beginning in the
-// commitlog writes the marker first, so that a crash before its first
-// entry leaves a directory that says so (RaftLogInCommitlog).
+// it keeps its log where it began it (CheckRaftLogPlace). A member
+// beginning in the commitlog writes the marker first, so that a crash
+// before its first entry leaves a directory that says so
+// (RaftLogInCommitlog).
 func claimLogPlace(cfg RaftConfig) error {
-	marker := filepath.Join(cfg.Dir, inCommitlogMarker)
-	_, statErr := os.Stat(marker)
-	inCommitlog := statErr == nil
-	if statErr != nil && !errors.Is(statErr, os.ErrNotExist) {
-		return fmt.Errorf("cluster: raft log marker: %w", statErr)
+	if cfg.EntryLog != nil && cfg.RecordsAt == nil {
+		return errors.New("cluster: RaftConfig.EntryLog needs RecordsAt")
+	}
+	marked, err := CheckRaftLogPlace(cfg.Dir, cfg.EntryLog != nil)
+	if err == nil && cfg.EntryLog != nil && !marked {
+		err = writeMarker(filepath.Join(cfg.Dir, inCommitlogMarker))
+	}
+	return err
+}
+
+// CheckRaftLogPlace refuses a member whose Dir is dir the other place for
+// its Raft log than the one it began with: the WAL's directory (or a bolt
+// log from before it), or the commitlog's marker, says which (moving a log
+// from one to the other is not built yet). A broker asks before it opens
+// its store, which recovers its commitlog by the rules of the place.
+// marked says the commitlog's marker is there.
+func CheckRaftLogPlace(dir string, inCommitlog bool) (marked bool, err error) {
+	if marked, err = markedInCommitlog(dir); err != nil {
+		return false, err
 	}
 	switch {
-	case cfg.EntryLog != nil && cfg.RecordsAt == nil:
-		return errors.New("cluster: RaftConfig.EntryLog needs RecordsAt")
-	case cfg.EntryLog != nil && !inCommitlog:
-		if held, err := holdsWALorBoltLog(cfg.Dir); err != nil {
-			return err
+	case inCommitlog && !marked:
+		if held, err := holdsWALorBoltLog(dir); err != nil {
+			return false, err
 		} else if held != "" {
-			return fmt.Errorf("cluster: %s holds a Raft log in its WAL (%s): it cannot start with its log in the commitlog (no move between the two yet)", cfg.Dir, held)
+			return false, fmt.Errorf("cluster: %s holds a Raft log in its WAL (%s): it cannot start with its log in the commitlog (no move between the two yet)", dir, held)
 		}
-		return writeMarker(marker)
-	case cfg.EntryLog == nil && inCommitlog:
-		return fmt.Errorf("cluster: %s keeps its Raft log in the commitlog (%s): start it that way again", cfg.Dir, inCommitlogMarker)
+	case !inCommitlog && marked:
+		return true, fmt.Errorf("cluster: %s keeps its Raft log in the commitlog (%s): start it that way again", dir, inCommitlogMarker)
 	}
-	return nil
+	return marked, nil
 }
 
 // RaftLogInCommitlog says where a member whose Dir is dir keeps its Raft
@@ -96,13 +106,21 @@ func claimLogPlace(cfg RaftConfig) error {
 // first start moves it into the WAL), and in the commitlog for a new
 // member, whose directory holds neither.
 func RaftLogInCommitlog(dir string) (bool, error) {
-	if _, err := os.Stat(filepath.Join(dir, inCommitlogMarker)); err == nil {
-		return true, nil
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return false, fmt.Errorf("cluster: raft log marker: %w", err)
+	marked, err := markedInCommitlog(dir)
+	if err != nil || marked {
+		return marked, err
 	}
 	held, err := holdsWALorBoltLog(dir)
 	return held == "", err
+}
+
+// markedInCommitlog says whether dir holds the commitlog's marker.
+func markedInCommitlog(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dir, inCommitlogMarker))
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		return err == nil, nil
+	}
+	return false, fmt.Errorf("cluster: raft log marker: %w", err)
 }
 
 // holdsWALorBoltLog names what of a WAL member's dir holds: its WAL's
