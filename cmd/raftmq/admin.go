@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
+	"github.com/raftmq/raftmq/broker"
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/message"
 )
@@ -513,13 +514,15 @@ func clusterCommand() *cobra.Command {
 }
 
 // printCluster writes the cluster list table, asking each replica for its
-// Raft state.
+// Raft state. RAFT_LOG, last so that scripts reading the columns before it
+// read on, is where the replica keeps its Raft log (wal or commitlog; "-"
+// when it does not answer, or from before it said).
 func printCluster(ctx context.Context, a *admin, info *pb.ClusterInfoResponse) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "GROUP\tREPLICA\tROLE\tGRPC\tRAFT\tTERM\tAPPLIED")
+	fmt.Fprintln(w, "GROUP\tREPLICA\tROLE\tGRPC\tRAFT\tTERM\tAPPLIED\tRAFT_LOG")
 	for _, g := range info.Groups {
 		for _, r := range g.Replicas {
-			role, raftAddr, term, applied := "slave", "-", "-", "-"
+			role, raftAddr, term, applied, raftLog := "slave", "-", "-", "-", "-"
 			if r.Master {
 				role = "master"
 			}
@@ -529,6 +532,9 @@ func printCluster(ctx context.Context, a *admin, info *pb.ClusterInfoResponse) e
 				cancel()
 				if err == nil {
 					term, applied = fmt.Sprint(d.Term), fmt.Sprint(d.AppliedIndex)
+					if d.RaftLog != pb.RaftLogPlace_RAFT_LOG_UNDECLARED {
+						raftLog = broker.RaftLogFlag(d.RaftLog)
+					}
 					for _, rep := range d.Replicas {
 						if rep.Id == r.Id {
 							raftAddr = rep.RaftAddress
@@ -536,7 +542,7 @@ func printCluster(ctx context.Context, a *admin, info *pb.ClusterInfoResponse) e
 					}
 				}
 			}
-			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\n", g.Group, r.Id, role, r.GrpcAddress, raftAddr, term, applied)
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Group, r.Id, role, r.GrpcAddress, raftAddr, term, applied, raftLog)
 		}
 	}
 	return w.Flush()

@@ -125,6 +125,16 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	if len(lines) != 4 || !strings.HasPrefix(lines[0], "GROUP") || strings.Count(out, " master ") != 1 || strings.Count(out, " slave ") != 2 {
 		t.Fatalf("cluster list:\n%s", out)
 	}
+	// New directories: every replica keeps its Raft log in its commitlog.
+	for i, l := range lines {
+		want := "commitlog"
+		if i == 0 {
+			want = "RAFT_LOG"
+		}
+		if f := strings.Fields(l); len(f) != 8 || f[7] != want {
+			t.Fatalf("cluster list's RAFT_LOG column:\n%s", out)
+		}
+	}
 	out = raftmq(t, bin, "topic", "create", "--namesrv", ns, "--name", "orders", "--queues", "8")
 	if !strings.Contains(out, "created topic orders on broker-a") {
 		t.Fatalf("topic create: %s", out)
