@@ -22,7 +22,9 @@ import (
 // log in the other place than its group: it learns the group's place from
 // the log (an announce) or from a snapshot, and stops, unhealthy, naming
 // both places and the flag to use, instead of framing its commitlog
-// otherwise than its peers. The group serves on from the others.
+// otherwise than its peers. The group serves on from the others; started
+// again as the error says, the replica catches up and ends byte-identical
+// with every acknowledged message.
 func TestAReplicaInTheOtherRaftLogPlaceStops(t *testing.T) {
 	for _, c := range []struct {
 		name                string
@@ -49,14 +51,14 @@ func TestAReplicaInTheOtherRaftLogPlaceStops(t *testing.T) {
 					t.Fatalf("replica %d before the change: %v", i+1, d)
 				}
 			}
-			g.sendBodies(m, "place", 2, "before", 0, 100)
+			acks := g.sendBodies(m, "place", 2, "before", 0, 100)
 			victim := (m + 1) % 3
 			for n := 1; c.bySnapshot && g.brokers[m].node.LogHolds(1); n++ {
 				// The WAL drops compacted entries a segment at a time.
 				if n > 50 {
 					t.Fatal("the master's Raft log still holds its first entry")
 				}
-				g.sendBodies(m, "place", 2, "more", n*20, n*20+20)
+				acks = append(acks, g.sendBodies(m, "place", 2, "more", n*20, n*20+20)...)
 			}
 			g.stop(victim)
 			if err := os.RemoveAll(g.cfgs[victim].Dir); err != nil {
@@ -85,7 +87,20 @@ func TestAReplicaInTheOtherRaftLogPlaceStops(t *testing.T) {
 				t.Fatalf("the stopped replica describes itself as %v", d)
 			}
 			// The others serve on.
-			g.sendBodies(g.master(), "place", 2, "after", 0, 20)
+			acks = append(acks, g.sendBodies(g.master(), "place", 2, "after", 0, 20)...)
+
+			// As the error says: an empty directory, the group's flag.
+			g.stop(victim)
+			if err := os.RemoveAll(g.cfgs[victim].Dir); err != nil {
+				t.Fatal(err)
+			}
+			g.cfgs[victim].Store.RaftLog = c.groupInCommitlog
+			g.start(victim)
+			acks = append(acks, g.sendBodies(g.master(), "place", 2, "healed", 0, 20)...)
+			g.checkIdentical(acks)
+			if sf := g.brokers[victim].fsm.failed(); sf != nil {
+				t.Fatalf("the replica started again stopped: %v", sf)
+			}
 		})
 	}
 }
