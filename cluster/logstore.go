@@ -76,12 +76,13 @@ func claimLogPlace(cfg RaftConfig) error {
 	return err
 }
 
-// CheckRaftLogPlace refuses a member whose Dir is dir the other place for
-// its Raft log than the one it began with: the WAL's directory (or a bolt
-// log from before it), or the commitlog's marker, says which (moving a log
-// from one to the other is not built yet). A broker asks before it opens
-// its store, which recovers its commitlog by the rules of the place.
-// marked says the commitlog's marker is there.
+// CheckRaftLogPlace refuses to start a member whose Dir is dir with its
+// Raft log in the commitlog (inCommitlog) or in a WAL when it began with
+// the other: the WAL's directory (or a bolt log from before it), or the
+// commitlog's marker, says which (moving a log from one to the other is
+// not built yet). A broker asks before it opens its store, which recovers
+// its commitlog by the rules of the place. marked says the commitlog's
+// marker is there.
 func CheckRaftLogPlace(dir string, inCommitlog bool) (marked bool, err error) {
 	if marked, err = markedInCommitlog(dir); err != nil {
 		return false, err
