@@ -46,11 +46,15 @@ func TestAReplicaInTheOtherRaftLogPlaceStops(t *testing.T) {
 			})
 			g.createTopic("place", 2)
 			m := g.master()
-			for i := range g.cfgs {
-				if d := g.describe(i); d == nil || d.GroupRaftLog != c.wantGroup || d.RaftLog != c.wantGroup {
-					t.Fatalf("replica %d before the change: %v", i+1, d)
+			// Every replica applies the master's announce: the group's place.
+			waitFor(t, 5*time.Second, func() bool {
+				for i := range g.cfgs {
+					if d := g.describe(i); d == nil || d.GroupRaftLog != c.wantGroup || d.RaftLog != c.wantGroup {
+						return false
+					}
 				}
-			}
+				return true
+			})
 			acks := g.sendBodies(m, "place", 2, "before", 0, 100)
 			victim := (m + 1) % 3
 			for n := 1; c.bySnapshot && g.brokers[m].node.LogHolds(1); n++ {
