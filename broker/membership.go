@@ -93,55 +93,64 @@ func (s *service) AddReplica(ctx context.Context, req *pb.AddReplicaRequest) (*p
 // join: a replica of this group, keeping its Raft log where this one does
 // (raftlogplace.go). Refused now, it has stored nothing of the group's.
 func (b *Broker) checkJoiner(ctx context.Context, addr string, client pb.BrokerClient) error {
-	var last error
-	for tick := time.NewTicker(100 * time.Millisecond); ; {
-		d, err := client.DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
-		switch {
-		case err == nil && d.Group != b.cfg.Group:
-			tick.Stop()
-			return conflict(fmt.Sprintf("%s is a replica of group %s, not %s", addr, d.Group, b.cfg.Group))
-		case err == nil && d.RaftLog != pb.RaftLogPlace_RAFT_LOG_UNDECLARED && d.RaftLog != b.fsm.ownRaftLog():
-			tick.Stop()
-			return conflict(fmt.Sprintf("the replica at %s keeps its Raft log in %s and this group in %s: start it again on an empty data directory with --raft-log %s",
-				addr, raftLogWhere(d.RaftLog), raftLogWhere(b.fsm.ownRaftLog()), RaftLogFlag(b.fsm.ownRaftLog())))
-		case err == nil:
-			tick.Stop()
-			return nil
+	return pollJoiner(ctx, client, func(d *pb.DescribeBrokerResponse) (bool, error) {
+		if err := b.otherGroup(addr, d); err != nil {
+			return false, err
 		}
-		last = err
-		select {
-		case <-ctx.Done():
-			tick.Stop()
-			return statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, fmt.Sprintf(
-				"the new replica at %s did not answer before the catch-up timeout (last error: %v); it was not added", addr, last), nil)
-		case <-tick.C:
+		if own := b.fsm.ownRaftLog(); d.RaftLog != pb.RaftLogPlace_RAFT_LOG_UNDECLARED && d.RaftLog != own {
+			return false, conflict(fmt.Sprintf("the replica at %s keeps its Raft log in %s and this group in %s: start it again on an empty data directory with --raft-log %s",
+				addr, raftLogWhere(d.RaftLog), raftLogWhere(own), RaftLogFlag(own)))
 		}
-	}
+		return true, nil
+	}, func(last error) error {
+		return statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, fmt.Sprintf(
+			"the new replica at %s did not answer before the catch-up timeout (last error: %v); it was not added", addr, last), nil)
+	})
 }
 
 // waitApplied polls the replica at addr until it has applied index target.
 func (b *Broker) waitApplied(ctx context.Context, addr string, client pb.BrokerClient, target uint64) error {
-	var last error
 	var applied uint64
-	for tick := time.NewTicker(100 * time.Millisecond); ; {
+	return pollJoiner(ctx, client, func(d *pb.DescribeBrokerResponse) (bool, error) {
+		if err := b.otherGroup(addr, d); err != nil {
+			return false, err
+		}
+		applied = d.AppliedIndex
+		return applied >= target, nil
+	}, func(last error) error {
+		return statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, fmt.Sprintf(
+			"the new replica at %s applied index %d of %d before the catch-up timeout (last error: %v); it stays a non-voter: call again to wait on, or remove it",
+			addr, applied, target, last), nil)
+	})
+}
+
+// otherGroup refuses a replica of another group than this one.
+func (b *Broker) otherGroup(addr string, d *pb.DescribeBrokerResponse) error {
+	if d.Group != b.cfg.Group {
+		return conflict(fmt.Sprintf("%s is a replica of group %s, not %s", addr, d.Group, b.cfg.Group))
+	}
+	return nil
+}
+
+// pollJoiner asks a new replica to describe itself every 100 ms until
+// done says it is done or refuses it, or until ctx ends: then timedOut,
+// given the last call's error, says so.
+func pollJoiner(ctx context.Context, client pb.BrokerClient, done func(*pb.DescribeBrokerResponse) (bool, error), timedOut func(last error) error) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
 		d, err := client.DescribeBroker(ctx, &pb.DescribeBrokerRequest{})
-		switch {
-		case err == nil && d.Group != b.cfg.Group:
-			return conflict(fmt.Sprintf("%s is a replica of group %s, not %s", addr, d.Group, b.cfg.Group))
-		case err == nil && d.AppliedIndex >= target:
-			tick.Stop()
-			return nil
-		case err == nil:
-			applied = d.AppliedIndex
-		default:
+		if err == nil {
+			if ok, err := done(d); ok || err != nil {
+				return err
+			}
+		} else {
 			last = err
 		}
 		select {
 		case <-ctx.Done():
-			tick.Stop()
-			return statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, fmt.Sprintf(
-				"the new replica at %s applied index %d of %d before the catch-up timeout (last error: %v); it stays a non-voter: call again to wait on, or remove it",
-				addr, applied, target, last), nil)
+			return timedOut(last)
 		case <-tick.C:
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -135,11 +136,21 @@ func TestRemoveReplicaAndTransferLeader(t *testing.T) {
 	_, err = g.client(m).TransferLeader(ctx, &pb.TransferLeaderRequest{ToId: 9})
 	wantStatus(t, err, codes.FailedPrecondition, pb.ErrorReason_MEMBERSHIP_CONFLICT)
 
-	// A replica that never catches up stays a non-voter.
+	// A replica that never answers is not added; one that answers and
+	// never catches up (its Raft address leads nowhere) stays a non-voter.
 	dead := clustertest.FreeAddrs(t, 2)
 	_, err = g.client(m).AddReplica(ctx, &pb.AddReplicaRequest{Id: 9, RaftAddress: dead[0], GrpcAddress: dead[1], CatchUpTimeoutMs: 300})
 	wantStatus(t, err, codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT)
-	resp, err := g.client(m).RemoveReplica(ctx, &pb.RemoveReplicaRequest{Id: 9})
+	if servers, err := g.brokers[m].servers(); err != nil || len(servers) != 3 {
+		t.Fatalf("a replica that never answered was added: %v, %v", servers, err)
+	}
+	j := g.addJoiner()
+	_, err = g.client(m).AddReplica(ctx, &pb.AddReplicaRequest{Id: int32(j + 1), RaftAddress: dead[0], GrpcAddress: g.cfgs[j].GRPCAddr, CatchUpTimeoutMs: 300})
+	wantStatus(t, err, codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT)
+	if servers, err := g.brokers[m].servers(); err != nil || len(servers) != 4 || servers[3].ID != raft.ServerID(fmt.Sprint(j+1)) || servers[3].Suffrage != raft.Nonvoter {
+		t.Fatalf("the replica that never caught up is not a non-voter: %v, %v", servers, err)
+	}
+	resp, err := g.client(m).RemoveReplica(ctx, &pb.RemoveReplicaRequest{Id: int32(j + 1)})
 	if err != nil || len(resp.Voters) != 3 || len(resp.Nonvoters) != 0 {
 		t.Fatalf("remove the non-voter: %v, %v", resp, err)
 	}

@@ -55,7 +55,11 @@ start_broker() { # BIN ID
 }
 started() { grep -c "broker started" "$d/broker$1.log" 2>/dev/null || true; }
 for i in 1 2 3; do start_broker "$bin" "$i"; done
-until "$bin" topic create --namesrv "$ns" --name big --queues 8 >/dev/null 2>&1; do sleep 0.5; done
+for ((w = 0; w < 120; w++)); do # 60 s for a master
+	"$bin" topic create --namesrv "$ns" --name big --queues 8 >/dev/null 2>&1 && break
+	sleep 0.5
+done
+[ "$w" -lt 120 ] || { echo "topic create failed for 60 s:"; tail -5 "$d/broker1.log"; exit 1; }
 "$bin" bench produce --namesrv "$ns" --topic big --size 1024 --clients 16 --mode batch --batch 64 \
 	--duration "$duration" --json >"$d/produce.out" 2>&1 || { tail -5 "$d/produce.out"; exit 1; }
 master=$("$bin" cluster list --namesrv "$ns" | awk '$1 == "st" && $3 == "master" {print $2}')
