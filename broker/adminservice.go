@@ -122,12 +122,32 @@ func (s *service) QueryConsumerOffset(_ context.Context, req *pb.QueryConsumerOf
 }
 
 // committedOffset is the group's offset for the queue as this replica
-// knows it, a pending commit first.
+// knows it, a pending commit first; with none, 0 for a young queue when
+// the request asks so, else -1.
 func (b *Broker) committedOffset(req *pb.QueryConsumerOffsetRequest) int64 {
 	if off, ok := b.offsets.pendingOffset(req.ConsumerGroup, req.Topic, req.QueueId); ok {
 		return off
 	}
-	return b.meta.offset(req.ConsumerGroup, req.Topic, req.QueueId)
+	off := b.meta.offset(req.ConsumerGroup, req.Topic, req.QueueId)
+	if off < 0 && req.ZeroIfYoung && b.youngQueue(req.Topic, req.QueueId) {
+		return 0
+	}
+	return off
+}
+
+// youngQueue reports whether the queue still holds its first message and
+// that is among the commitlog's newest YoungQueueBytes: RocketMQ's rule for
+// where a group new to a queue starts (Config.YoungQueueBytes).
+func (b *Broker) youngQueue(topic string, queue int32) bool {
+	if b.cfg.YoungQueueBytes < 0 {
+		return false
+	}
+	pos, ok := b.store.QueueStart(topic, queue)
+	if !ok {
+		return false
+	}
+	_, end := b.store.CommitlogOffsets()
+	return end-pos <= b.cfg.YoungQueueBytes
 }
 
 func (s *service) UpdateConsumerOffset(ctx context.Context, req *pb.UpdateConsumerOffsetRequest) (*pb.UpdateConsumerOffsetResponse, error) {

@@ -137,6 +137,15 @@ type Config struct {
 	// sends it back when it is less than half of it behind. Default 20000;
 	// negative disables slave reads.
 	SlaveReadLag int64
+	// YoungQueueBytes: a consumer group with no offset committed on a
+	// queue that still holds its first message, among the commitlog's
+	// newest YoungQueueBytes, starts the queue at 0 whatever it consumes
+	// from, as RocketMQ's brokers answer (ConsumerManageProcessor: while
+	// the first message is in memory, 40% of RAM by default,
+	// accessMessageInMemoryMaxRatio). So a group that starts after the
+	// first sends to a new topic reads them. Default 40% of the machine's
+	// memory; negative: never (the group starts where it consumes from).
+	YoungQueueBytes int64
 
 	// AutoCreateTopics creates an unknown topic on its first send with
 	// DefaultQueues queues (dev mode; off elsewhere). Default queues 4.
@@ -285,6 +294,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	defaults.IfZero(&c.SlaveReadLag, 20000)
+	defaults.IfZero(&c.YoungQueueBytes, memoryBytes()*4/10)
 	defaults.IfZero(&c.DefaultQueues, 4)
 	defaults.IfZero(&c.MaxQueues, 256)
 	if c.Store.MaxQueuesPerTopic == 0 {

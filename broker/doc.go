@@ -51,7 +51,9 @@
 // of its gRPC server and of its own calls (tls.go), the gRPC buffer pool whose tiers fit
 // a batch (grpcbuffers.go), and what each RPC
 // needs under access control (acl.go), the admin RPCs over topics,
-// subscription groups and offsets (adminservice.go), the replica's
+// subscription groups and offsets (adminservice.go; a group new to a young
+// queue starts it at 0, as RocketMQ's brokers answer, against the
+// machine's memory read in memory.go), the replica's
 // announcement on the cluster's gossip, by which name servers route to it,
 // and its leaving the pool once removed from its group (gossip.go), its
 // Prometheus metrics, consumer lag among them

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +76,79 @@ func TestACaughtUpSlaveAnswersRemotingOffsetQueries(t *testing.T) {
 		ExtFields: map[string]string{"consumerGroup": "rg", "topic": "rmq-offsets", "queueId": "0"}}
 	if resp := g.remotingCall(slave, query); resp.Code != 0 || resp.ExtFields["offset"] != "5" {
 		t.Fatalf("the slave answers code %d %q, offset %q; want 0 and 5", resp.Code, resp.Remark, resp.ExtFields["offset"])
+	}
+}
+
+// A group with no offset on a queue that still holds its first message,
+// among the commitlog's newest writes, starts it at 0, as RocketMQ's
+// brokers answer its clients (ConsumerManageProcessor.queryConsumerOffset):
+// a group started after the first sends to a new topic reads them, where
+// it would otherwise start at the end. Asked without zero_if_young (what
+// `raftmq` shows as committed), or by a RocketMQ 5 client that sets
+// setZeroIfNotFound=false, none is none.
+func TestAGroupNewToAYoungQueueStartsItAtZero(t *testing.T) {
+	g := newGroup(t, 3, func(c *Config) { c.YoungQueueBytes = 8 << 10 })
+	g.createTopic("young", 1)
+	g.createTopic("later", 1)
+	m := g.master()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	query := func(zero bool) int64 {
+		t.Helper()
+		r, err := g.client(m).QueryConsumerOffset(ctx, &pb.QueryConsumerOffsetRequest{ConsumerGroup: "new", Topic: "young", ZeroIfYoung: zero})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Offset
+	}
+	remotingQuery := func(ext map[string]string) *remoting.Command {
+		t.Helper()
+		fields := map[string]string{"consumerGroup": "new", "topic": "young", "queueId": "0"}
+		for k, v := range ext {
+			fields[k] = v
+		}
+		return g.remotingCall(m, &remoting.Command{Code: remoting.CodeQueryConsumerOffset, Opaque: 1, ExtFields: fields})
+	}
+	if off := query(true); off != -1 {
+		t.Fatalf("an empty queue answers %d, want -1: nothing to start at", off)
+	}
+	for i := range 3 {
+		if _, err := g.client(m).SendMessage(ctx, oneMessage("young", 0, fmt.Sprint("first ", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if off := query(true); off != 0 {
+		t.Fatalf("a young queue answers %d, want 0", off)
+	}
+	if off := query(false); off != -1 {
+		t.Fatalf("without zero_if_young a young queue answers %d, want -1: nothing is committed", off)
+	}
+	if resp := remotingQuery(nil); resp.Code != 0 || resp.ExtFields["offset"] != "0" {
+		t.Fatalf("RocketMQ's query of a young queue: code %d %q, offset %q; want 0 and 0", resp.Code, resp.Remark, resp.ExtFields["offset"])
+	}
+	if resp := remotingQuery(map[string]string{"setZeroIfNotFound": "false"}); resp.Code != remoting.CodeQueryNotFound {
+		t.Fatalf("RocketMQ's query with setZeroIfNotFound=false: code %d %q; want QUERY_NOT_FOUND", resp.Code, resp.Remark)
+	}
+	// 16 KiB written since: the queue's first message is no longer among
+	// the newest 8 KiB.
+	body := strings.Repeat("x", 1024)
+	for range 16 {
+		if _, err := g.client(m).SendMessage(ctx, oneMessage("later", 0, body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if off := query(true); off != -1 {
+		t.Fatalf("a queue whose first message is 16 KiB behind the end answers %d, want -1", off)
+	}
+	if resp := remotingQuery(nil); resp.Code != remoting.CodeQueryNotFound {
+		t.Fatalf("RocketMQ's query of a queue no longer young: code %d %q, offset %q; want QUERY_NOT_FOUND", resp.Code, resp.Remark, resp.ExtFields["offset"])
+	}
+	// A committed offset always wins.
+	if _, err := g.client(m).UpdateConsumerOffset(ctx, &pb.UpdateConsumerOffsetRequest{ConsumerGroup: "new",
+		Offsets: []*pb.QueueOffset{{Topic: "young", Offset: 2}}}); err != nil {
+		t.Fatal(err)
+	}
+	if off := query(true); off != 2 {
+		t.Fatalf("with an offset committed the query answers %d, want 2", off)
 	}
 }

@@ -322,7 +322,9 @@ func (s *service) remotingQueryOffset(ctx context.Context, c *remoting.Command) 
 	if err != nil {
 		return illegal(err)
 	}
-	resp, err := native(ctx, s, pb.Broker_QueryConsumerOffset_FullMethodName, s.remotingOffsetOf, &pb.QueryConsumerOffsetRequest{ConsumerGroup: c.ExtFields["consumerGroup"], Topic: topic, QueueId: queue})
+	resp, err := native(ctx, s, pb.Broker_QueryConsumerOffset_FullMethodName, s.remotingOffsetOf, &pb.QueryConsumerOffsetRequest{ConsumerGroup: c.ExtFields["consumerGroup"], Topic: topic, QueueId: queue,
+		// RocketMQ 5's header field; absent (its clients): true.
+		ZeroIfYoung: c.ExtFields["setZeroIfNotFound"] != "false"})
 	if err != nil {
 		return remotingError(err)
 	}

@@ -18,7 +18,9 @@ import (
 // or in a local file (broadcasting: each member consumes everything, so
 // each keeps its own).
 type offsetStore interface {
-	fetch(ctx context.Context, mq MessageQueue) (int64, error) // -1: none
+	// fetch is where the group starts mq: its committed offset, else 0
+	// for a young queue (the brokers' store), else -1.
+	fetch(ctx context.Context, mq MessageQueue) (int64, error)
 	commit(ctx context.Context, mq MessageQueue, off int64) error
 }
 
@@ -39,7 +41,7 @@ func openOffsetStore(cfg PushConfig, group string, pc *PullConsumer) (offsetStor
 type remoteOffsets struct{ pc *PullConsumer }
 
 func (r remoteOffsets) fetch(ctx context.Context, mq MessageQueue) (int64, error) {
-	return r.pc.FetchOffset(ctx, mq)
+	return r.pc.fetchOffset(ctx, mq, true)
 }
 
 func (r remoteOffsets) commit(ctx context.Context, mq MessageQueue, off int64) error {
@@ -118,7 +120,8 @@ func newCommitter(store offsetStore, log *slog.Logger) *committer {
 	return &committer{store: store, log: log, last: map[MessageQueue]int64{}}
 }
 
-// fetch is the group's committed offset for mq, -1 when none.
+// fetch is where the group starts mq (offsetStore.fetch), -1: where
+// ConsumeFrom says.
 func (o *committer) fetch(ctx context.Context, mq MessageQueue) (int64, error) {
 	return o.store.fetch(ctx, mq)
 }

@@ -294,9 +294,16 @@ func (c *PullConsumer) CommitOffset(ctx context.Context, mq MessageQueue, offset
 
 // FetchOffset returns the group's committed offset for mq, -1 when none.
 func (c *PullConsumer) FetchOffset(ctx context.Context, mq MessageQueue) (int64, error) {
+	return c.fetchOffset(ctx, mq, false)
+}
+
+// fetchOffset is FetchOffset; with zeroIfYoung, 0 rather than -1 for a
+// queue the broker finds young (pb.QueryConsumerOffsetRequest.ZeroIfYoung):
+// where a push consumer starts, as RocketMQ's do.
+func (c *PullConsumer) fetchOffset(ctx context.Context, mq MessageQueue, zeroIfYoung bool) (int64, error) {
 	var off int64
 	err := c.onMaster(ctx, mq, func(b pb.BrokerClient) error {
-		r, err := b.QueryConsumerOffset(ctx, &pb.QueryConsumerOffsetRequest{ConsumerGroup: c.opts.group, Topic: mq.Topic, QueueId: mq.QueueID})
+		r, err := b.QueryConsumerOffset(ctx, &pb.QueryConsumerOffsetRequest{ConsumerGroup: c.opts.group, Topic: mq.Topic, QueueId: mq.QueueID, ZeroIfYoung: zeroIfYoung})
 		if err == nil {
 			off = r.Offset
 		}

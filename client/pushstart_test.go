@@ -286,3 +286,45 @@ func TestSendsSpreadOnceANewTopicsRouteIsKnown(t *testing.T) {
 		t.Fatalf("16 sends once the route is known went to queues %v, want all 4", queues)
 	}
 }
+
+// A group that starts after the first sends to a new topic reads them even
+// consuming from the last offset (the default), as RocketMQ's consumers do:
+// its brokers answer 0 for a young queue. A queue no longer young (here:
+// the broker's young-queue-bytes set to 1) starts at its end.
+func TestConsumeFromLastStartsAYoungQueueAtZero(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		youngBytes int64
+		want       int32
+	}{{"young", 0, 3}, {"not young", 1, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 1, 1, func(cfg *broker.Config) { cfg.YoungQueueBytes = tc.youngBytes })
+			c.createTopic("newtopic", 1)
+			p := c.producer()
+			defer p.Shutdown()
+			for i := range 3 {
+				if _, err := p.Send(context.Background(), &Message{Topic: "newtopic", Body: []byte(fmt.Sprint("before ", i))}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got atomic.Int32
+			cfg := defaultPush("late")
+			cfg.ConsumeFrom = ConsumeFromLast
+			pc := c.pushConsumer(cfg, "newtopic", func(_ context.Context, msgs []*MessageExt) ConsumeResult {
+				got.Add(int32(len(msgs)))
+				return ConsumeSuccess
+			})
+			defer pc.Shutdown()
+			// One sent once the consumer runs: every case receives it, and
+			// once it has, what came before was read or skipped.
+			clustertest.WaitFor(t, 5*time.Second, "the consumer's queue", func() bool { return len(pc.Assigned()) == 1 })
+			if _, err := p.Send(context.Background(), &Message{Topic: "newtopic", Body: []byte("after")}); err != nil {
+				t.Fatal(err)
+			}
+			clustertest.WaitFor(t, 5*time.Second, "the message sent after the start", func() bool { return got.Load() >= tc.want+1 })
+			if n := got.Load(); n != tc.want+1 {
+				t.Fatalf("received %d, want %d before the start and 1 after", n, tc.want)
+			}
+		})
+	}
+}

@@ -111,7 +111,8 @@
 // # Files
 //
 //   - store.go: the Store, opening a directory (its lock, its files) and
-//     Append/AppendRecords;
+//     Append/AppendRecords, and where the commitlog and a queue start and
+//     end (CommitlogOffsets, QueueOffsets, QueueStart);
 //   - config.go: its configuration with the documented defaults;
 //   - commitlog.go: the segments, rolling from one to the next;
 //   - encoded.go, record.go: records as producers encode them, the fields

@@ -525,6 +525,24 @@ func (s *Store) QueueOffsets(topic string, queueID int32) (min, max int64) {
 	return q.min.Load(), q.max.Load()
 }
 
+// QueueStart is where in the commitlog the queue's first message, at queue
+// offset 0, is stored, while the queue still holds it: ok is false for a
+// queue never written, and for one whose first messages retention has
+// deleted.
+func (s *Store) QueueStart(topic string, queueID int32) (pos int64, ok bool) {
+	q := s.queue(queueKey{topic, queueID}, false)
+	if q == nil || q.min.Load() != 0 || q.max.Load() == 0 {
+		return 0, false
+	}
+	q.mu.RLock()
+	e, ok := q.at(0)
+	q.mu.RUnlock()
+	if !ok || e.offset < s.cl.minOffset() {
+		return 0, false
+	}
+	return e.offset, true
+}
+
 // Flush makes everything appended so far durable and writes a checkpoint.
 func (s *Store) Flush() error {
 	if s.closed.Load() {

@@ -553,3 +553,34 @@ func residentPages(t *testing.T, path string, from, to int64) int {
 	}
 	return n
 }
+
+// QueueStart finds a queue's first message while the queue holds it, and
+// says so once retention has deleted it.
+func TestQueueStart(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.RetentionAge = time.Hour
+	s := openStore(t, cfg)
+	defer s.Close()
+	if _, ok := s.QueueStart("T", 0); ok {
+		t.Fatal("a queue never written has a start")
+	}
+	appendBatches(t, s, 1, 300)
+	for q := int32(0); q < 4; q++ {
+		pos, ok := s.QueueStart("T", q)
+		if first := readQueue(t, s, "T", q)[0]; !ok || first.QueueOffset != 0 || pos != first.Offset {
+			t.Fatalf("queue %d starts at %d (%v), want its first message's commitlog offset %d", q, pos, ok, first.Offset)
+		}
+	}
+	if _, ok := s.QueueStart("T", 7); ok {
+		t.Fatal("queue 7, never written, has a start")
+	}
+	ageSegments(t, cfg, 2)
+	if _, err := s.DeleteExpired(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for q := int32(0); q < 4; q++ {
+		if pos, ok := s.QueueStart("T", q); ok {
+			t.Fatalf("queue %d starts at %d after retention deleted its first messages", q, pos)
+		}
+	}
+}

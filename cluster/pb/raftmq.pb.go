@@ -1168,6 +1168,14 @@ type QueryConsumerOffsetRequest struct {
 	ConsumerGroup string                 `protobuf:"bytes,1,opt,name=consumer_group,json=consumerGroup,proto3" json:"consumer_group,omitempty"`
 	Topic         string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
 	QueueId       int32                  `protobuf:"varint,3,opt,name=queue_id,json=queueId,proto3" json:"queue_id,omitempty"`
+	// With no committed offset, answer 0 rather than -1 while the queue is
+	// young: it still holds its first message, and that is among the
+	// commitlog's newest bytes (the broker's young-queue-bytes). RocketMQ's
+	// brokers answer their clients so (ConsumerManageProcessor), and so a
+	// group that starts after the first sends to a new topic reads them from
+	// the first whatever it consumes from. A consumer starting a queue asks
+	// with it; one that shows what is committed does not.
+	ZeroIfYoung   bool `protobuf:"varint,4,opt,name=zero_if_young,json=zeroIfYoung,proto3" json:"zero_if_young,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1221,6 +1229,13 @@ func (x *QueryConsumerOffsetRequest) GetQueueId() int32 {
 		return x.QueueId
 	}
 	return 0
+}
+
+func (x *QueryConsumerOffsetRequest) GetZeroIfYoung() bool {
+	if x != nil {
+		return x.ZeroIfYoung
+	}
+	return false
 }
 
 type QueryConsumerOffsetResponse struct {
@@ -6148,11 +6163,12 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x12suggest_replica_id\x18\x06 \x01(\x05R\x10suggestReplicaId\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\a \x01(\x05R\treplicaId\x12#\n" +
-	"\rgroup_changed\x18\b \x01(\bR\fgroupChanged\"t\n" +
+	"\rgroup_changed\x18\b \x01(\bR\fgroupChanged\"\x98\x01\n" +
 	"\x1aQueryConsumerOffsetRequest\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x19\n" +
-	"\bqueue_id\x18\x03 \x01(\x05R\aqueueId\"5\n" +
+	"\bqueue_id\x18\x03 \x01(\x05R\aqueueId\x12\"\n" +
+	"\rzero_if_young\x18\x04 \x01(\bR\vzeroIfYoung\"5\n" +
 	"\x1bQueryConsumerOffsetResponse\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\"V\n" +
 	"\vQueueOffset\x12\x14\n" +

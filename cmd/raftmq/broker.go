@@ -44,6 +44,7 @@ type brokerFlags struct {
 	Retention       string `yaml:"retention"`
 	DiskMaxRatio    string `yaml:"disk-max-ratio"`
 	SlaveReadLag    string `yaml:"slave-read-lag"`
+	YoungQueue      string `yaml:"young-queue-bytes"`
 	DelayLevels     string `yaml:"delay-levels"`
 	TimerHorizon    string `yaml:"timer-horizon"`
 	TimerPrecision  string `yaml:"timer-precision"`
@@ -108,6 +109,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.Retention, "retention", "72h", "commitlog segments last written longer ago are deleted (a duration, or off)")
 	fl.StringVar(&f.DiskMaxRatio, "disk-max-ratio", "0.75", "while the disk is fuller than this (0 to 1), the oldest segments are deleted whatever their age (1: never)")
 	fl.StringVar(&f.SlaveReadLag, "slave-read-lag", "20000", "a consumer more messages than this behind on a queue reads it from a slave (off: always from the master)")
+	fl.StringVar(&f.YoungQueue, "young-queue-bytes", "", "a consumer group with no offset on a queue whose first message is among the commitlog's newest this many bytes starts it at 0, as RocketMQ's brokers answer, e.g. 4GiB, or off (default 40% of the machine's memory)")
 	fl.StringVar(&f.DelayLevels, "delay-levels", "", `the retry delays of levels 1..n (default RocketMQ's "1s 5s 10s 30s 1m ... 2h"; a first retry waits level 3)`)
 	fl.StringVar(&f.TimerHorizon, "timer-horizon", "168h", "how far ahead a timer message may ask to be delivered")
 	fl.StringVar(&f.DedupWindow, "dedup-window", "2m", "a message sent again with the same UNIQ_KEY (a producer's retry) within this long of its stored copy is answered with that copy, not stored again (off: never)")
@@ -161,6 +163,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("retention", &f.Retention, fromFile.Retention)
 	set("disk-max-ratio", &f.DiskMaxRatio, fromFile.DiskMaxRatio)
 	set("slave-read-lag", &f.SlaveReadLag, fromFile.SlaveReadLag)
+	set("young-queue-bytes", &f.YoungQueue, fromFile.YoungQueue)
 	set("delay-levels", &f.DelayLevels, fromFile.DelayLevels)
 	set("timer-horizon", &f.TimerHorizon, fromFile.TimerHorizon)
 	set("timer-precision", &f.TimerPrecision, fromFile.TimerPrecision)
@@ -212,8 +215,8 @@ func parsePeers(s string) (map[string]string, error) {
 	return peers, nil
 }
 
-// retentionAndReads sets --retention, --disk-max-ratio and
-// --slave-read-lag on cfg.
+// retentionAndReads sets --retention, --disk-max-ratio, --slave-read-lag
+// and --young-queue-bytes on cfg.
 func (f brokerFlags) retentionAndReads(cfg *broker.Config) error {
 	switch f.Retention {
 	case "off":
@@ -239,6 +242,17 @@ func (f brokerFlags) retentionAndReads(cfg *broker.Config) error {
 			return fmt.Errorf("--slave-read-lag %q: want a positive number of messages, or off", f.SlaveReadLag)
 		}
 		cfg.SlaveReadLag = n
+	}
+	switch f.YoungQueue {
+	case "":
+	case "off":
+		cfg.YoungQueueBytes = -1
+	default:
+		n, err := parseSize(f.YoungQueue)
+		if err != nil {
+			return fmt.Errorf("--young-queue-bytes: %w, or off", err)
+		}
+		cfg.YoungQueueBytes = n
 	}
 	return nil
 }

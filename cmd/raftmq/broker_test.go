@@ -149,6 +149,7 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--retention", "forever"}, `--retention "forever": want a duration`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--disk-max-ratio", "1.5"}, `--disk-max-ratio "1.5": want a number above 0`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--slave-read-lag", "-3"}, `--slave-read-lag "-3": want a positive number`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--young-queue-bytes", "new"}, `--young-queue-bytes: "new" is not a size (e.g. 64MiB), or off`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--dedup-window", "0"}, `--dedup-window "0": want a positive duration, or off`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--timer-horizon", "a week"}, `--timer-horizon "a week": want a positive duration`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--timer-precision", "10us"}, `--timer-precision "10us": want a duration of at least 1ms`},
@@ -170,7 +171,7 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 // refused them), the command line winning.
 func TestRetentionAndSlaveReadsFromFlagsAndConfig(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "broker.yaml")
-	if err := os.WriteFile(path, []byte("retention: 24h\ndisk-max-ratio: 0.9\nslave-read-lag: off\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("retention: 24h\ndisk-max-ratio: 0.9\nslave-read-lag: off\nyoung-queue-bytes: 64MiB\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := brokerCommand()
@@ -186,9 +187,13 @@ func TestRetentionAndSlaveReadsFromFlagsAndConfig(t *testing.T) {
 	if err := f.retentionAndReads(&cfg); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Store.RetentionAge != 24*time.Hour || cfg.Store.RetentionDiskRatio != 0.5 || cfg.SlaveReadLag != -1 {
-		t.Fatalf("retention %v, disk ratio %v, slave-read lag %d; want 24h (file), 0.5 (flag), off (file)",
-			cfg.Store.RetentionAge, cfg.Store.RetentionDiskRatio, cfg.SlaveReadLag)
+	if cfg.Store.RetentionAge != 24*time.Hour || cfg.Store.RetentionDiskRatio != 0.5 || cfg.SlaveReadLag != -1 || cfg.YoungQueueBytes != 64<<20 {
+		t.Fatalf("retention %v, disk ratio %v, slave-read lag %d, young-queue bytes %d; want 24h (file), 0.5 (flag), off (file), 64 MiB (file)",
+			cfg.Store.RetentionAge, cfg.Store.RetentionDiskRatio, cfg.SlaveReadLag, cfg.YoungQueueBytes)
+	}
+	f.YoungQueue = "off"
+	if err := f.retentionAndReads(&cfg); err != nil || cfg.YoungQueueBytes != -1 {
+		t.Fatalf("--young-queue-bytes off: %d, %v; want -1 (never)", cfg.YoungQueueBytes, err)
 	}
 }
 

@@ -54,6 +54,43 @@ func TestOfficialPushConsumerReadsNativeSends(t *testing.T) {
 	}
 }
 
+// The official push consumer at its default, ConsumeFromLastOffset,
+// started after the first sends to a new topic, reads them: the broker
+// answers its offset query with 0 for a young queue, as RocketMQ's does
+// (ConsumerManageProcessor), where the client would otherwise start at
+// the queue's end. RocketMQ's quickstart (a producer, then a consumer)
+// relies on it.
+func TestOfficialConsumerFromLastReadsANewTopicFromItsStart(t *testing.T) {
+	ns := startDev(t)
+	raftmq(t, "topic", "create", "--namesrv", ns, "--name", "quickstart", "--queues", "2")
+	for i := 0; i < 6; i++ {
+		raftmq(t, "produce", "--namesrv", ns, "--topic", "quickstart", "--body", fmt.Sprintf("before-%d", i))
+	}
+	waitRoute(t, ns, "quickstart")
+	var mu sync.Mutex
+	got := map[string]int{}
+	startConsumer(t, ns, "rmq-late", "quickstart", func(_ context.Context, msgs ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			got[string(m.Body)]++
+		}
+		return consumer.ConsumeSuccess, nil
+	}, consumer.WithConsumeFromWhere(consumer.ConsumeFromLastOffset))
+	waitUntil(t, 30*time.Second, "the official consumer reading the 6 messages sent before it started", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 6
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for body, n := range got {
+		if n != 1 || !strings.HasPrefix(body, "before-") {
+			t.Fatalf("deliveries %v, want each before-N once", got)
+		}
+	}
+}
+
 // ConsumeRetryLater once: the official consumer sends the message back
 // (code 36), and it is delivered again through the group's retry topic
 // with ReconsumeTimes 1, after the first retry's delay (level 3, 300 ms
