@@ -18,9 +18,10 @@ import (
 // or in a local file (broadcasting: each member consumes everything, so
 // each keeps its own).
 type offsetStore interface {
-	// fetch is where the group starts mq: its committed offset, else 0
-	// for a young queue (the brokers' store), else -1.
-	fetch(ctx context.Context, mq MessageQueue) (int64, error)
+	// fetch is the group's committed offset for mq, -1 when none; with
+	// zeroIfYoung, 0 rather than -1 for a queue its broker finds young
+	// (the brokers' store only).
+	fetch(ctx context.Context, mq MessageQueue, zeroIfYoung bool) (int64, error)
 	commit(ctx context.Context, mq MessageQueue, off int64) error
 }
 
@@ -40,8 +41,8 @@ func openOffsetStore(cfg PushConfig, group string, pc *PullConsumer) (offsetStor
 
 type remoteOffsets struct{ pc *PullConsumer }
 
-func (r remoteOffsets) fetch(ctx context.Context, mq MessageQueue) (int64, error) {
-	return r.pc.fetchOffset(ctx, mq, true)
+func (r remoteOffsets) fetch(ctx context.Context, mq MessageQueue, zeroIfYoung bool) (int64, error) {
+	return r.pc.fetchOffset(ctx, mq, zeroIfYoung)
 }
 
 func (r remoteOffsets) commit(ctx context.Context, mq MessageQueue, off int64) error {
@@ -75,7 +76,7 @@ func offsetKey(mq MessageQueue) string {
 	return strings.Join([]string{mq.Topic, mq.Group, strconv.Itoa(int(mq.QueueID))}, "/")
 }
 
-func (l *localOffsets) fetch(_ context.Context, mq MessageQueue) (int64, error) {
+func (l *localOffsets) fetch(_ context.Context, mq MessageQueue, _ bool) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if off, ok := l.offs[offsetKey(mq)]; ok {
@@ -120,10 +121,9 @@ func newCommitter(store offsetStore, log *slog.Logger) *committer {
 	return &committer{store: store, log: log, last: map[MessageQueue]int64{}}
 }
 
-// fetch is where the group starts mq (offsetStore.fetch), -1: where
-// ConsumeFrom says.
-func (o *committer) fetch(ctx context.Context, mq MessageQueue) (int64, error) {
-	return o.store.fetch(ctx, mq)
+// fetch is the group's committed offset for mq (offsetStore.fetch).
+func (o *committer) fetch(ctx context.Context, mq MessageQueue, zeroIfYoung bool) (int64, error) {
+	return o.store.fetch(ctx, mq, zeroIfYoung)
 }
 
 // track starts remembering mq, held from off.

@@ -29,10 +29,13 @@ type MessageListener func(ctx context.Context, msgs []*MessageExt) ConsumeResult
 
 // ConsumeFrom says where a queue the group has no committed offset for
 // starts (RocketMQ's consumeFromWhere); a committed offset always wins.
-// As with RocketMQ, a young queue (one that still holds its first message,
-// among its broker's newest writes: the broker's young-queue-bytes, by
-// default 40% of its memory) starts at 0 whatever ConsumeFrom says, so a
-// group started after the first sends to a new topic reads them.
+// As with RocketMQ, ConsumeFromLast starts a young queue (one that still
+// holds its first message, among its broker's newest writes: the broker's
+// young-queue-bytes, by default 40% of its memory) at 0, so that a group
+// started after the first sends to a new topic reads them; on a topic
+// younger than that, a new group reads all it holds. ConsumeFromTime
+// starts at its time: RocketMQ's consumers start a young queue at 0 there
+// too, which reads what the time was chosen to skip.
 type ConsumeFrom int
 
 const (

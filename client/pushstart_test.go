@@ -290,13 +290,15 @@ func TestSendsSpreadOnceANewTopicsRouteIsKnown(t *testing.T) {
 // A group that starts after the first sends to a new topic reads them even
 // consuming from the last offset (the default), as RocketMQ's consumers do:
 // its brokers answer 0 for a young queue. A queue no longer young (here:
-// the broker's young-queue-bytes set to 1) starts at its end.
+// the broker's young-queue-bytes set to 1) starts at its end, and so does
+// a young one consuming from a time after the first sends.
 func TestConsumeFromLastStartsAYoungQueueAtZero(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		youngBytes int64
+		from       ConsumeFrom
 		want       int32
-	}{{"young", 0, 3}, {"not young", 1, 0}} {
+	}{{"young", 0, ConsumeFromLast, 3}, {"not young", 1, ConsumeFromLast, 0}, {"young, from a time", 0, ConsumeFromTime, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 1, 1, func(cfg *broker.Config) { cfg.YoungQueueBytes = tc.youngBytes })
 			c.createTopic("newtopic", 1)
@@ -309,7 +311,9 @@ func TestConsumeFromLastStartsAYoungQueueAtZero(t *testing.T) {
 			}
 			var got atomic.Int32
 			cfg := defaultPush("late")
-			cfg.ConsumeFrom = ConsumeFromLast
+			// From a time after the first sends: the queue starts past them,
+			// where the one sent later is.
+			cfg.ConsumeFrom, cfg.ConsumeFromTime = tc.from, time.Now().Add(time.Millisecond)
 			pc := c.pushConsumer(cfg, "newtopic", func(_ context.Context, msgs []*MessageExt) ConsumeResult {
 				got.Add(int32(len(msgs)))
 				return ConsumeSuccess

@@ -307,9 +307,10 @@ func (r *rebalancer) startQueue(ctx context.Context, mq MessageQueue, expr strin
 }
 
 // startOffset is the group's committed offset for mq or, when it has
-// none, where ConsumeFrom says.
+// none, where ConsumeFrom says; consuming from the last offset, a young
+// queue starts at 0 (ConsumeFrom).
 func (r *rebalancer) startOffset(ctx context.Context, mq MessageQueue) (int64, error) {
-	off, err := r.offsets.fetch(ctx, mq)
+	off, err := r.offsets.fetch(ctx, mq, r.cfg.ConsumeFrom == ConsumeFromLast)
 	if err != nil || off >= 0 {
 		return off, err
 	}
