@@ -55,6 +55,7 @@ type brokerFlags struct {
 	StreamWorkers   string `yaml:"stream-workers"`
 	RaftInFlight    string `yaml:"raft-in-flight"`
 	GCPercent       string `yaml:"gc-percent"`
+	Sysmon          string `yaml:"sysmon"`
 	GroupCommitWait string `yaml:"group-commit-wait"`
 	RaftLog         string `yaml:"raft-log"`
 	nodeSecurity    `yaml:",inline"`
@@ -79,6 +80,9 @@ Example (replica 1 of 3):
 				if err := loadConfigFile(configFile, &f, cmd); err != nil {
 					return err
 				}
+			}
+			if err := keepSysmonAwake(f.Sysmon); err != nil {
+				return err
 			}
 			return runBroker(cmd.Context(), f)
 		},
@@ -122,6 +126,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.GroupCommitWait, "group-commit-wait", "2ms", "how long, at most, the next Raft entry waits for the senders of the last one to come back with their next sends rather than go out with fewer (a lone sender never waits, nor an entry that expects fewer than 4 sends), or off")
 	fl.StringVar(&f.RaftLog, "raft-log", "auto", "where the replica keeps its Raft log: commitlog (each entry in the commitlog, its messages written once), wal (raft-wal, beside the store), or auto: the one its data directory holds, and the commitlog for a new one. A replica keeps the one it began with, and a group's replicas keep it in one place")
 	fl.StringVar(&f.GCPercent, "gc-percent", "100", "Go's GOGC for this process: the heap grows this much (in %) over what is live before a collection; the GOGC variable, when set, wins")
+	fl.StringVar(&f.Sysmon, "sysmon", "awake", sysmonUsage)
 	f.nodeSecurity.flags(cmd)
 	return cmd
 }
@@ -174,6 +179,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("stream-workers", &f.StreamWorkers, fromFile.StreamWorkers)
 	set("raft-in-flight", &f.RaftInFlight, fromFile.RaftInFlight)
 	set("gc-percent", &f.GCPercent, fromFile.GCPercent)
+	set("sysmon", &f.Sysmon, fromFile.Sysmon)
 	set("group-commit-wait", &f.GroupCommitWait, fromFile.GroupCommitWait)
 	set("raft-log", &f.RaftLog, fromFile.RaftLog)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {

@@ -21,7 +21,7 @@ import (
 //
 // Ports: devLayout, which `raftmq dev --help` prints.
 func devCommand() *cobra.Command {
-	var dir, level, delayLevels string
+	var dir, level, delayLevels, sysmon string
 	var groups, replicas, port, basePort int
 	var withHTTP bool
 	var txTimeout, txCheckInterval time.Duration
@@ -36,6 +36,9 @@ with Ctrl-C; started again on the same --dir it comes back with its data.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if groups < 1 || groups > 26 || replicas < 1 || replicas > 9 {
 				return fmt.Errorf("--groups must be 1..26 and --replicas 1..9")
+			}
+			if err := keepSysmonAwake(sysmon); err != nil {
+				return err
 			}
 			log, err := newLogger(level)
 			if err != nil {
@@ -119,6 +122,7 @@ with Ctrl-C; started again on the same --dir it comes back with its data.
 	fl.IntVar(&port, "port", 9876, "name server gRPC port (gossip on the next)")
 	fl.IntVar(&basePort, "base-port", 10900, "first broker port (see the help for the layout)")
 	fl.StringVar(&level, "log-level", "warn", "debug, info, warn or error")
+	fl.StringVar(&sysmon, "sysmon", "awake", sysmonUsage)
 	fl.BoolVar(&withHTTP, "http", false, "serve /metrics and /healthz on every node (ports below)")
 	fl.DurationVar(&txTimeout, "transaction-timeout", 6*time.Second, "a half message open this long is checked back with its producer group")
 	fl.DurationVar(&txCheckInterval, "transaction-check-interval", 30*time.Second, "the least time between two check-backs of one half message")

@@ -5,7 +5,8 @@
 // bench in benchtimers.go), a group's replicas (replicas.go), consumer
 // groups (inspect.go: progress and message queries; groups.go: members,
 // reset-offset), dead letters (dlq.go), health (health.go), certificates
-// and the client's and node's security flags (certs.go, security.go).
+// and the client's and node's security flags (certs.go, security.go), and
+// the servers' run again with Go's system monitor kept awake (sysmon.go).
 package main
 
 import (

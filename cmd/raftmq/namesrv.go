@@ -16,7 +16,7 @@ import (
 
 func namesrvCommand() *cobra.Command {
 	var cfg namesrv.Config
-	var join, level string
+	var join, level, sysmon string
 	var sec nodeSecurity
 	cmd := &cobra.Command{
 		Use:   "namesrv",
@@ -26,6 +26,9 @@ the brokers and their topic tables, and answers clients' route queries. It
 keeps nothing on disk: restarted, it has complete routes again within
 seconds.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := keepSysmonAwake(sysmon); err != nil {
+				return err
+			}
 			log, err := newLogger(level)
 			if err != nil {
 				return err
@@ -65,6 +68,7 @@ seconds.`,
 	fl.StringVar(&cfg.Cluster, "cluster", "raftmq", "cluster name")
 	fl.StringVar(&cfg.Name, "name", "", "unique member name (default namesrv@GRPC)")
 	fl.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	fl.StringVar(&sysmon, "sysmon", "awake", sysmonUsage)
 	sec.flags(cmd)
 	return cmd
 }
