@@ -23,8 +23,8 @@ import (
 // broker (runtime/proc.go sysmon; golang/go#18236 asks for a knob, open).
 // Kept awake, it backs off to a poll every 10 ms once there is nothing to
 // retake. Measured (2026-12-05, 3 brokers and the bench on 2 cores,
-// broker/README.md): per lone sync send a broker switched threads 12-15
-// times, 4-5.5 of them the monitor's naps; in 9 interleaved pairs, awake,
+// broker/README.md): per lone sync send a broker switched threads 14-20
+// times, 6-8 of them the monitor's naps; in 9 interleaved pairs, awake,
 // the servers spent 5-22% less CPU in every pair, a lone sync sender's
 // p50 fell in 7 (equal in 2), batched publish rose in all 9.
 const sysmonAwake = "schedtrace=2147483647"
