@@ -42,7 +42,8 @@
 # Each produce bench also reports, from the master's /metrics, its CPU time per message stored
 # and the messages per Raft entry (group commit), as NAME.cpu_us and NAME.per_entry, and the
 # CPU time per message of the three brokers and the bench process together (the brokers'
-# /metrics and the bench's cpu_seconds), as NAME.cpu_all_us.
+# /metrics and the bench's cpu_seconds), as NAME.cpu_all_us, and the thread switches per message
+# of the three brokers' threads (/proc/PID/task/*/status), as NAME.switches.
 #   --keep     keep the temp dir (binary, logs, data) and print its path
 #   --tls      a secured cluster: certificates from `raftmq certs`, TLS 1.3 on every gRPC
 #              listener, mutual TLS on the Raft transport, encrypted gossip, and the bench
@@ -366,6 +367,20 @@ all_cpu() {
 	add "$name.cpu_all_us" "$(awk -v b="$b" -v a="$a" -v bb="$bb" -v ba="$ba" -v c="$client" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0) printf "%.2f", (ba - bb + c) * 1e6 / m; else print "null"}')"
 }
 
+# brokers_switches: the thread switches (voluntary and not) all three brokers' threads made
+# so far, from /proc/PID/task/*/status
+brokers_switches() {
+	local i
+	for i in 1 2 3; do cat /proc/"${pids[$i]}"/task/*/status 2>/dev/null; done |
+		awk '$1 ~ /^(non)?voluntary_ctxt_switches:$/ {n += $2} END {print n + 0}'
+}
+
+# switches NAME BEFORE AFTER SWITCHES-BEFORE SWITCHES-AFTER: adds NAME.switches, the brokers'
+# thread switches per message stored (two master_stats, two brokers_switches)
+switches() {
+	add "$1.switches" "$(awk -v b="$2" -v a="$3" -v sb="$4" -v sa="$5" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0 && sa != "") printf "%.2f", (sa - sb) / m; else print "null"}')"
+}
+
 master_deltas() {
 	local name=$1 b=$2 a=$3
 	if [ -z "$b" ] || [ -z "$a" ]; then
@@ -381,7 +396,7 @@ master_deltas() {
 # `rmqbench ARGS`: the official RocketMQ client); its JSON line lands in DIR/NAME.json; a
 # produce bench also adds the master's CPU per message and messages per entry
 bench() {
-	local d=$1 name=$2 tmo=$3 before after brokers_before brokers_after
+	local d=$1 name=$2 tmo=$3 before after brokers_before brokers_after sw_before sw_after
 	shift 3
 	local -a tool=("$bin" bench) flags=(--json ${bench_extra[@]+"${bench_extra[@]}"})
 	[[ $name == rmq.* ]] && tool=("$rmqbin") flags=()
@@ -389,10 +404,12 @@ bench() {
 	[ "$profile" = 1 ] && [ "$name" = "$profile_bench" ] && start_profile "$d"
 	before=$(master_stats)
 	brokers_before=$(brokers_cpu)
+	sw_before=$(brokers_switches)
 	run "$d/$name.out" "$d/$name.log" timeout "$tmo" "${tool[@]}" "$@" --namesrv "$ns_addr" --topic bench "${flags[@]}" ||
 		fail "$name: ${tool[*]##*/} exited $?"
 	after=$(master_stats)
 	brokers_after=$(brokers_cpu)
+	sw_after=$(brokers_switches)
 	if [ -n "$profpid" ]; then
 		wait "$profpid" && [ -s "$prof" ] && say "  CPU profile of the master during $name: $prof (go tool pprof -top $prof)"
 		profpid=""
@@ -405,6 +422,8 @@ bench() {
 	if [ "$1" = produce ]; then
 		all_cpu "$name" "$d/$name.json" "$before" "$after" "$brokers_before" "$brokers_after"
 		say "  $name: the brokers and the bench spent ${V[$name.cpu_all_us]##* } CPU us per message together"
+		switches "$name" "$before" "$after" "$sw_before" "$sw_after"
+		say "  $name: the brokers' threads switched ${V[$name.switches]##* } times per message"
 	fi
 	local failed
 	failed=$(jget "$d/$name.json" failed)
@@ -570,11 +589,12 @@ if [ "$rocketmq" = 1 ]; then
 fi
 echo "the master's CPU per message (us), messages per Raft entry: batched $(fmt "$(g batch.cpu_us)" 1), $(fmt "$(g batch.per_entry)" 1); sync16 $(fmt "$(g sync16.cpu_us)" 1), $(fmt "$(g sync16.per_entry)" 1); sync1 $(fmt "$(g sync1.cpu_us)" 1), $(fmt "$(g sync1.per_entry)" 1)"
 echo "the CPU per message (us) of the three brokers and the bench together: batched $(fmt "$(g batch.cpu_all_us)" 1); sync16 $(fmt "$(g sync16.cpu_all_us)" 1); sync1 $(fmt "$(g sync1.cpu_all_us)" 1)"
+echo "the brokers' thread switches per message: batched $(fmt "$(g batch.switches)" 2); sync16 $(fmt "$(g sync16.switches)" 1); sync1 $(fmt "$(g sync1.switches)" 1)"
 echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB; anonymous (heap, stacks): $(fmt "$(g anon.1)"), $(fmt "$(g anon.2)"), $(fmt "$(g anon.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
 if [ "$runs" -gt 1 ]; then
 	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi
