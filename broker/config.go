@@ -139,12 +139,14 @@ type Config struct {
 	SlaveReadLag int64
 	// YoungQueueBytes: a consumer group with no offset committed on a
 	// queue that still holds its first message, among the commitlog's
-	// newest YoungQueueBytes, starts the queue at 0 whatever it consumes
-	// from, as RocketMQ's brokers answer (ConsumerManageProcessor: while
-	// the first message is in memory, 40% of RAM by default,
-	// accessMessageInMemoryMaxRatio). So a group that starts after the
-	// first sends to a new topic reads them. Default 40% of the machine's
-	// memory; negative: never (the group starts where it consumes from).
+	// newest YoungQueueBytes, is told to start the queue at 0 when its
+	// client asks so (RocketMQ's clients, whatever they consume from;
+	// raftmq's SDK consuming from the last offset), as RocketMQ's brokers
+	// answer (ConsumerManageProcessor: while the first message is in
+	// memory, 40% of RAM by default, accessMessageInMemoryMaxRatio). So a
+	// group that starts after the first sends to a new topic reads them.
+	// Default 40% of the machine's memory; negative: never (the group
+	// starts where it consumes from).
 	YoungQueueBytes int64
 
 	// AutoCreateTopics creates an unknown topic on its first send with

@@ -1172,9 +1172,10 @@ type QueryConsumerOffsetRequest struct {
 	// young: it still holds its first message, and that is among the
 	// commitlog's newest bytes (the broker's young-queue-bytes). RocketMQ's
 	// brokers answer their clients so (ConsumerManageProcessor), and so a
-	// group that starts after the first sends to a new topic reads them from
-	// the first whatever it consumes from. A consumer starting a queue asks
-	// with it; one that shows what is committed does not.
+	// group that starts after the first sends to a new topic reads them. A
+	// consumer starting a queue from the last offset asks with it (RocketMQ's
+	// clients whatever they start from); one that shows what is committed
+	// does not.
 	ZeroIfYoung   bool `protobuf:"varint,4,opt,name=zero_if_young,json=zeroIfYoung,proto3" json:"zero_if_young,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
