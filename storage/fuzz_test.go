@@ -166,6 +166,15 @@ func fzRefScan(img []byte, from fzRef, to int64, fresh bool) fzRef {
 			len(pending) > 0 && r.RaftIndex != pendingIdx {
 			break
 		}
+		// A record marked as a topic's deletion must name a valid topic
+		// (topicdelete.go, frameDeletes); one that does not is corrupt and
+		// ends the log before its batch. One that does is not modelled
+		// here: no template holds one, and a mismatch it caused would be
+		// reported as any other. (Found by the fuzzer in CI, 2026-12-05: a
+		// sys flag overwritten with 0x30303030, CRC fixed up.)
+		if r.SysFlag&message.SysFlagDeletesTopic != 0 && !message.ValidTopic(r.Properties[message.PropertyDeletesTopic]) {
+			break
+		}
 		k := queueKey{r.Topic, r.QueueID}
 		want, seen := staged[k]
 		if !seen {
