@@ -56,6 +56,7 @@ type brokerFlags struct {
 	RaftInFlight    string `yaml:"raft-in-flight"`
 	GCPercent       string `yaml:"gc-percent"`
 	Sysmon          string `yaml:"sysmon"`
+	GOMAXPROCS      string `yaml:"gomaxprocs"`
 	GroupCommitWait string `yaml:"group-commit-wait"`
 	RaftLog         string `yaml:"raft-log"`
 	nodeSecurity    `yaml:",inline"`
@@ -127,6 +128,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.RaftLog, "raft-log", "auto", "where the replica keeps its Raft log: commitlog (each entry in the commitlog, its messages written once), wal (raft-wal, beside the store), or auto: the one its data directory holds, and the commitlog for a new one. A replica keeps the one it began with, and a group's replicas keep it in one place")
 	fl.StringVar(&f.GCPercent, "gc-percent", "100", "Go's GOGC for this process: the heap grows this much (in %) over what is live before a collection; the GOGC variable, when set, wins")
 	fl.StringVar(&f.Sysmon, "sysmon", "awake", sysmonUsage)
+	fl.StringVar(&f.GOMAXPROCS, "gomaxprocs", "auto", gomaxprocsUsage)
 	f.nodeSecurity.flags(cmd)
 	return cmd
 }
@@ -180,6 +182,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("raft-in-flight", &f.RaftInFlight, fromFile.RaftInFlight)
 	set("gc-percent", &f.GCPercent, fromFile.GCPercent)
 	set("sysmon", &f.Sysmon, fromFile.Sysmon)
+	set("gomaxprocs", &f.GOMAXPROCS, fromFile.GOMAXPROCS)
 	set("group-commit-wait", &f.GroupCommitWait, fromFile.GroupCommitWait)
 	set("raft-log", &f.RaftLog, fromFile.RaftLog)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
@@ -346,6 +349,9 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	}
 	cfg.Raft.MaxRPCsInFlight = inFlight
 	if err := setGCPercent(f.GCPercent); err != nil {
+		return err
+	}
+	if err := setGOMAXPROCS(f.GOMAXPROCS, firstNonEmpty(f.AdvertiseRaft, f.Raft), peers, log); err != nil {
 		return err
 	}
 	cfg.Gossip = broker.GossipConfig{BindAddr: f.Gossip, AdvertiseAddr: f.AdvertiseGossip, Join: splitList(f.Join), Cluster: f.Cluster}

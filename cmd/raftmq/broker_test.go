@@ -28,6 +28,34 @@ func TestMain(m *testing.M) { os.Exit(clustertest.RunWithRaftmq(m, ".", &binPath
 
 func buildBinary(*testing.T) string { return binPath }
 
+// startServer starts cmd, a server command of the binary, with its stderr
+// on the test's, and returns its first line, which must begin with
+// prefix, and the rest of its stdout. The process is killed when the test
+// ends unless it was waited for before.
+func startServer(t *testing.T, cmd *exec.Cmd, prefix string) (string, *bufio.Reader) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	r := bufio.NewReader(out)
+	first, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(first, prefix) {
+		t.Fatalf("%s said %q (%v), want a line beginning %q", cmd.Args[1], first, err, prefix)
+	}
+	return first, r
+}
+
 // Three `raftmq broker` processes form a group; SIGTERM on the master hands
 // leadership over before it exits, cleanly, and the group keeps taking
 // writes with every acknowledged message kept.
@@ -44,22 +72,8 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 		cmd := exec.Command(bin, "broker", "--group", "broker-a", "--id", fmt.Sprint(i+1),
 			"--dir", filepath.Join(dir, fmt.Sprint(i+1)), "--grpc", grpcAddrs[i], "--raft", raftAddrs[i],
 			"--peers", strings.Join(peers, ","), "--log-level", "warn", "--segment-size", "8MiB", "--http", httpAddrs[i])
-		out, _ := cmd.StdoutPipe()
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		if !strings.HasPrefix(line, "broker broker-a replica") {
-			t.Fatalf("replica %d said %q", i+1, line)
-		}
+		startServer(t, cmd, "broker broker-a replica")
 		procs[i] = cmd
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				cmd.Process.Kill()
-				cmd.Wait()
-			}
-		})
 	}
 	clients := make([]pb.BrokerClient, 3)
 	for i, a := range grpcAddrs {
@@ -158,6 +172,7 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--group-commit-wait", "0"}, `--group-commit-wait "0": want a duration up to 1s, or off`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--group-commit-wait", "2s"}, `--group-commit-wait "2s": want a duration up to 1s, or off`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--raft-log", "bolt"}, `--raft-log "bolt": want auto, commitlog or wal`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--gomaxprocs", "0"}, `--gomaxprocs "0": want auto, all or a number of threads, 1 to 65536`},
 	} {
 		out, err := exec.Command(bin, tc.args...).CombinedOutput()
 		if _, exited := err.(*exec.ExitError); !exited || !strings.Contains(string(out), "raftmq: ") || !strings.Contains(string(out), tc.want) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -49,22 +48,7 @@ func freeRange(t *testing.T, n int) int {
 func startDev(t *testing.T, bin, dir string, port, base int, extra ...string) (*exec.Cmd, string) {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"dev", "--dir", dir, "--port", fmt.Sprint(port), "--base-port", fmt.Sprint(base)}, extra...)...)
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	r := bufio.NewReader(out)
-	first, err := r.ReadString('\n')
-	if err != nil || !strings.HasPrefix(first, "namesrv 127.0.0.1:") {
-		t.Fatalf("first line %q (%v)", first, err)
-	}
+	first, r := startServer(t, cmd, "namesrv 127.0.0.1:")
 	addr := strings.TrimSpace(strings.TrimPrefix(first, "namesrv "))
 	for examples := 0; examples < 2; {
 		line, err := r.ReadString('\n')

@@ -6,7 +6,9 @@
 // groups (inspect.go: progress and message queries; groups.go: members,
 // reset-offset), dead letters (dlq.go), health (health.go), certificates
 // and the client's and node's security flags (certs.go, security.go), and
-// the servers' run again with Go's system monitor kept awake (sysmon.go).
+// the servers' run again with Go's system monitor kept awake (sysmon.go),
+// and a broker's share of the host's CPUs among its group's replicas
+// there (gomaxprocs.go).
 package main
 
 import (

@@ -54,13 +54,7 @@ func TestNoRemotingTurnsTheProtocolOff(t *testing.T) {
 			args = append(args, "--no-remoting")
 		}
 		cmd := exec.Command(buildBinary(t), args...)
-		out, _ := cmd.StdoutPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if line, _ := bufio.NewReader(out).ReadString('\n'); !strings.HasPrefix(line, "namesrv ") {
-			t.Fatalf("namesrv said %q", line)
-		}
+		startServer(t, cmd, "namesrv ")
 		conn, err := net.Dial("tcp", addrs[0])
 		if err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -31,18 +30,7 @@ func TestServersRunWithTheMonitorAwake(t *testing.T) {
 			addrs := clustertest.FreeAddrs(t, 2)
 			cmd := exec.Command(bin, append([]string{"namesrv", "--grpc", addrs[0], "--gossip", addrs[1], "--log-level", "warn"}, tc.flags...)...)
 			cmd.Env = append(withoutGODEBUG(os.Environ()), "GODEBUG="+tc.godebug)
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-			if line, _ := bufio.NewReader(out).ReadString('\n'); !strings.HasPrefix(line, "namesrv ") {
-				t.Fatalf("the name server said %q", line)
-			}
+			startServer(t, cmd, "namesrv ")
 			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid))
 			if err != nil {
 				t.Fatal(err)
