@@ -101,6 +101,16 @@ func StartMembership(cfg MembershipConfig) (*Membership, error) {
 		mc.PushPullInterval = 500 * time.Millisecond
 		mc.SuspicionMult = 2
 		mc.TCPTimeout = 500 * time.Millisecond
+		// Every message memberlist compresses takes a new LZW writer,
+		// a 64 KiB table (memberlist's compressPayload). Gossip every
+		// 10 ms among a test's or dev's members on one host made that
+		// most of the CPU of the client package's tests under -race on
+		// a VM whose page faults are dear (2026-12-05: the failover test
+		// acked 5 sends a second and timed out; 57% of its samples were
+		// the race detector's reads, page faults and TLB flushes under
+		// compressPayload). On one host the bytes cost nothing. A
+		// receiver reads compressed and plain messages alike.
+		mc.EnableCompression = false
 	}
 	mc.Name = cfg.Name
 	host, port, err := splitHostPort(cfg.BindAddr)
