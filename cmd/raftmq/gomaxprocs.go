@@ -28,12 +28,12 @@ const gomaxprocsUsage = "how many threads run Go code at once (Go's GOMAXPROCS):
 // deploy/bench-local.sh (broker/README.md, 2026-12-05): the brokers'
 // thread switches per message halved (a lone sync send 24 to 12), their
 // CPU and the bench's per message fell (sync16 7-24%, sync1 8-31%,
-// batched 0-16%), 16 sync senders got
-// 4-18% more in all 3 pairs, a lone sender's p50 fell in 2 of 3; consume
-// fell in 1 of 3 (the master serves it alone, and 1 thread caps it). Go
-// sizes GOMAXPROCS to a container's CPU limit itself (Go 1.25); it cannot
-// know of the other replicas on the host. A replica alone on its host,
-// the production shape, keeps Go's default.
+// batched 0-16%), 16 sync senders got 4-18% more in all 3 pairs, a lone
+// sender's p50 fell in 2 of 3; consume fell in 1 of 3 (the master serves
+// it alone, and 1 thread caps it). Go sizes GOMAXPROCS to a container's
+// CPU limit itself (Go 1.25); it cannot know of the other replicas on the
+// host. A replica alone on its host, the production shape, keeps Go's
+// default.
 func setGOMAXPROCS(mode, own string, peers map[string]string, log *slog.Logger) error {
 	var n int
 	switch mode {
