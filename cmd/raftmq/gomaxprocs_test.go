@@ -105,22 +105,21 @@ func TestABrokerProcessSharesTheHostsCPUs(t *testing.T) {
 		startServer(t, cmd, "broker g replica 1")
 		defer func() { cmd.Process.Kill(); cmd.Wait() }()
 		re := regexp.MustCompile(`(?m)^go_sched_gomaxprocs_threads (\d+)$`)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		n := 0
+		clustertest.WaitFor(t, 10*time.Second, "go_sched_gomaxprocs_threads on the broker's /metrics", func() bool {
 			resp, err := http.Get("http://" + addrs[1] + "/metrics")
-			if err == nil {
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if m := re.FindSubmatch(body); m != nil {
-					n, _ := strconv.Atoi(string(m[1]))
-					return n
-				}
+			if err != nil {
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no go_sched_gomaxprocs_threads on /metrics in 10 s: %v", err)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			m := re.FindSubmatch(body)
+			if m != nil {
+				n, _ = strconv.Atoi(string(m[1]))
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return m != nil
+		})
+		return n
 	}
 	all := threads("--gomaxprocs", "all")
 	if got, want := threads(), max(1, all/3); got != want {
