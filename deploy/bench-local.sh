@@ -20,7 +20,7 @@
 #           bench-timers while 8 producers send batches to bench; how late the timers fire
 #           (store time - due, p50/p99/max), and the ordinary sends' rate while they fire,
 #           against the same 8 producers' rate without timers (bench produce, just before)
-# then reads each broker's peak RSS (VmHWM) and stops the cluster. A fresh cluster for each run.
+# then reads each broker's peak RSS (VmHWM) and GOMAXPROCS (its /metrics) and stops the cluster. A fresh cluster for each run.
 # VmHWM counts the resident pages of the commitlog segments the broker maps (1 GiB each by
 # default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
 # while the benches run and reports its peak.
@@ -500,8 +500,13 @@ run_raftmq() { # R
 		add "rss.$i" "$(awk '/^VmHWM:/ {printf "%.1f", $2 / 1024}' "/proc/${pids[$i]}/status" 2>/dev/null || echo null)"
 		add "anon.$i" "$(awk -v kb="${anon[$i]:-}" 'BEGIN {if (kb == "") print "null"; else printf "%.1f", kb / 1024}')"
 	done
+	for i in 1 2 3; do # threads running Go code (--gomaxprocs auto: Go's default over the 3 replicas here)
+		add "procs.$i" "$(command -v curl >/dev/null && curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + i))/metrics" 2>/dev/null |
+			awk '/^go_sched_gomaxprocs_threads / {print $2}' || true)"
+	done
 	master=$("$bin" cluster list --namesrv "$ns_addr" 2>/dev/null | awk '$1 == "bench-a" && $3 == "master" {print $2}' || true)
 	add master "${master:-null}"
+	say "  brokers' GOMAXPROCS: ${V[procs.1]##* }, ${V[procs.2]##* }, ${V[procs.3]##* }"
 	say "  peak RSS (MB): broker 1 ${V[rss.1]##* }, broker 2 ${V[rss.2]##* }, broker 3 ${V[rss.3]##* }; anonymous ${V[anon.1]##* }, ${V[anon.2]##* }, ${V[anon.3]##* }; master now replica ${master:-?}"
 	stop_cluster
 	rm -rf "$d"/b[123] # the data; the logs stay for --keep
@@ -590,6 +595,7 @@ fi
 echo "the master's CPU per message (us), messages per Raft entry: batched $(fmt "$(g batch.cpu_us)" 1), $(fmt "$(g batch.per_entry)" 1); sync16 $(fmt "$(g sync16.cpu_us)" 1), $(fmt "$(g sync16.per_entry)" 1); sync1 $(fmt "$(g sync1.cpu_us)" 1), $(fmt "$(g sync1.per_entry)" 1)"
 echo "the CPU per message (us) of the three brokers and the bench together: batched $(fmt "$(g batch.cpu_all_us)" 1); sync16 $(fmt "$(g sync16.cpu_all_us)" 1); sync1 $(fmt "$(g sync1.cpu_all_us)" 1)"
 echo "the brokers' thread switches per message: batched $(fmt "$(g batch.switches)" 2); sync16 $(fmt "$(g sync16.switches)" 1); sync1 $(fmt "$(g sync1.switches)" 1)"
+echo "the brokers' GOMAXPROCS (threads running Go code at once): $(g procs.1), $(g procs.2), $(g procs.3)"
 echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB; anonymous (heap, stacks): $(fmt "$(g anon.1)"), $(fmt "$(g anon.2)"), $(fmt "$(g anon.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
 if [ "$runs" -gt 1 ]; then
 	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
@@ -609,7 +615,7 @@ if [ "$json" = 1 ]; then
 	out="$out,\"consume\":{\"msgs_per_sec\":$(g consume.mps),\"messages\":$(g consume.count),\"p99_ms\":null},\"e2e_low_load\":$(fig e2e)"
 	[ "$long" = 1 ] && out="$out,\"batch_long\":$(fig long)"
 	[ "$timers" = 1 ] && out="$out,\"timers\":{\"acked\":$(g timers.timers_acked),\"fired\":$(g timers.timers_fired),\"duplicates\":$(g timers.timer_duplicates),\"early\":$(g timers.timers_early),\"fire_late_p50_ms\":$(g timers.fire_late_p50_ms),\"fire_late_p99_ms\":$(g timers.fire_late_p99_ms),\"fire_late_max_ms\":$(g timers.fire_late_max_ms),\"sends_while_firing\":$(fig timers),\"sends_without_timers\":$(fig timers_base)}"
-	out="$out,\"rss_mb\":{\"1\":$(g rss.1),\"2\":$(g rss.2),\"3\":$(g rss.3)},\"anon_rss_mb\":{\"1\":$(g anon.1),\"2\":$(g anon.2),\"3\":$(g anon.3)},\"master\":[$(tr -s ' ' ',' <<<"${V[master]# }")]}"
+	out="$out,\"rss_mb\":{\"1\":$(g rss.1),\"2\":$(g rss.2),\"3\":$(g rss.3)},\"anon_rss_mb\":{\"1\":$(g anon.1),\"2\":$(g anon.2),\"3\":$(g anon.3)},\"gomaxprocs\":{\"1\":$(g procs.1),\"2\":$(g procs.2),\"3\":$(g procs.3)},\"master\":[$(tr -s ' ' ',' <<<"${V[master]# }")]}"
 	if [ "$rocketmq" = 1 ]; then
 		out="$out,\"rocketmq_client\":{\"batch\":$(fig rmq.batch),\"sync16\":$(fig rmq.sync16),\"sync1\":$(fig rmq.sync1),\"consume\":{\"msgs_per_sec\":$(g rmq.consume.mps)}"
 		out="$out,\"ratios_to_sdk\":{\"batch\":$(g ratio.rmq_batch),\"sync16\":$(g ratio.rmq_sync16),\"sync1_p50\":$(g ratio.rmq_p50),\"consume\":$(g ratio.rmq_consume)}}"
