@@ -340,14 +340,20 @@ master_stats() {
 
 # master_deltas NAME BEFORE AFTER: adds NAME.cpu_us (the master's CPU microseconds per
 # message stored) and NAME.per_entry (messages per send entry) from two master_stats
+# broker_metric ID NAME: the value of metric NAME (unlabelled) on broker ID's /metrics; ""
+# without curl or an answer
+broker_metric() {
+	command -v curl >/dev/null || return 0
+	curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + $1))/metrics" 2>/dev/null |
+		awk -v m="$2" '$1 == m {print $2}' || true
+}
+
 # brokers_cpu: the CPU seconds all three brokers spent so far (their /metrics'
 # process_cpu_seconds_total, summed); "" without curl or an answer from each
 brokers_cpu() {
-	command -v curl >/dev/null || return 0
 	local i sum=0 c
 	for i in 1 2 3; do
-		c=$(curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + i))/metrics" 2>/dev/null |
-			awk '$1 == "process_cpu_seconds_total" {print $2}')
+		c=$(broker_metric "$i" process_cpu_seconds_total)
 		[ -n "$c" ] || return 0
 		sum=$(awk -v s="$sum" -v c="$c" 'BEGIN {printf "%.3f", s + c}')
 	done
@@ -499,10 +505,8 @@ run_raftmq() { # R
 	for i in 1 2 3; do
 		add "rss.$i" "$(awk '/^VmHWM:/ {printf "%.1f", $2 / 1024}' "/proc/${pids[$i]}/status" 2>/dev/null || echo null)"
 		add "anon.$i" "$(awk -v kb="${anon[$i]:-}" 'BEGIN {if (kb == "") print "null"; else printf "%.1f", kb / 1024}')"
-	done
-	for i in 1 2 3; do # threads running Go code (--gomaxprocs auto: Go's default over the 3 replicas here)
-		add "procs.$i" "$(command -v curl >/dev/null && curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + i))/metrics" 2>/dev/null |
-			awk '/^go_sched_gomaxprocs_threads / {print $2}' || true)"
+		# threads running Go code (--gomaxprocs auto: Go's default over the 3 replicas here)
+		add "procs.$i" "$(broker_metric "$i" go_sched_gomaxprocs_threads)"
 	done
 	master=$("$bin" cluster list --namesrv "$ns_addr" 2>/dev/null | awk '$1 == "bench-a" && $3 == "master" {print $2}' || true)
 	add master "${master:-null}"

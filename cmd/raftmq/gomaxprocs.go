@@ -35,12 +35,13 @@ const gomaxprocsUsage = "how many threads run Go code at once (Go's GOMAXPROCS):
 // host. A replica alone on its host, the production shape, keeps Go's
 // default.
 func setGOMAXPROCS(mode, own string, peers map[string]string, log *slog.Logger) error {
+	goDefault, onHost := runtime.GOMAXPROCS(0), replicasOnThisHost(own, peers)
 	var n int
 	switch mode {
 	case "auto":
-		n = max(1, runtime.GOMAXPROCS(0)/replicasOnThisHost(own, peers))
+		n = max(1, goDefault/onHost)
 	case "all":
-		n = runtime.GOMAXPROCS(0)
+		n = goDefault
 	default:
 		v, err := strconv.Atoi(mode)
 		if err != nil || v < 1 || v > 1<<16 {
@@ -48,45 +49,26 @@ func setGOMAXPROCS(mode, own string, peers map[string]string, log *slog.Logger) 
 		}
 		n = v
 	}
-	if os.Getenv("GOMAXPROCS") != "" {
+	if os.Getenv("GOMAXPROCS") != "" || n == goDefault {
 		return nil
 	}
-	if n != runtime.GOMAXPROCS(0) {
-		log.Info("GOMAXPROCS set", "gomaxprocs", n, "go_default", runtime.GOMAXPROCS(0), "mode", mode,
-			"replicas_on_this_host", replicasOnThisHost(own, peers))
-		runtime.GOMAXPROCS(n)
-	}
+	log.Info("GOMAXPROCS set", "gomaxprocs", n, "go_default", goDefault, "mode", mode, "replicas_on_this_host", onHost)
+	runtime.GOMAXPROCS(n)
 	return nil
 }
 
 // replicasOnThisHost counts the replicas of peers (this one among them,
-// at own) that run on this host: all of them with a loopback host when
-// own's is loopback, else those with own's host. Host names are compared
-// as written, not resolved. At least 1: this replica.
+// at own) that run on this host: all of them on loopback when own is
+// (security.go's loopback), else those with own's host. Host names are
+// compared as written, not resolved. At least 1: this replica.
 func replicasOnThisHost(own string, peers map[string]string) int {
-	host := hostOf(own)
+	host, _, err := net.SplitHostPort(own)
 	n := 0
 	for _, addr := range peers {
-		h := hostOf(addr)
-		if (isLoopback(host) && isLoopback(h)) || (host != "" && strings.EqualFold(h, host)) {
+		h, _, herr := net.SplitHostPort(addr)
+		if (loopback(own) && loopback(addr)) || (err == nil && herr == nil && strings.EqualFold(h, host)) {
 			n++
 		}
 	}
 	return max(1, n)
-}
-
-func hostOf(addr string) string {
-	h, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return ""
-	}
-	return h
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -95,13 +95,7 @@ func TestABrokerProcessSharesTheHostsCPUs(t *testing.T) {
 		addrs := clustertest.FreeAddrs(t, 2)
 		cmd := exec.Command(bin, append([]string{"broker", "--group", "g", "--id", "1", "--dir", filepath.Join(t.TempDir(), "b"),
 			"--grpc", addrs[0], "--http", addrs[1], "--raft", raftAddrs[0], "--peers", strings.Join(peers, ","), "--log-level", "warn"}, flags...)...)
-		var env []string
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "GOMAXPROCS=") {
-				env = append(env, kv)
-			}
-		}
-		cmd.Env = env
+		cmd.Env = withoutVar(os.Environ(), "GOMAXPROCS")
 		startServer(t, cmd, "broker g replica 1")
 		defer func() { cmd.Process.Kill(); cmd.Wait() }()
 		re := regexp.MustCompile(`(?m)^go_sched_gomaxprocs_threads (\d+)$`)

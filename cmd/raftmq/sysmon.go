@@ -63,13 +63,14 @@ func withGODEBUG(env []string, current string) []string {
 	if current != "" {
 		current += ","
 	}
-	return append(withoutGODEBUG(env), "GODEBUG="+current+sysmonAwake)
+	return append(withoutVar(env, "GODEBUG"), "GODEBUG="+current+sysmonAwake)
 }
 
-func withoutGODEBUG(env []string) []string {
+// withoutVar is env without the variable name.
+func withoutVar(env []string, name string) []string {
 	out := make([]string, 0, len(env)+1)
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, "GODEBUG=") {
+		if !strings.HasPrefix(kv, name+"=") {
 			out = append(out, kv)
 		}
 	}

@@ -29,7 +29,7 @@ func TestServersRunWithTheMonitorAwake(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			addrs := clustertest.FreeAddrs(t, 2)
 			cmd := exec.Command(bin, append([]string{"namesrv", "--grpc", addrs[0], "--gossip", addrs[1], "--log-level", "warn"}, tc.flags...)...)
-			cmd.Env = append(withoutGODEBUG(os.Environ()), "GODEBUG="+tc.godebug)
+			cmd.Env = append(withoutVar(os.Environ(), "GODEBUG"), "GODEBUG="+tc.godebug)
 			startServer(t, cmd, "namesrv ")
 			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", cmd.Process.Pid))
 			if err != nil {
