@@ -20,6 +20,11 @@
 #           bench-timers while 8 producers send batches to bench; how late the timers fire
 #           (store time - due, p50/p99/max), and the ordinary sends' rate while they fire,
 #           against the same 8 producers' rate without timers (bench produce, just before)
+#   host    before each run's cluster starts, `raftmq bench host` in the run's data dir: this
+#           machine's loopback round trip between two processes and 1 KiB fdatasync (alone and
+#           three at once), and the floor of a lone sync send (2 round trips + 1 sync), which
+#           sync1's p50 is reported against: figures of different sittings' machines compare
+#           through it (the same build's sync1 p50 was 0.58 ms on one VM, 1.26 ms on another)
 # then reads each broker's peak RSS (VmHWM) and GOMAXPROCS (its /metrics) and stops the cluster. A fresh cluster for each run.
 # VmHWM counts the resident pages of the commitlog segments the broker maps (1 GiB each by
 # default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
@@ -451,12 +456,27 @@ start_profile() {
 	fi
 }
 
+# host_floor DIR: `raftmq bench host` in DIR (the brokers' disk) while nothing else runs:
+# adds host.rtt, host.sync, host.sync3 and host.floor (p50s, ms)
+host_floor() {
+	local d=$1
+	mkdir -p "$d"
+	run "$d/host.out" "$d/host.log" "$bin" bench host --json --dir "$d" || fail "bench host exited $?"
+	tail -n 1 "$d/host.out" >"$d/host.json"
+	add host.rtt "$(jget "$d/host.json" round_trip_p50_ms)"
+	add host.sync "$(jget "$d/host.json" sync_p50_ms)"
+	add host.sync3 "$(jget "$d/host.json" sync3_p50_ms)"
+	add host.floor "$(jget "$d/host.json" floor_ms)"
+	say "  this machine: loopback round trip p50 ${V[host.rtt]##* } ms, 1 KiB fdatasync p50 ${V[host.sync]##* } ms alone, ${V[host.sync3]##* } ms three at once; a lone sync send's floor ${V[host.floor]##* } ms"
+}
+
 # ---- one run ---------------------------------------------------------------------------
 run_raftmq() { # R
 	local r=$1 d="$work/run$1" i sent total
 	run_no=$r
 	say "run $r/$runs: raftmq, 1 namesrv + 3 brokers on 127.0.0.1:$base-$((base + 43)), data in $d"
 	anon=()
+	host_floor "$d"
 	start_cluster "$d"
 	master=$(wait_master)
 	create_topic
@@ -502,6 +522,7 @@ run_raftmq() { # R
 		add "$i.p99" "$(jget "$d/$i.json" p99_ms)"
 	done
 	add consume.count "$total"
+	add ratio.sync1_floor "$(ratio "${V[sync1.p50]##* }" "${V[host.floor]##* }")"
 	for i in 1 2 3; do
 		add "rss.$i" "$(awk '/^VmHWM:/ {printf "%.1f", $2 / 1024}' "/proc/${pids[$i]}/status" 2>/dev/null || echo null)"
 		add "anon.$i" "$(awk -v kb="${anon[$i]:-}" 'BEGIN {if (kb == "") print "null"; else printf "%.1f", kb / 1024}')"
@@ -588,6 +609,7 @@ echo "$line"
 line="consume, 4 clients, $(fmt "$(g consume.count)") messages from the first:  $(kfmt "$(g consume.mps)") msgs/s (bench consume records no latency)"
 [ "$nats" = 1 ] && line="$line | NATS 300000 messages $(kfmt "$(g nats.consume)") ($(xfmt "$(g ratio.consume)"))"
 echo "$line"
+echo "this machine (raftmq bench host, before each run): loopback round trip p50 $(fmt "$(g host.rtt)" 3) ms, 1 KiB fdatasync p50 $(fmt "$(g host.sync)" 3) ms alone, $(fmt "$(g host.sync3)" 3) ms three at once; a lone sync send's floor (2 round trips + 1 sync) $(fmt "$(g host.floor)" 3) ms: sync1's p50 is $(xfmt "$(g ratio.sync1_floor)") it"
 echo "send to receive, 4 producers at 1000 msgs/s, 10s:   p50 $(fmt "$(g e2e.p50)" 2) ms, p99 $(fmt "$(g e2e.p99)" 2) ms, $(kfmt "$(g e2e.mps)") msgs/s received (a push consumer; born time to receive, the born time in ms)"
 if [ "$rocketmq" = 1 ]; then
 	echo "RocketMQ's official Go client, same cluster and topic (ratio to raftmq's SDK):"
@@ -604,7 +626,7 @@ echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss
 if [ "$runs" -gt 1 ]; then
 	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in host.floor ratio.sync1_floor batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi
@@ -616,6 +638,7 @@ if [ "$json" = 1 ]; then
 		printf '{"msgs_per_sec":%s,"p50_ms":%s,"p99_ms":%s}' "$(g "$1.mps")" "$(g "$1.p50")" "$(g "$1.p99")"
 	}
 	out="{\"commit\":\"$commit\",\"runs\":$runs,\"tls\":$([ "$tls" = 1 ] && echo true || echo false),\"seconds\":$elapsed,\"raftmq\":{\"batch\":$(fig batch),\"sync16\":$(fig sync16),\"sync1\":$(fig sync1)"
+	out="$out,\"host\":{\"round_trip_p50_ms\":$(g host.rtt),\"sync_p50_ms\":$(g host.sync),\"sync3_p50_ms\":$(g host.sync3),\"floor_ms\":$(g host.floor),\"sync1_p50_vs_floor\":$(g ratio.sync1_floor)}"
 	out="$out,\"consume\":{\"msgs_per_sec\":$(g consume.mps),\"messages\":$(g consume.count),\"p99_ms\":null},\"e2e_low_load\":$(fig e2e)"
 	[ "$long" = 1 ] && out="$out,\"batch_long\":$(fig long)"
 	[ "$timers" = 1 ] && out="$out,\"timers\":{\"acked\":$(g timers.timers_acked),\"fired\":$(g timers.timers_fired),\"duplicates\":$(g timers.timer_duplicates),\"early\":$(g timers.timers_early),\"fire_late_p50_ms\":$(g timers.fire_late_p50_ms),\"fire_late_p99_ms\":$(g timers.fire_late_p99_ms),\"fire_late_max_ms\":$(g timers.fire_late_max_ms),\"sends_while_firing\":$(fig timers),\"sends_without_timers\":$(fig timers_base)}"

@@ -74,6 +74,7 @@ message takes when nothing queues).`,
 			RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd.Context(), f, false, true) }},
 		e2e,
 		benchTimersCommand(&f),
+		benchHostCommand(&f),
 	)
 	return cmd
 }

@@ -2,7 +2,8 @@
 // the name server (namesrv.go), the local dev cluster (dev.go), and the
 // admin and client commands: topics and the cluster (admin.go, check.go),
 // produce, consume and bench (produce.go, consume.go, bench.go; the timer
-// bench in benchtimers.go), a group's replicas (replicas.go), consumer
+// bench in benchtimers.go, the machine's floor under a sync send in
+// benchhost.go), a group's replicas (replicas.go), consumer
 // groups (inspect.go: progress and message queries; groups.go: members,
 // reset-offset), dead letters (dlq.go), health (health.go), certificates
 // and the client's and node's security flags (certs.go, security.go), and
