@@ -31,13 +31,16 @@ type Broker struct {
 	log  *slog.Logger
 	self int32
 
-	store   *storage.Store
-	meta    *metadata
-	fsm     *fsm
-	node    *cluster.RaftNode
-	ms      *cluster.Membership // nil without gossip
-	ops     *cluster.OpsServer  // nil without HTTPAddr
-	metrics *metrics
+	store *storage.Store
+	meta  *metadata
+	fsm   *fsm
+	node  *cluster.RaftNode
+	ms    *cluster.Membership // nil without gossip
+	ops   *cluster.OpsServer  // nil without HTTPAddr
+	// stopRaftMetrics gives back the process's go-metrics sink
+	// (Config.RaftMetrics); nil without it.
+	stopRaftMetrics func()
+	metrics         *metrics
 
 	grpc *grpc.Server
 	lis  net.Listener
@@ -293,6 +296,9 @@ func (b *Broker) Close() error {
 	b.calls.close()
 	err := b.node.Close()
 	b.wg.Wait()
+	if b.stopRaftMetrics != nil {
+		b.stopRaftMetrics()
+	}
 	if serr := b.store.Close(); err == nil {
 		err = serr
 	}

@@ -43,6 +43,13 @@ type Config struct {
 	Gossip GossipConfig
 	// HTTPAddr serves /metrics (Prometheus) and /healthz; "" leaves it off.
 	HTTPAddr string
+	// RaftMetrics also serves hashicorp/raft's and memberlist's own
+	// timings on HTTPAddr's /metrics (raft_commitTime,
+	// raft_replication_appendEntries_rpc, raft_rpc_appendEntries_storeLogs,
+	// ...; cluster.ExportRaftMetrics). Their sink is one per process: one
+	// replica of a process may ask for them (raftmq broker does; raftmq dev,
+	// three in one process, does not), a second's Start fails.
+	RaftMetrics bool
 	// HTTPProfiling also serves Go's profiles on HTTPAddr (/debug/pprof/).
 	// Default off: unauthenticated, for a trusted network.
 	HTTPProfiling bool

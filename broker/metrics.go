@@ -183,8 +183,19 @@ func (b *Broker) startOps() error {
 	if b.cfg.HTTPTLS {
 		opsTLS = b.cfg.TLS.ServerConfig()
 	}
+	if b.cfg.RaftMetrics {
+		labels := prometheus.Labels{"group": b.cfg.Group, "replica": strconv.Itoa(int(b.self))}
+		stop, err := cluster.ExportRaftMetrics(prometheus.WrapRegistererWith(labels, b.metrics.reg))
+		if err != nil {
+			return err
+		}
+		b.stopRaftMetrics = stop
+	}
 	ops, err := cluster.ServeOps(b.cfg.HTTPAddr, b.metrics.reg, b.healthy, b.cfg.HTTPProfiling, opsTLS)
 	if err != nil {
+		if b.stopRaftMetrics != nil {
+			b.stopRaftMetrics()
+		}
 		return err
 	}
 	b.ops = ops

@@ -63,6 +63,8 @@
 //   - membership.go, meta.go: gossip membership (a failed join is retried
 //     until it succeeds) and the metadata members announce;
 //   - ops.go: the metrics, health and (when asked for) profiling endpoint;
+//   - raftmetrics.go: hashicorp/raft's and memberlist's own timings
+//     (go-metrics, one sink a process) exported to a Prometheus registry;
 //   - status.go: the bound on the messages servers send back
 //     (BoundErrors);
 //   - cluster/pb: the gRPC contract, with its error statuses (typed

@@ -294,6 +294,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		AdvertiseGRPC: f.AdvertiseGRPC,
 		HTTPAddr:      f.HTTP,
 		HTTPProfiling: f.Pprof,
+		RaftMetrics:   true, // one replica a process: its raft_* and memberlist_* timings on /metrics
 		HTTPTLS:       f.HTTPTLS,
 		Logger:        log,
 	}

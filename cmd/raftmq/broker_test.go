@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -128,6 +131,24 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 		if err := send(m, fmt.Sprint(n)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// Raft's own timings are on /metrics, in each replica's labels: the
+	// master's commits, a follower's log writes.
+	follower := (m + 1) % 3
+	for _, c := range []struct {
+		replica int
+		series  string
+	}{{m, "raft_commitTime_count"}, {follower, "raft_rpc_appendEntries_storeLogs_count"}} {
+		re := regexp.MustCompile(fmt.Sprintf(`(?m)^%s\{group="broker-a",replica="%d"\} [1-9]`, c.series, c.replica+1))
+		clustertest.WaitFor(t, 10*time.Second, c.series+" on replica "+fmt.Sprint(c.replica+1)+"'s /metrics", func() bool {
+			resp, err := http.Get("http://" + httpAddrs[c.replica] + "/metrics")
+			if err != nil {
+				return false
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return re.Match(body)
+		})
 	}
 	procs[m].Process.Signal(syscall.SIGTERM)
 	exited := make(chan error, 1)
