@@ -62,7 +62,8 @@
 //     write buffers;
 //   - membership.go, meta.go: gossip membership (a failed join is retried
 //     until it succeeds) and the metadata members announce;
-//   - ops.go: the metrics, health and (when asked for) profiling endpoint;
+//   - ops.go: the metrics, health and (when asked for) profiling endpoint
+//     (a collector that fails costs its own series, not the page);
 //   - raftmetrics.go: hashicorp/raft's and memberlist's own timings
 //     (go-metrics, one sink a process) exported to a Prometheus registry;
 //   - status.go: the bound on the messages servers send back

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +40,14 @@ func ServeOps(addr string, reg *prometheus.Registry, healthy func() error, profi
 		lis = tls.NewListener(lis, serverTLS)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	// A collector that fails (a library's series that change their labels,
+	// say: ExportRaftMetrics puts raft's and memberlist's in reg) costs its
+	// own series, not the whole page: the rest are served, the failure is
+	// counted (promhttp_metric_handler_errors_total{cause="gathering"}) and
+	// logged at most once a minute.
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry: reg, ErrorHandling: promhttp.ContinueOnError, ErrorLog: &gatherLog{every: time.Minute},
+	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if err := healthy(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -56,6 +65,22 @@ func ServeOps(addr string, reg *prometheus.Registry, healthy func() error, profi
 	o := &OpsServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, lis: lis}
 	go o.srv.Serve(lis)
 	return o, nil
+}
+
+// gatherLog logs a failed gathering of /metrics, at most once every.
+type gatherLog struct {
+	every time.Duration
+	mu    sync.Mutex
+	last  time.Time
+}
+
+func (l *gatherLog) Println(v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); now.Sub(l.last) >= l.every {
+		l.last = now
+		slog.Warn("metrics: some series could not be gathered; the rest are served", "err", fmt.Sprint(v...))
+	}
 }
 
 // Addr is where the endpoint listens.
