@@ -19,7 +19,7 @@ import (
 // commit (raft_commitTime), the state machine's apply (raft_fsm_apply).
 // Reading them off a hand-built sink showed a follower's write at 0.85 ms
 // inside a 1.34-1.53 ms round trip under 16 sync senders, the rest
-// transport and wake-ups (broker/README.md, 2026-12-05, afternoon).
+// transport and wake-ups (broker/README.md, 2026-12-05, second sitting).
 // Operators of Consul and Nomad read the same series.
 //
 // ExportRaftMetrics makes reg the process's sink: timers become summaries

@@ -61,6 +61,11 @@ const (
 	hostSendBytes   = 1024
 	hostAnswerBytes = 64
 	hostSyncWriters = 3 // a group's replicas on one disk
+
+	// The limits: the round trips' times are kept in memory, and each
+	// writer's file is written whole with zeros first.
+	maxHostRoundTrips = 10_000_000
+	maxHostSyncs      = 100_000
 )
 
 func benchHostCommand(f *benchFlags) *cobra.Command {
@@ -98,6 +103,10 @@ brokers use: on a tmpfs the sync costs nothing.`,
 func runHostBench(ctx context.Context, f benchFlags, hb hostBench) error {
 	if hb.roundTrips < 1 || hb.syncs < 1 || hb.pause < 0 {
 		return errors.New("--round-trips and --syncs must be positive, --pause not negative")
+	}
+	if hb.roundTrips > maxHostRoundTrips || hb.syncs > maxHostSyncs {
+		return fmt.Errorf("--round-trips at most %d, --syncs at most %d (a file of %d MiB for each of %d writers)",
+			maxHostRoundTrips, maxHostSyncs, maxHostSyncs*hostSendBytes>>20, hostSyncWriters)
 	}
 	trips, err := loopbackRoundTrips(ctx, hb.roundTrips, hb.pause)
 	if err != nil {
@@ -253,8 +262,11 @@ func appendSyncs(dir string, writers, n int) ([]time.Duration, error) {
 			return nil, fmt.Errorf("bench host: --dir: %w", err)
 		}
 		files[i] = f
-		if _, err := f.Write(make([]byte, n*hostSendBytes)); err != nil {
-			return nil, fmt.Errorf("bench host: %w", err)
+		zeros := make([]byte, 1<<20)
+		for left := n * hostSendBytes; left > 0; left -= len(zeros) {
+			if _, err := f.Write(zeros[:min(left, len(zeros))]); err != nil {
+				return nil, fmt.Errorf("bench host: %w", err)
+			}
 		}
 		if err := unix.Fdatasync(int(f.Fd())); err != nil {
 			return nil, fmt.Errorf("bench host: fdatasync %s: %w", filepath.Base(f.Name()), err)

@@ -53,6 +53,8 @@ func TestBenchHostRefusesBadInput(t *testing.T) {
 		{[]string{"--syncs", "0"}, "--round-trips and --syncs must be positive"},
 		{[]string{"--round-trips", "-1"}, "--round-trips and --syncs must be positive"},
 		{[]string{"--pause", "-1ms"}, "--pause not negative"},
+		{[]string{"--syncs", "100001"}, "--syncs at most 100000"},
+		{[]string{"--round-trips", "10000001"}, "--round-trips at most 10000000"},
 		{[]string{"--round-trips", "1", "--pause", "0", "--dir", "/nonexistent-raftmq-dir"}, "bench host: --dir: "},
 	} {
 		out, err := exec.Command(binPath, append([]string{"bench", "host"}, tc.args...)...).CombinedOutput()
