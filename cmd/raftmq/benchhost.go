@@ -112,11 +112,11 @@ func runHostBench(ctx context.Context, f benchFlags, hb hostBench) error {
 	if err != nil {
 		return err
 	}
-	alone, err := appendSyncs(hb.dir, 1, hb.syncs)
+	alone, err := appendSyncs(ctx, hb.dir, 1, hb.syncs)
 	if err != nil {
 		return err
 	}
-	three, err := appendSyncs(hb.dir, hostSyncWriters, hb.syncs)
+	three, err := appendSyncs(ctx, hb.dir, hostSyncWriters, hb.syncs)
 	if err != nil {
 		return err
 	}
@@ -246,7 +246,7 @@ func runEcho(ctx context.Context, in io.Reader, out io.Writer) error {
 // commitlog writes into blocks its zeroer wrote: a sync there costs about
 // half of one into a growing file, storage/preallocate.go). The files are
 // removed.
-func appendSyncs(dir string, writers, n int) ([]time.Duration, error) {
+func appendSyncs(ctx context.Context, dir string, writers, n int) ([]time.Duration, error) {
 	files := make([]*os.File, writers)
 	defer func() {
 		for _, f := range files {
@@ -276,7 +276,7 @@ func appendSyncs(dir string, writers, n int) ([]time.Duration, error) {
 	errs := make([]error, writers)
 	var wg sync.WaitGroup
 	for i, f := range files {
-		wg.Go(func() { times[i], errs[i] = timeSyncs(f, n) })
+		wg.Go(func() { times[i], errs[i] = timeSyncs(ctx, f, n) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -285,10 +285,13 @@ func appendSyncs(dir string, writers, n int) ([]time.Duration, error) {
 	return slices.Concat(times...), nil
 }
 
-func timeSyncs(f *os.File, n int) ([]time.Duration, error) {
+func timeSyncs(ctx context.Context, f *os.File, n int) ([]time.Duration, error) {
 	rec := make([]byte, hostSendBytes)
 	times := make([]time.Duration, 0, n)
 	for i := range n {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		start := time.Now()
 		if _, err := f.WriteAt(rec, int64(i*hostSendBytes)); err != nil {
 			return nil, fmt.Errorf("bench host: %w", err)
