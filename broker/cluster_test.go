@@ -60,10 +60,11 @@ func testConfig(dir string, id int, grpcAddrs, raftAddrs []string) Config {
 			BindAddr: raftAddrs[id-1],
 			Peers:    peers,
 			// Tight, but with room for a loaded 2-core machine: a leader
-			// steps down after 100 ms without a quorum.
-			HeartbeatTimeout:   100 * time.Millisecond,
-			ElectionTimeout:    100 * time.Millisecond,
-			LeaderLeaseTimeout: 100 * time.Millisecond,
+			// steps down after 100 ms without a quorum (300 ms under the
+			// race detector: race_test.go).
+			HeartbeatTimeout:   raceScale * 100 * time.Millisecond,
+			ElectionTimeout:    raceScale * 100 * time.Millisecond,
+			LeaderLeaseTimeout: raceScale * 100 * time.Millisecond,
 			CommitTimeout:      5 * time.Millisecond,
 			TransportTimeout:   2 * time.Second,
 			LogLevel:           "error",
