@@ -221,22 +221,36 @@ func (g *group) createTopic(name string, queues int32) {
 func (g *group) quiesce() {
 	g.t.Helper()
 	waitFor(g.t, 20*time.Second, func() bool {
-		var ref *pb.DescribeBrokerResponse
-		for i := range g.cfgs {
-			if !g.running(i) {
-				continue
-			}
-			d := g.describe(i)
-			if d == nil {
+		_, ds := g.describeRunning()
+		if ds == nil {
+			return false
+		}
+		for _, d := range ds[1:] {
+			if d.AppliedIndex != ds[0].AppliedIndex || d.CommitlogMaxOffset != ds[0].CommitlogMaxOffset {
 				return false
 			}
-			if ref != nil && (d.AppliedIndex != ref.AppliedIndex || d.CommitlogMaxOffset != ref.CommitlogMaxOffset) {
-				return false
-			}
-			ref = d
 		}
 		return g.stateMachinesAgree()
 	})
+}
+
+// describeRunning describes every running replica: their indexes in
+// g.cfgs and their answers, nil answers when one does not answer (or none
+// runs).
+func (g *group) describeRunning() ([]int, []*pb.DescribeBrokerResponse) {
+	var ids []int
+	var ds []*pb.DescribeBrokerResponse
+	for i := range g.cfgs {
+		if !g.running(i) {
+			continue
+		}
+		d := g.describe(i)
+		if d == nil {
+			return nil, nil
+		}
+		ids, ds = append(ids, i), append(ds, d)
+	}
+	return ids, ds
 }
 
 // stateMachinesAgree says whether every in-process replica's state

@@ -91,23 +91,19 @@ func (g *group) checkIdentical(acks []acked) {
 	var running []int
 	waitFor(g.t, 20*time.Second, func() bool {
 		g.quiesce()
-		running = running[:0]
-		var ref []byte
+		var ds []*pb.DescribeBrokerResponse
+		if running, ds = g.describeRunning(); ds == nil {
+			for i := range g.cfgs {
+				if g.running(i) {
+					return false // one did not answer: ask again
+				}
+			}
+			g.t.Fatal("no replica running")
+		}
+		ref := commitlogBytes(g.t, g.cfgs[running[0]], ds[0].CommitlogMaxOffset)
 		equal := true
-		for i := range g.cfgs {
-			if !g.running(i) {
-				continue
-			}
-			d := g.describe(i)
-			if d == nil {
-				return false
-			}
-			log := commitlogBytes(g.t, g.cfgs[i], d.CommitlogMaxOffset)
-			running = append(running, i)
-			if ref == nil {
-				ref = log
-				continue
-			}
+		for k, i := range running[1:] {
+			log := commitlogBytes(g.t, g.cfgs[i], ds[k+1].CommitlogMaxOffset)
 			if n := min(len(ref), len(log)); !bytes.Equal(ref[:n], log[:n]) {
 				g.t.Fatalf("replica %d's commitlog (%d bytes) differs from replica %d's (%d bytes) within their first %d bytes",
 					i+1, len(log), running[0]+1, len(ref), n)
@@ -116,9 +112,6 @@ func (g *group) checkIdentical(acks []acked) {
 		}
 		return equal
 	})
-	if len(running) == 0 {
-		g.t.Fatal("no replica running")
-	}
 	for _, i := range running {
 		// The checksum the drills compare replicas by hashes those bytes.
 		sum, err := g.client(i).ChecksumCommitlog(context.Background(), &pb.ChecksumCommitlogRequest{})
