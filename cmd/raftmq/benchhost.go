@@ -120,11 +120,10 @@ func runHostBench(ctx context.Context, f benchFlags, hb hostBench) error {
 	if err != nil {
 		return err
 	}
-	s := hostFloor{
-		RoundTripP50: ms(quantile(trips, 0.5)), RoundTripP90: ms(quantile(trips, 0.9)),
-		SyncP50: ms(quantile(alone, 0.5)), SyncP90: ms(quantile(alone, 0.9)),
-		Sync3P50: ms(quantile(three, 0.5)), Sync3P90: ms(quantile(three, 0.9)),
-	}
+	var s hostFloor
+	s.RoundTripP50, s.RoundTripP90 = p50p90(trips)
+	s.SyncP50, s.SyncP90 = p50p90(alone)
+	s.Sync3P50, s.Sync3P90 = p50p90(three)
 	s.Floor = math.Round((2*s.RoundTripP50+s.SyncP50)*1000) / 1000
 	fmt.Printf("loopback round trip between 2 processes, %d B out, %d B back (%d, %v apart): p50 %.3f ms, p90 %.3f ms\n",
 		hostSendBytes, hostAnswerBytes, hb.roundTrips, hb.pause, s.RoundTripP50, s.RoundTripP90)
@@ -304,11 +303,12 @@ func timeSyncs(ctx context.Context, f *os.File, n int) ([]time.Duration, error) 
 	return times, nil
 }
 
-// quantile is the q-quantile of d (sorted in place).
-func quantile(d []time.Duration, q float64) time.Duration {
+// p50p90 sorts d and gives its median and 90th percentile, in
+// milliseconds to the microsecond.
+func p50p90(d []time.Duration) (p50, p90 float64) {
 	slices.Sort(d)
-	return d[min(len(d)-1, int(q*float64(len(d))))]
+	at := func(q float64) float64 {
+		return float64(d[min(len(d)-1, int(q*float64(len(d))))].Microseconds()) / 1000
+	}
+	return at(0.5), at(0.9)
 }
-
-// ms is d in milliseconds, to the microsecond.
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

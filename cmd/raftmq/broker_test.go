@@ -62,6 +62,26 @@ func startServer(t *testing.T, cmd *exec.Cmd, prefix string) (string, *bufio.Rea
 	return first, r
 }
 
+// waitForMetric polls the /metrics of the node whose --http is addr until
+// pattern matches it (what names it if it never does, within 10 s) and
+// returns the match and its groups.
+func waitForMetric(t *testing.T, addr, pattern, what string) [][]byte {
+	t.Helper()
+	re := regexp.MustCompile(pattern)
+	var m [][]byte
+	clustertest.WaitFor(t, 10*time.Second, what, func() bool {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m = re.FindSubmatch(body)
+		return m != nil
+	})
+	return m
+}
+
 // Three `raftmq broker` processes form a group; SIGTERM on the master hands
 // leadership over before it exits, cleanly, and the group keeps taking
 // writes with every acknowledged message kept.
@@ -139,16 +159,8 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 		replica int
 		series  string
 	}{{m, "raft_commitTime_count"}, {follower, "raft_rpc_appendEntries_storeLogs_count"}} {
-		re := regexp.MustCompile(fmt.Sprintf(`(?m)^%s\{group="broker-a",replica="%d"\} [1-9]`, c.series, c.replica+1))
-		clustertest.WaitFor(t, 10*time.Second, c.series+" on replica "+fmt.Sprint(c.replica+1)+"'s /metrics", func() bool {
-			resp, err := http.Get("http://" + httpAddrs[c.replica] + "/metrics")
-			if err != nil {
-				return false
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return re.Match(body)
-		})
+		waitForMetric(t, httpAddrs[c.replica], fmt.Sprintf(`(?m)^%s\{group="broker-a",replica="%d"\} [1-9]`, c.series, c.replica+1),
+			c.series+" on replica "+fmt.Sprint(c.replica+1)+"'s /metrics")
 	}
 	procs[m].Process.Signal(syscall.SIGTERM)
 	exited := make(chan error, 1)

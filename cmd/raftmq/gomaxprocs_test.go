@@ -4,16 +4,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/raftmq/raftmq/cluster/clustertest"
 )
@@ -98,21 +95,8 @@ func TestABrokerProcessSharesTheHostsCPUs(t *testing.T) {
 		cmd.Env = withoutVar(os.Environ(), "GOMAXPROCS")
 		startServer(t, cmd, "broker g replica 1")
 		defer func() { cmd.Process.Kill(); cmd.Wait() }()
-		re := regexp.MustCompile(`(?m)^go_sched_gomaxprocs_threads (\d+)$`)
-		n := 0
-		clustertest.WaitFor(t, 10*time.Second, "go_sched_gomaxprocs_threads on the broker's /metrics", func() bool {
-			resp, err := http.Get("http://" + addrs[1] + "/metrics")
-			if err != nil {
-				return false
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			m := re.FindSubmatch(body)
-			if m != nil {
-				n, _ = strconv.Atoi(string(m[1]))
-			}
-			return m != nil
-		})
+		m := waitForMetric(t, addrs[1], `(?m)^go_sched_gomaxprocs_threads (\d+)$`, "go_sched_gomaxprocs_threads on the broker's /metrics")
+		n, _ := strconv.Atoi(string(m[1]))
 		return n
 	}
 	all := threads("--gomaxprocs", "all")
