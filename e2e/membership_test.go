@@ -75,8 +75,20 @@ func TestDrillReplaceDeadReplica(t *testing.T) {
 			out, err := exec.Command(binPath, "cluster", "list", "--namesrv", c.nsGRPC).CombinedOutput()
 			return err == nil && c.listsReplica(string(out), 4) && !c.listsReplica(string(out), gone)
 		})
-		// The new replica can lead: hand it the master role.
-		out := c.raftmq("group", "transfer-leader", "--group", "broker-a", "--to", "4")
+		// The new replica can lead: hand it the master role. Raft times
+		// a transfer out when the target is not caught up within an
+		// election timeout, which a replica added under load on a slow
+		// machine may not be yet (CI, 2026-12-05): an operator tries
+		// again, and so does the drill, until a deadline.
+		var out string
+		clustertest.WaitFor(t, 30*time.Second, "transfer-leader to replica 4", func() bool {
+			b, err := exec.Command(binPath, "group", "transfer-leader", "--group", "broker-a", "--to", "4", "--namesrv", c.nsGRPC).CombinedOutput()
+			out = string(b)
+			if err != nil && !strings.Contains(out, "leadership transfer timeout") {
+				t.Fatalf("raftmq group transfer-leader --to 4: %v\n%s", err, out)
+			}
+			return err == nil
+		})
 		if !regexp.MustCompile(`(?m)^4\s+master\s`).MatchString(out) {
 			t.Fatalf("replica 4 is not master after transfer-leader:\n%s", out)
 		}

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -28,9 +27,7 @@ import (
 var binPath string
 
 // TestMain builds the raftmq binary once for the tests that run it.
-func TestMain(m *testing.M) {
-	os.Exit(clustertest.RunWithRaftmq(m, ".", &binPath, func() error { return goleak.Find() }))
-}
+func TestMain(m *testing.M) { os.Exit(clustertest.RunWithRaftmq(m, ".", &binPath, nil)) }
 
 func buildBinary(*testing.T) string { return binPath }
 
