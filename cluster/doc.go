@@ -65,7 +65,8 @@
 //   - ops.go: the metrics, health and (when asked for) profiling endpoint
 //     (a collector that fails costs its own series, not the page);
 //   - raftmetrics.go: hashicorp/raft's and memberlist's own timings
-//     (go-metrics, one sink a process) exported to a Prometheus registry;
+//     (go-metrics, one sink a process) exported to a Prometheus registry
+//     through a sink of our own that counts without allocating;
 //   - status.go: the bound on the messages servers send back
 //     (BoundErrors);
 //   - cluster/pb: the gRPC contract, with its error statuses (typed
