@@ -76,14 +76,12 @@ func sinkConfig() *gometrics.Config {
 // key into two new strings, looked the series up in a sync.Map, stored a
 // fresh copy of it back and fed a summary (a locked quantile stream) on
 // every emission, some 650-800 ns and 5 allocations (BenchmarkRaftSinkSample)
-// and, under 16 sync senders, 12% of a follower's CPU in pprof, on the
-// commit's critical path. Here an emission hashes the key where it lies,
-// finds its series under a read lock and counts with atomic adds: 80-110
-// ns, no allocation once the series exists. 3 interleaved pairs of hand
-// started clusters, sync16 10 s (2026-12-05, third sitting): 6696, 7361,
-// 7100 msgs/s with go-metrics' sink against 7811, 8139, 8040 with this
-// one; the CPU a message of the master 55-60 against 48-52 µs, of each
-// follower 29-33 against 24-26 µs.
+// and, under 16 sync senders, 12% of a follower's CPU in pprof (about 2.6
+// µs a message), on the commit's critical path. Here an emission hashes
+// the key where it lies, finds its series under a read lock and counts
+// with atomic adds: 80-110 ns, no allocation once the series exists, and
+// 2-4% of that follower's CPU with go-metrics' own wrapper (broker/README.md,
+// 2026-12-05, third sitting).
 type raftSink struct {
 	expiry time.Duration
 	// sentinel is the one descriptor the sink describes, which makes it a

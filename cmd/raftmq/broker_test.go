@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -26,8 +27,11 @@ import (
 
 var binPath string
 
-// TestMain builds the raftmq binary once for the tests that run it.
-func TestMain(m *testing.M) { os.Exit(clustertest.RunWithRaftmq(m, ".", &binPath, nil)) }
+// TestMain builds the raftmq binary once for the tests that run it, and
+// checks that no test left a goroutine behind.
+func TestMain(m *testing.M) {
+	os.Exit(clustertest.RunWithRaftmq(m, ".", &binPath, func() error { return goleak.Find() }))
+}
 
 func buildBinary(*testing.T) string { return binPath }
 

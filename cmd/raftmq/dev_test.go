@@ -324,7 +324,10 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	// The connection closed at the end is the last one: the loop below
+	// dials the leader anew on NOT_LEADER (a plain defer conn.Close() kept
+	// the first, closed already, and leaked the leader's: goleak found it).
+	defer func() { conn.Close() }()
 	bc := pb.NewBrokerClient(conn)
 	for {
 		_, err := bc.ConsumerSendBack(context.Background(), &pb.ConsumerSendBackRequest{ConsumerGroup: "g3", MsgId: ids[0], DelayLevel: -1})
