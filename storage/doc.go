@@ -119,7 +119,8 @@
 //     the store fills in, records the caller drops, and how it reads and
 //     checks them;
 //   - preallocate.go, recycle.go: the next segment's blocks written before
-//     use, by zero-filling ahead or by reusing a retired segment;
+//     use, by zero-filling ahead (each chunk's write-back started as it is
+//     written) or by reusing a retired segment;
 //   - dispatch.go: storing an entry apart from dispatching it, drops
 //     written in place, and cutting back entries stored and not dispatched;
 //   - entries.go: Raft entries in the commitlog, each a frame record (the

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -420,10 +421,7 @@ func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 	// SegmentBeforeTheRoll's: with PreallocateAhead over a segment, the
 	// whole next one is due at once.)
 	// Fill past the first segment: the writer takes the prepared one.
-	big := make([]message.Message, 0, 64)
-	for i := 0; i < 64; i++ {
-		big = append(big, message.Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)})
-	}
+	big := megabyteBatch()
 	for idx := uint64(4); idx < 10; idx++ {
 		if _, err := s.Append(idx, big); err != nil {
 			t.Fatal(err)
@@ -458,10 +456,7 @@ func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
 	cfg.PreallocateAhead = 512 << 10
 	s := openStore(t, cfg)
 	defer s.Close()
-	batch := make([]message.Message, 64) // about 0.95 MiB encoded
-	for i := range batch {
-		batch[i] = message.Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)}
-	}
+	batch := megabyteBatch()
 	next := filepath.Join(cfg.Dir, commitlogDir, segmentName(cfg.SegmentSize)+".alloc")
 	if _, err := s.Append(1, batch); err != nil {
 		t.Fatal(err)
@@ -486,6 +481,95 @@ func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
 	waitFor(t, func() bool { return allocated(t, next) >= cfg.SegmentSize })
 }
 
+// The zeros the zeroer writes into the next segment go to the disk as it
+// writes them, not when the kernel's dirty pages expire (30 s by default):
+// the zeroed part of the next segment holds no dirty page well before its
+// final fdatasync, which comes only once the whole segment is zeroed.
+func TestPreallocationWritesItsZerosBackAsItGoes(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize = 16 << 20
+	cfg.PreallocateAhead = 4 << 20
+	s := openStore(t, cfg)
+	defer s.Close()
+	batch := megabyteBatch()
+	if _, err := s.Append(1, batch); err != nil {
+		t.Fatal(err)
+	}
+	next := filepath.Join(cfg.Dir, commitlogDir, segmentName(cfg.SegmentSize)+".alloc")
+	waitFor(t, func() bool {
+		_, err := os.Stat(next)
+		return err == nil && allocated(t, next) >= 4<<20
+	})
+	if got := allocated(t, next); got >= cfg.SegmentSize {
+		t.Fatalf("the next segment is whole (%d bytes): its final fdatasync, not the write-back under test, would clean it", got)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		dirty := dirtyPages(t, next)
+		if dirty == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pages of the next segment's zeros still dirty after 5 s", dirty)
+		}
+	}
+}
+
+// dirtyPages counts the dirty pages of the file at path in the page cache
+// (cachestat, Linux 6.5).
+func dirtyPages(t *testing.T, path string) uint64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st unix.Cachestat_t
+	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &st, 0); err != nil {
+		t.Fatalf("cachestat %s: %v (the kernel needs Linux 6.5 or later)", path, err)
+	}
+	return st.Dirty
+}
+
+// A write-back that fails to start stops preallocation, as a failed zero
+// write does: appends go on, into sparse blocks past the zeroed part, and
+// the store stays healthy.
+func TestPreallocationStopsWhenItsWriteBackFails(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize = 4 << 20
+	cfg.PreallocateAhead = 6 << 20
+	var failed sync.Map // path -> *atomic.Int32, the write-backs that failed there
+	cfg.DiskFault = func(op, path string) error {
+		if op != "sync_file_range" || !strings.HasSuffix(path, ".alloc") {
+			return nil
+		}
+		n, _ := failed.LoadOrStore(path, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return syscall.EIO
+	}
+	s := openStore(t, cfg)
+	defer s.Close()
+	appendBatches(t, s, 1, 3)
+	next := filepath.Join(cfg.Dir, commitlogDir, segmentName(cfg.SegmentSize)+".alloc")
+	waitFor(t, func() bool { _, ok := failed.Load(next); return ok })
+	big := megabyteBatch()
+	for idx := uint64(4); idx < 10; idx++ { // past the first segment
+		if _, err := s.Append(idx, big); err != nil {
+			t.Fatalf("append %d after the zeroer stopped: %v", idx, err)
+		}
+	}
+	if _, err := os.Stat(segmentPath(cfg, cfg.SegmentSize)); err != nil {
+		t.Fatalf("second segment: %v", err)
+	}
+	var times int32
+	failed.Range(func(_, n any) bool { times += n.(*atomic.Int32).Load(); return true })
+	if times != 1 {
+		t.Fatalf("the zeroer tried %d write-backs after the first failed, want it stopped at the first", times-1)
+	}
+	if got := readQueue(t, s, "T", 0); len(got) == 0 {
+		t.Fatal("queue 0 empty")
+	}
+}
+
 // The page cache is dropped behind the writer whether the next segment is
 // zero-filled ahead of it or not.
 func TestPageCacheDroppedBehindTheWriter(t *testing.T) {
@@ -502,10 +586,7 @@ func testPageCacheDroppedBehindTheWriter(t *testing.T, ahead int64) {
 	cfg.FlushMode = FlushSync
 	s := openStore(t, cfg)
 	defer s.Close()
-	batch := make([]message.Message, 64) // about 0.95 MiB encoded
-	for i := range batch {
-		batch[i] = message.Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)}
-	}
+	batch := megabyteBatch()
 	for idx := uint64(1); idx <= 8; idx++ { // to about 7.6 MiB
 		if _, err := s.Append(idx, batch); err != nil {
 			t.Fatal(err)
@@ -525,6 +606,16 @@ func testPageCacheDroppedBehindTheWriter(t *testing.T, ahead int64) {
 	if err != nil || res.Status != Found || len(res.Records) != 4 {
 		t.Fatalf("read of dropped records: %v, %+v", err, res.Status)
 	}
+}
+
+// megabyteBatch is 64 messages of 15 KiB to queue 0 of topic T, about
+// 0.95 MiB encoded.
+func megabyteBatch() []message.Message {
+	batch := make([]message.Message, 64)
+	for i := range batch {
+		batch[i] = message.Message{Topic: "T", QueueID: 0, Body: bytes.Repeat([]byte{'z'}, 15<<10)}
+	}
+	return batch
 }
 
 // residentPages counts the pages of [from, to) of the file at path that
