@@ -352,6 +352,11 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	rc.TrailingLogs = cfg.TrailingLogs
 	rc.NotifyCh = notify
 	rc.BatchApplyCh = true
+	// Raft's timings per follower only with a peer_id label
+	// (raft_replication_appendEntries_rpc{peer_id="2"}), not also under a
+	// name of their own per peer (raft_replication_appendEntries_rpc_2),
+	// which doubled the leader's emissions and its series on /metrics.
+	rc.NoLegacyTelemetry = true
 	if err := raft.ValidateConfig(rc); err != nil {
 		closeAll()
 		return nil, fmt.Errorf("cluster: raft config: %w", err)

@@ -163,6 +163,19 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 		waitForMetric(t, httpAddrs[c.replica], fmt.Sprintf(`(?m)^%s\{group="broker-a",replica="%d"\} [1-9]`, c.series, c.replica+1),
 			c.series+" on replica "+fmt.Sprint(c.replica+1)+"'s /metrics")
 	}
+	// Each follower's round trip as the master sees it, labelled by peer,
+	// and not again under a name per peer (raft's legacy telemetry).
+	waitForMetric(t, httpAddrs[m], fmt.Sprintf(`(?m)^raft_replication_appendEntries_rpc_count\{group="broker-a",peer_id="%d",replica="%d"\} [1-9]`, follower+1, m+1),
+		"the master's AppendEntries round trips to replica "+fmt.Sprint(follower+1))
+	resp, err := http.Get("http://" + httpAddrs[m] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if legacy := regexp.MustCompile(`(?m)^raft_replication_appendEntries_rpc_[0-9]\S*`).Find(body); legacy != nil {
+		t.Fatalf("raft's legacy series per peer on the master's /metrics: %s", legacy)
+	}
 	procs[m].Process.Signal(syscall.SIGTERM)
 	exited := make(chan error, 1)
 	go func() { exited <- procs[m].Wait() }()
