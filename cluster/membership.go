@@ -93,6 +93,16 @@ func StartMembership(cfg MembershipConfig) (*Membership, error) {
 		return nil, err
 	}
 	mc := memberlist.DefaultLANConfig()
+	// A full state exchange with a random member every 5 s, not
+	// memberlist's 30 s: a change of what a member announces (a new
+	// master) travels by a few gossip messages to random members, and one
+	// that missed a name server was healed only by this exchange. In CI
+	// (2026-12-05, the container drills, 8 members starting together) a
+	// name server still routed broker-a without its master 20 s after the
+	// master announced itself, while the other name server routed it. A
+	// member's whole state is a few hundred bytes here, and a broker
+	// cluster has tens of members, not the thousands 30 s was chosen for.
+	mc.PushPullInterval = 5 * time.Second
 	if cfg.Fast {
 		mc = memberlist.DefaultLocalConfig()
 		mc.ProbeInterval = 50 * time.Millisecond
