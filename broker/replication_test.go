@@ -88,17 +88,19 @@ func (g *group) checkIdentical(acks []acked) {
 	// after an election the race detector's pauses can bring about) makes
 	// one a prefix of another: then they are read again. Different bytes
 	// where both have some fail at once.
+	anyRunning := false
+	for i := range g.cfgs {
+		anyRunning = anyRunning || g.running(i)
+	}
+	if !anyRunning {
+		g.t.Fatal("no replica running")
+	}
 	var running []int
 	waitFor(g.t, 20*time.Second, func() bool {
 		g.quiesce()
 		var ds []*pb.DescribeBrokerResponse
 		if running, ds = g.describeRunning(); ds == nil {
-			for i := range g.cfgs {
-				if g.running(i) {
-					return false // one did not answer: ask again
-				}
-			}
-			g.t.Fatal("no replica running")
+			return false // one did not answer: ask again
 		}
 		ref := commitlogBytes(g.t, g.cfgs[running[0]], ds[0].CommitlogMaxOffset)
 		equal := true

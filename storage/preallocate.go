@@ -159,12 +159,17 @@ func (z *zeroer) run() {
 // clusters, 2026-12-05, broker/README.md). The batched publish itself kept
 // its rate.
 func (z *zeroer) startWriteBack(f *os.File, off, n int64) error {
-	if z.c.fault != nil {
-		if err := z.c.fault("sync_file_range", f.Name()); err != nil {
-			return err
-		}
+	var err error
+	if z.c.fault != nil { // Config.DiskFault, as commitlog.injected for segments
+		err = z.c.fault("sync_file_range", f.Name())
 	}
-	return unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+	if err == nil {
+		err = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+	}
+	if err != nil {
+		return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: err}
+	}
+	return nil
 }
 
 // needed reports whether there is zeroing to do in the segment after the

@@ -71,16 +71,21 @@ func waitForMetric(t *testing.T, addr, pattern, what string) [][]byte {
 	re := regexp.MustCompile(pattern)
 	var m [][]byte
 	clustertest.WaitFor(t, 10*time.Second, what, func() bool {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			return false
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		body, err := getMetrics(addr)
 		m = re.FindSubmatch(body)
-		return m != nil
+		return err == nil && m != nil
 	})
 	return m
+}
+
+// getMetrics reads the /metrics of the node whose --http is addr.
+func getMetrics(addr string) ([]byte, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
 }
 
 // Three `raftmq broker` processes form a group; SIGTERM on the master hands
@@ -167,12 +172,10 @@ func TestBrokerProcessesAndLeadershipTransferOnSIGTERM(t *testing.T) {
 	// and not again under a name per peer (raft's legacy telemetry).
 	waitForMetric(t, httpAddrs[m], fmt.Sprintf(`(?m)^raft_replication_appendEntries_rpc_count\{group="broker-a",peer_id="%d",replica="%d"\} [1-9]`, follower+1, m+1),
 		"the master's AppendEntries round trips to replica "+fmt.Sprint(follower+1))
-	resp, err := http.Get("http://" + httpAddrs[m] + "/metrics")
+	body, err := getMetrics(httpAddrs[m])
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	if legacy := regexp.MustCompile(`(?m)^raft_replication_appendEntries_rpc_[0-9]\S*`).Find(body); legacy != nil {
 		t.Fatalf("raft's legacy series per peer on the master's /metrics: %s", legacy)
 	}
