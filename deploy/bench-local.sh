@@ -48,7 +48,11 @@
 # and the messages per Raft entry (group commit), as NAME.cpu_us and NAME.per_entry, and the
 # CPU time per message of the three brokers and the bench process together (the brokers'
 # /metrics and the bench's cpu_seconds), as NAME.cpu_all_us, and the thread switches per message
-# of the three brokers' threads (/proc/PID/task/*/status), as NAME.switches.
+# of the three brokers' threads (/proc/PID/task/*/status), as NAME.switches, and where a send's
+# time went, means over the run in ms: NAME.client_ms (the bench's, send to answer),
+# NAME.server_ms (the master's send service), NAME.commit_ms (Apply to applied), NAME.ae_ms
+# (the master's AppendEntries round trip), NAME.follower_ae_ms (a follower's handling of one)
+# and NAME.store_ms (its log write), from the brokers' /metrics histograms.
 #   --keep     keep the temp dir (binary, logs, data) and print its path
 #   --tls      a secured cluster: certificates from `raftmq certs`, TLS 1.3 on every gRPC
 #              listener, mutual TLS on the Raft transport, encrypted gossip, and the bench
@@ -378,6 +382,71 @@ all_cpu() {
 	add "$name.cpu_all_us" "$(awk -v b="$b" -v a="$a" -v bb="$bb" -v ba="$ba" -v c="$client" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0) printf "%.2f", (ba - bb + c) * 1e6 / m; else print "null"}')"
 }
 
+# round_stats: "SEND-S SENDS COMMIT-S COMMITS AE-MS AES FAE-MS FAES STORE-MS STORES", the
+# sums and counts so far of the histograms a send's time is read from: the master's send
+# service (raftmq_send_seconds) and Apply to applied (raftmq_raft_commit_seconds), its
+# AppendEntries round trips to the followers (raft_replication_appendEntries_rpc, ms), the
+# followers' handling of them (raft_rpc_appendEntries, ms) and their log writes within it
+# (raft_rpc_appendEntries_storeLogs, ms); "" without curl or an answer from each broker
+round_stats() {
+	command -v curl >/dev/null || return 0
+	local i role page all=""
+	for i in 1 2 3; do
+		role=f
+		[ "$i" = "$master" ] && role=m
+		page=$(curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + i))/metrics" 2>/dev/null) || return 0
+		[ -n "$page" ] || return 0
+		all+=$(awk -v role="$role" '!/^#/ {print role, $0}' <<<"$page")$'\n'
+	done
+	awk '
+		{name = $2; sub(/\{.*/, "", name)}
+		$1 == "m" && name == "raftmq_send_seconds_sum" {v[1] += $3}
+		$1 == "m" && name == "raftmq_send_seconds_count" {v[2] += $3}
+		$1 == "m" && name == "raftmq_raft_commit_seconds_sum" {v[3] += $3}
+		$1 == "m" && name == "raftmq_raft_commit_seconds_count" {v[4] += $3}
+		$1 == "m" && name == "raft_replication_appendEntries_rpc_sum" {v[5] += $3}
+		$1 == "m" && name == "raft_replication_appendEntries_rpc_count" {v[6] += $3}
+		$1 == "f" && name == "raft_rpc_appendEntries_sum" {v[7] += $3}
+		$1 == "f" && name == "raft_rpc_appendEntries_count" {v[8] += $3}
+		$1 == "f" && name == "raft_rpc_appendEntries_storeLogs_sum" {v[9] += $3}
+		$1 == "f" && name == "raft_rpc_appendEntries_storeLogs_count" {v[10] += $3}
+		END {for (i = 1; i <= 10; i++) printf "%s%s", v[i] + 0, (i < 10 ? " " : "\n")}' <<<"$all"
+}
+
+# round NAME JSON BEFORE AFTER: adds where the bench's sends spent their time, means in ms over
+# the run (two round_stats): NAME.client_ms (the bench's own mean, send to answer),
+# NAME.server_ms (the master's send service), NAME.commit_ms (Apply to applied),
+# NAME.ae_ms (the master's AppendEntries round trip), NAME.follower_ae_ms (a follower's
+# handling of one; the empty ones that carry only the commit index count too) and
+# NAME.store_ms (its log write). Each holds the next, but for the empty AppendEntries; what
+# lies between two is hops: client to server and back, the batcher before Raft, the
+# transport's wire and wake-ups around a follower's handling.
+round() {
+	local name=$1 b=$3 a=$4 k i=1
+	add "$name.client_ms" "$(jget "$2" mean_ms)"
+	if [ -z "$b" ] || [ -z "$a" ]; then
+		for k in server_ms commit_ms ae_ms follower_ae_ms store_ms; do add "$name.$k" null; done
+		return 0
+	fi
+	for k in server_ms commit_ms ae_ms follower_ae_ms store_ms; do
+		add "$name.$k" "$(awk -v b="$b" -v a="$a" -v i="$i" -v scale="$([ "$i" -le 3 ] && echo 1000 || echo 1)" 'BEGIN {
+			split(b, x); split(a, y); n = y[i + 1] - x[i + 1]
+			if (n > 0) printf "%.3f", (y[i] - x[i]) * scale / n; else print "null"}')"
+		i=$((i + 2))
+	done
+}
+
+# round_line NAME last|median: round's figures of NAME, of the last run or the medians, as a line
+round_line() {
+	local name=$1 k out
+	local -A f
+	for k in client_ms server_ms commit_ms ae_ms follower_ae_ms store_ms; do
+		if [ "$2" = last ]; then f[$k]=${V[$name.$k]##* }; else f[$k]=$(g "$name.$k"); fi
+	done
+	out="client $(fmt "${f[client_ms]}" 2), server $(fmt "${f[server_ms]}" 2), commit $(fmt "${f[commit_ms]}" 2) ms"
+	echo "$out; AppendEntries round trip $(fmt "${f[ae_ms]}" 2), a follower's handling $(fmt "${f[follower_ae_ms]}" 2), its log write $(fmt "${f[store_ms]}" 2) ms"
+}
+
 # brokers_switches: the thread switches (voluntary and not) all three brokers' threads made
 # so far, from /proc/PID/task/*/status
 brokers_switches() {
@@ -407,7 +476,7 @@ master_deltas() {
 # `rmqbench ARGS`: the official RocketMQ client); its JSON line lands in DIR/NAME.json; a
 # produce bench also adds the master's CPU per message and messages per entry
 bench() {
-	local d=$1 name=$2 tmo=$3 before after brokers_before brokers_after sw_before sw_after
+	local d=$1 name=$2 tmo=$3 before after brokers_before brokers_after sw_before sw_after rounds_before rounds_after
 	shift 3
 	local -a tool=("$bin" bench) flags=(--json ${bench_extra[@]+"${bench_extra[@]}"})
 	[[ $name == rmq.* ]] && tool=("$rmqbin") flags=()
@@ -416,11 +485,13 @@ bench() {
 	before=$(master_stats)
 	brokers_before=$(brokers_cpu)
 	sw_before=$(brokers_switches)
+	rounds_before=$(round_stats)
 	run "$d/$name.out" "$d/$name.log" timeout "$tmo" "${tool[@]}" "$@" --namesrv "$ns_addr" --topic bench "${flags[@]}" ||
 		fail "$name: ${tool[*]##*/} exited $?"
 	after=$(master_stats)
 	brokers_after=$(brokers_cpu)
 	sw_after=$(brokers_switches)
+	rounds_after=$(round_stats)
 	if [ -n "$profpid" ]; then
 		wait "$profpid" && [ -s "$prof" ] && say "  CPU profile of the master during $name: $prof (go tool pprof -top $prof)"
 		profpid=""
@@ -435,6 +506,8 @@ bench() {
 		say "  $name: the brokers and the bench spent ${V[$name.cpu_all_us]##* } CPU us per message together"
 		switches "$name" "$before" "$after" "$sw_before" "$sw_after"
 		say "  $name: the brokers' threads switched ${V[$name.switches]##* } times per message"
+		round "$name" "$d/$name.json" "$rounds_before" "$rounds_after"
+		say "  $name: $(round_line "$name" last)"
 	fi
 	local failed
 	failed=$(jget "$d/$name.json" failed)
@@ -621,12 +694,13 @@ fi
 echo "the master's CPU per message (us), messages per Raft entry: batched $(fmt "$(g batch.cpu_us)" 1), $(fmt "$(g batch.per_entry)" 1); sync16 $(fmt "$(g sync16.cpu_us)" 1), $(fmt "$(g sync16.per_entry)" 1); sync1 $(fmt "$(g sync1.cpu_us)" 1), $(fmt "$(g sync1.per_entry)" 1)"
 echo "the CPU per message (us) of the three brokers and the bench together: batched $(fmt "$(g batch.cpu_all_us)" 1); sync16 $(fmt "$(g sync16.cpu_all_us)" 1); sync1 $(fmt "$(g sync1.cpu_all_us)" 1)"
 echo "the brokers' thread switches per message: batched $(fmt "$(g batch.switches)" 2); sync16 $(fmt "$(g sync16.switches)" 1); sync1 $(fmt "$(g sync1.switches)" 1)"
+echo "where a send's time went (means): sync16: $(round_line sync16 median); sync1: $(round_line sync1 median)"
 echo "the brokers' GOMAXPROCS (threads running Go code at once): $(g procs.1), $(g procs.2), $(g procs.3)"
 echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB; anonymous (heap, stacks): $(fmt "$(g anon.1)"), $(fmt "$(g anon.2)"), $(fmt "$(g anon.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
 if [ "$runs" -gt 1 ]; then
 	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in host.floor ratio.sync1_floor batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in host.floor ratio.sync1_floor batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches sync16.client_ms sync16.server_ms sync16.commit_ms sync16.ae_ms sync16.follower_ae_ms sync16.store_ms sync1.client_ms sync1.server_ms sync1.commit_ms sync1.ae_ms sync1.follower_ae_ms sync1.store_ms nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,5 +43,35 @@ func TestPacerSpacesMessagesToTheRate(t *testing.T) {
 	cancel()
 	if ahead.wait(ctx, 1) {
 		t.Fatal("a wait whose context ended went on")
+	}
+}
+
+// The summary gives the mean latency beside the quantiles, on the line for
+// people and in the JSON object (bench-local.sh reads it as NAME.client_ms).
+func TestSummaryReportsTheMeanLatency(t *testing.T) {
+	rec := newRecorder()
+	rec.record(1, 1024, time.Millisecond)
+	rec.record(1, 1024, 2*time.Millisecond)
+	rec.record(1, 1024, 6*time.Millisecond)
+	var out bytes.Buffer
+	if err := printSummary(&out, rec, time.Second, benchFlags{json: true}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 2 lines and a JSON object, got:\n%s", out.String())
+	}
+	if !strings.HasSuffix(lines[1], "  mean 3.00") {
+		t.Errorf("latency line %q: want it to end with the mean, 3.00 ms", lines[1])
+	}
+	var sum map[string]float64
+	if err := json.Unmarshal([]byte(lines[2]), &sum); err != nil {
+		t.Fatalf("JSON summary %q: %v", lines[2], err)
+	}
+	if m, ok := sum["mean_ms"]; !ok || math.Abs(m-3) > 0.01 {
+		t.Errorf("mean_ms %v (present %v), want 3", m, ok)
+	}
+	if sum["sent"] != 3 || sum["p50_ms"] != 2 {
+		t.Errorf("sent %v, p50_ms %v: want 3 and 2", sum["sent"], sum["p50_ms"])
 	}
 }
