@@ -334,12 +334,15 @@ create_topic() { # [NAME]
 	done
 }
 
+# metrics_page ID: broker ID's /metrics page (its --http port); fails without an answer
+metrics_page() { curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + $1))/metrics" 2>/dev/null; }
+
 # master_stats: from the master's /metrics (replica $master), "CPU-SECONDS ENTRY-MESSAGES
 # ENTRIES MESSAGES-SENT": its process CPU time, the messages and the send entries it put
 # through Raft, and the messages its send service stored; "" without curl or an answer
 master_stats() {
 	command -v curl >/dev/null || return 0
-	curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + master))/metrics" 2>/dev/null | awk '
+	metrics_page "$master" | awk '
 		$1 == "process_cpu_seconds_total" {cpu = $2}
 		$1 ~ /^raftmq_raft_entry_messages_sum/ {sum = $2}
 		$1 ~ /^raftmq_raft_entry_messages_count/ {n = $2}
@@ -347,13 +350,11 @@ master_stats() {
 		END {if (cpu != "") printf "%s %s %s %s\n", cpu, sum + 0, n + 0, sent + 0}'
 }
 
-# master_deltas NAME BEFORE AFTER: adds NAME.cpu_us (the master's CPU microseconds per
-# message stored) and NAME.per_entry (messages per send entry) from two master_stats
 # broker_metric ID NAME: the value of metric NAME (unlabelled) on broker ID's /metrics; ""
 # without curl or an answer
 broker_metric() {
 	command -v curl >/dev/null || return 0
-	curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + $1))/metrics" 2>/dev/null |
+	metrics_page "$1" |
 		awk -v m="$2" '$1 == m {print $2}' || true
 }
 
@@ -394,7 +395,7 @@ round_stats() {
 	for i in 1 2 3; do
 		role=f
 		[ "$i" = "$master" ] && role=m
-		page=$(curl -s --max-time 5 "http://127.0.0.1:$((base + 40 + i))/metrics" 2>/dev/null) || return 0
+		page=$(metrics_page "$i") || return 0
 		[ -n "$page" ] || return 0
 		all+=$(awk -v role="$role" '!/^#/ {print role, $0}' <<<"$page")$'\n'
 	done
@@ -461,6 +462,8 @@ switches() {
 	add "$1.switches" "$(awk -v b="$2" -v a="$3" -v sb="$4" -v sa="$5" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0 && sa != "") printf "%.2f", (sa - sb) / m; else print "null"}')"
 }
 
+# master_deltas NAME BEFORE AFTER: adds NAME.cpu_us (the master's CPU microseconds per
+# message stored) and NAME.per_entry (messages per send entry) from two master_stats
 master_deltas() {
 	local name=$1 b=$2 a=$3
 	if [ -z "$b" ] || [ -z "$a" ]; then

@@ -267,10 +267,16 @@ func (c *commitlog) pathError(op string, s *segment, err error) error {
 // injected is the error Config.DiskFault makes the system call op on
 // segment s fail with; nil without a fault.
 func (c *commitlog) injected(op string, s *segment) error {
+	return c.injectedAt(op, c.path(s))
+}
+
+// injectedAt is injected for the file at path (the zeroer's <start>.alloc
+// file is no segment yet).
+func (c *commitlog) injectedAt(op, path string) error {
 	if c.fault == nil {
 		return nil
 	}
-	return c.fault(op, c.path(s))
+	return c.fault(op, path)
 }
 
 // sync is the writer's and the flusher's fdatasync of a segment.

@@ -159,10 +159,7 @@ func (z *zeroer) run() {
 // clusters, 2026-12-05, broker/README.md). The batched publish itself kept
 // its rate.
 func (z *zeroer) startWriteBack(f *os.File, off, n int64) error {
-	var err error
-	if z.c.fault != nil { // Config.DiskFault, as commitlog.injected for segments
-		err = z.c.fault("sync_file_range", f.Name())
-	}
+	err := z.c.injectedAt("sync_file_range", f.Name())
 	if err == nil {
 		err = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 	}

@@ -403,6 +403,20 @@ func allocated(t *testing.T, path string) int64 {
 	return st.Blocks * 512
 }
 
+// preparedPath is the file the zeroer prepares the segment starting at
+// start in, before the writer rolls into it.
+func preparedPath(cfg Config, start int64) string { return segmentPath(cfg, start) + ".alloc" }
+
+// waitForZeroed waits for the prepared file at path to exist with at least
+// n bytes allocated.
+func waitForZeroed(t *testing.T, path string, n int64) {
+	t.Helper()
+	waitFor(t, func() bool {
+		_, err := os.Stat(path)
+		return err == nil && allocated(t, path) >= n
+	})
+}
+
 // Segments are created sparse; the zeroer writes the next segment's blocks
 // ahead of the writer, never the active one's, the writer then rolls into
 // the prepared file, and Close removes a prepared file it left.
@@ -412,11 +426,8 @@ func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 	cfg.PreallocateAhead = 6 << 20
 	s := openStore(t, cfg)
 	appendBatches(t, s, 1, 3)
-	next := filepath.Join(cfg.Dir, commitlogDir, segmentName(cfg.SegmentSize)+".alloc")
-	waitFor(t, func() bool {
-		_, err := os.Stat(next)
-		return err == nil && allocated(t, next) >= 2<<20
-	})
+	next := preparedPath(cfg, cfg.SegmentSize)
+	waitForZeroed(t, next, 2<<20)
 	// (How far ahead the zeroer goes is TestPreallocationCompletesTheNext
 	// SegmentBeforeTheRoll's: with PreallocateAhead over a segment, the
 	// whole next one is due at once.)
@@ -434,7 +445,7 @@ func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 		t.Fatalf("the prepared file was not the one rolled into: %v", err)
 	}
 	s.Close()
-	if _, err := os.Stat(filepath.Join(cfg.Dir, commitlogDir, segmentName(2*cfg.SegmentSize)+".alloc")); !os.IsNotExist(err) {
+	if _, err := os.Stat(preparedPath(cfg, 2*cfg.SegmentSize)); !os.IsNotExist(err) {
 		t.Fatalf("a prepared segment outlived Close: %v", err)
 	}
 	// With preallocation off, appends go into sparse blocks and all is well.
@@ -457,14 +468,11 @@ func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
 	s := openStore(t, cfg)
 	defer s.Close()
 	batch := megabyteBatch()
-	next := filepath.Join(cfg.Dir, commitlogDir, segmentName(cfg.SegmentSize)+".alloc")
+	next := preparedPath(cfg, cfg.SegmentSize)
 	if _, err := s.Append(1, batch); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
-		_, err := os.Stat(next)
-		return err == nil && allocated(t, next) >= 1<<20
-	})
+	waitForZeroed(t, next, 1<<20)
 	// About 1 MiB into the active segment: the next is zeroed about as far,
 	// plus ahead (in 1 MiB steps), not all at once.
 	if got := allocated(t, next); got > 5<<19 {
@@ -495,23 +503,12 @@ func TestPreallocationWritesItsZerosBackAsItGoes(t *testing.T) {
 	if _, err := s.Append(1, batch); err != nil {
 		t.Fatal(err)
 	}
-	next := filepath.Join(cfg.Dir, commitlogDir, segmentName(cfg.SegmentSize)+".alloc")
-	waitFor(t, func() bool {
-		_, err := os.Stat(next)
-		return err == nil && allocated(t, next) >= 4<<20
-	})
+	next := preparedPath(cfg, cfg.SegmentSize)
+	waitForZeroed(t, next, 4<<20)
 	if got := allocated(t, next); got >= cfg.SegmentSize {
 		t.Fatalf("the next segment is whole (%d bytes): its final fdatasync, not the write-back under test, would clean it", got)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		dirty := dirtyPages(t, next)
-		if dirty == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d pages of the next segment's zeros still dirty after 5 s", dirty)
-		}
-	}
+	waitFor(t, func() bool { return dirtyPages(t, next) == 0 }) // the zeros' pages clean within 5 s
 }
 
 // dirtyPages counts the dirty pages of the file at path in the page cache
