@@ -131,7 +131,8 @@
 //     replica reports and copies to); what a Raft log store over the
 //     commitlog needs, with Config.RaftLog, whose recovery keeps the
 //     entries after the checkpoint stored; at start, the newest segment's
-//     entries only (IndexNewestEntries) when a snapshot covers the rest;
+//     entries only (IndexNewestEntries) when a snapshot covers the rest,
+//     passing over the batches a WAL replica wrote before its entries;
 //   - topicdelete.go: a topic's deletion as a frame in the commitlog, which
 //     removes its queues wherever it is dispatched (applied, recovered,
 //     rebuilt, copied), and, stored before it is applied, numbers the

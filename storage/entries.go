@@ -343,8 +343,11 @@ func (s *Store) ForgetEntries(index uint64) {
 // from (where a batch begins: the end of the entry before, as a state
 // machine snapshot records it) to its end, in place of what the index
 // held: after a restart, before Raft reads the entries after its
-// snapshot. Batches without a frame (appended by AppendRecords) end the
-// index where they are: entries are dense.
+// snapshot. Batches without a frame (appended by AppendRecords) before
+// the first entry are passed over: a replica that kept its Raft log in a
+// WAL wrote them before its entries were framed in the commitlog (its
+// group's move, docs/commitlog-raft-log.md step 3). After an entry they
+// end the index where they are: entries are dense.
 func (s *Store) IndexEntries(from int64) error {
 	s.appendMu.Lock()
 	defer s.appendMu.Unlock()
@@ -365,6 +368,9 @@ func (s *Store) IndexEntries(from int64) error {
 		}
 		if flag&message.SysFlagBatchEnd == 0 {
 			return nil
+		}
+		if cur.frame < 0 && len(x.spans) == 0 {
+			return nil // a batch from before the entries
 		}
 		if cur.frame < 0 || done {
 			done = true // a batch of no entry: the index ends before it
@@ -393,7 +399,8 @@ func (s *Store) IndexEntries(from int64) error {
 // newest segment that holds any: the last entry, all a Raft member with a
 // snapshot needs at start before its state machine restores the snapshot
 // and indexes from the snapshot's offset. Every segment of a store whose
-// entries are the Raft log begins with one.
+// entries are the Raft log begins with one, but the one where a WAL
+// replica's batches end and its entries begin.
 func (s *Store) IndexNewestEntries() error {
 	// Recovery removed a segment rolled into and left empty by a crash, so
 	// the last segment holds the last entry.

@@ -513,3 +513,87 @@ func TestEntriesReadBackAreStillDeduplicated(t *testing.T) {
 		t.Fatalf("the queue reads %s", got)
 	}
 }
+
+// A store whose replica kept its Raft log in a WAL holds batches without
+// frames; once its entries are framed in the commitlog after them (its
+// group's move), both ways of indexing at a start find those entries,
+// passing over the batches before them, and no entry below the first is
+// found.
+func TestEntriesAfterAWALReplicasBatchesAreIndexed(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize, cfg.MaxMessageSize = 4096, 1024
+	s := openStore(t, cfg)
+	const t0 = 1_800_000_000_000
+	var want []string
+	for i := 1; i <= 14; i++ { // about 300 bytes a batch: into the second segment
+		body := fmt.Sprint("w", i)
+		if _, err := s.AppendRecords(uint64(i), one(t, s, t0, body), nil); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, body)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	moved := s.cl.lastStart()
+	if moved == 0 {
+		t.Fatal("the batches did not reach a second segment")
+	}
+
+	cfg.RaftLog = true
+	s = openStore(t, cfg)
+	for i := 15; i <= 17; i++ {
+		body := fmt.Sprint("e", i)
+		r := one(t, s, t0, body)
+		if err := s.StoreEntries([]Entry{{Index: uint64(i), Meta: []byte(fmt.Sprint("m", i)), Records: r}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DispatchRecords(uint64(i), r, nil); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, body)
+	}
+	if sp, _ := s.entries.span(15); sp.frame < moved {
+		t.Fatalf("entry 15 at commitlog offset %d, before the newest segment %d: the test means the segment to begin with batches", sp.frame, moved)
+	}
+	s.crash()
+
+	s = openStore(t, cfg)
+	defer s.Close()
+	for _, index := range []struct {
+		name string
+		run  func() error
+	}{
+		{"IndexNewestEntries", s.IndexNewestEntries},
+		{"IndexEntries from the commitlog's start", func() error { return s.IndexEntries(0) }},
+	} {
+		s.entries.cutAfter(0)
+		if err := index.run(); err != nil {
+			t.Fatalf("%s: %v", index.name, err)
+		}
+		if first, last, ok := s.EntryIndexes(); !ok || first != 15 || last != 17 {
+			t.Fatalf("%s indexed %d to %d (%v), want 15 to 17", index.name, first, last, ok)
+		}
+	}
+	checkEntry(t, s, 16, "m16", "[e16]")
+	if _, err := s.ReadEntry(14); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("ReadEntry(14), a batch from before the entries: %v, want ErrEntryNotFound", err)
+	}
+	// Recovery dispatched the batches and keeps the entries after the
+	// checkpoint stored, for Raft to apply again.
+	if first, last, ok := s.StoredRaftIndexes(); !ok || first != 15 || last != 17 || s.WrittenRaftIndex() != 14 {
+		t.Fatalf("stored %d to %d (%v), dispatched through %d; want 15 to 17, 14", first, last, ok, s.WrittenRaftIndex())
+	}
+	for i := uint64(15); i <= 17; i++ {
+		e, err := s.ReadEntry(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DispatchRecords(i, e.Records, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := bodies(t, s, "t", 0); got != fmt.Sprint(want) {
+		t.Fatalf("the queue reads %s, want %s", got, fmt.Sprint(want))
+	}
+}
