@@ -525,24 +525,24 @@ func TestEntriesAfterAWALReplicasBatchesAreIndexed(t *testing.T) {
 	s := openStore(t, cfg)
 	const t0 = 1_800_000_000_000
 	var want []string
-	for i := 1; i <= 14; i++ { // about 300 bytes a batch: into the second segment
+	for i := 1; i <= 60; i++ { // about 100 bytes a batch: into the second segment
 		body := fmt.Sprint("w", i)
 		if _, err := s.AppendRecords(uint64(i), one(t, s, t0, body), nil); err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, body)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
 	moved := s.cl.lastStart()
 	if moved == 0 {
 		t.Fatal("the batches did not reach a second segment")
 	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 
 	cfg.RaftLog = true
 	s = openStore(t, cfg)
-	for i := 15; i <= 17; i++ {
+	for i := 61; i <= 63; i++ {
 		body := fmt.Sprint("e", i)
 		r := one(t, s, t0, body)
 		if err := s.StoreEntries([]Entry{{Index: uint64(i), Meta: []byte(fmt.Sprint("m", i)), Records: r}}); err != nil {
@@ -553,8 +553,8 @@ func TestEntriesAfterAWALReplicasBatchesAreIndexed(t *testing.T) {
 		}
 		want = append(want, body)
 	}
-	if sp, _ := s.entries.span(15); sp.frame < moved {
-		t.Fatalf("entry 15 at commitlog offset %d, before the newest segment %d: the test means the segment to begin with batches", sp.frame, moved)
+	if sp, _ := s.entries.span(61); sp.frame < moved {
+		t.Fatalf("entry 61 at commitlog offset %d, before the newest segment %d: the test means the segment to begin with batches", sp.frame, moved)
 	}
 	s.crash()
 
@@ -571,20 +571,20 @@ func TestEntriesAfterAWALReplicasBatchesAreIndexed(t *testing.T) {
 		if err := index.run(); err != nil {
 			t.Fatalf("%s: %v", index.name, err)
 		}
-		if first, last, ok := s.EntryIndexes(); !ok || first != 15 || last != 17 {
-			t.Fatalf("%s indexed %d to %d (%v), want 15 to 17", index.name, first, last, ok)
+		if first, last, ok := s.EntryIndexes(); !ok || first != 61 || last != 63 {
+			t.Fatalf("%s indexed %d to %d (%v), want 61 to 63", index.name, first, last, ok)
 		}
 	}
-	checkEntry(t, s, 16, "m16", "[e16]")
-	if _, err := s.ReadEntry(14); !errors.Is(err, ErrEntryNotFound) {
-		t.Fatalf("ReadEntry(14), a batch from before the entries: %v, want ErrEntryNotFound", err)
+	checkEntry(t, s, 62, "m62", "[e62]")
+	if _, err := s.ReadEntry(60); !errors.Is(err, ErrEntryNotFound) {
+		t.Fatalf("ReadEntry(60), a batch from before the entries: %v, want ErrEntryNotFound", err)
 	}
 	// Recovery dispatched the batches and keeps the entries after the
 	// checkpoint stored, for Raft to apply again.
-	if first, last, ok := s.StoredRaftIndexes(); !ok || first != 15 || last != 17 || s.WrittenRaftIndex() != 14 {
-		t.Fatalf("stored %d to %d (%v), dispatched through %d; want 15 to 17, 14", first, last, ok, s.WrittenRaftIndex())
+	if first, last, ok := s.StoredRaftIndexes(); !ok || first != 61 || last != 63 || s.WrittenRaftIndex() != 60 {
+		t.Fatalf("stored %d to %d (%v), dispatched through %d; want 61 to 63, 60", first, last, ok, s.WrittenRaftIndex())
 	}
-	for i := uint64(15); i <= 17; i++ {
+	for i := uint64(61); i <= 63; i++ {
 		e, err := s.ReadEntry(i)
 		if err != nil {
 			t.Fatal(err)
