@@ -414,6 +414,10 @@ round_stats() {
 		END {for (i = 1; i <= 10; i++) printf "%s%s", v[i] + 0, (i < 10 ? " " : "\n")}' <<<"$all"
 }
 
+# round_keys: where a send's time went, after the bench's own client_ms, in round_stats'
+# order (a sum and a count each; the first two in seconds, the rest in ms)
+round_keys=(server_ms commit_ms ae_ms follower_ae_ms store_ms)
+
 # round NAME JSON BEFORE AFTER: adds where the bench's sends spent their time, means in ms over
 # the run (two round_stats): NAME.client_ms (the bench's own mean, send to answer),
 # NAME.server_ms (the master's send service), NAME.commit_ms (Apply to applied),
@@ -425,11 +429,8 @@ round_stats() {
 round() {
 	local name=$1 b=$3 a=$4 k i=1
 	add "$name.client_ms" "$(jget "$2" mean_ms)"
-	if [ -z "$b" ] || [ -z "$a" ]; then
-		for k in server_ms commit_ms ae_ms follower_ae_ms store_ms; do add "$name.$k" null; done
-		return 0
-	fi
-	for k in server_ms commit_ms ae_ms follower_ae_ms store_ms; do
+	[ -n "$b" ] && [ -n "$a" ] || b="" a="" # a broker did not answer: every figure null
+	for k in "${round_keys[@]}"; do
 		add "$name.$k" "$(awk -v b="$b" -v a="$a" -v i="$i" -v scale="$([ "$i" -le 3 ] && echo 1000 || echo 1)" 'BEGIN {
 			split(b, x); split(a, y); n = y[i + 1] - x[i + 1]
 			if (n > 0) printf "%.3f", (y[i] - x[i]) * scale / n; else print "null"}')"
@@ -439,13 +440,13 @@ round() {
 
 # round_line NAME last|median: round's figures of NAME, of the last run or the medians, as a line
 round_line() {
-	local name=$1 k out
+	local name=$1 k
 	local -A f
-	for k in client_ms server_ms commit_ms ae_ms follower_ae_ms store_ms; do
+	for k in client_ms "${round_keys[@]}"; do
 		if [ "$2" = last ]; then f[$k]=${V[$name.$k]##* }; else f[$k]=$(g "$name.$k"); fi
 	done
-	out="client $(fmt "${f[client_ms]}" 2), server $(fmt "${f[server_ms]}" 2), commit $(fmt "${f[commit_ms]}" 2) ms"
-	echo "$out; AppendEntries round trip $(fmt "${f[ae_ms]}" 2), a follower's handling $(fmt "${f[follower_ae_ms]}" 2), its log write $(fmt "${f[store_ms]}" 2) ms"
+	echo "client $(fmt "${f[client_ms]}" 2), server $(fmt "${f[server_ms]}" 2), commit $(fmt "${f[commit_ms]}" 2) ms;" \
+		"AppendEntries round trip $(fmt "${f[ae_ms]}" 2), a follower's handling $(fmt "${f[follower_ae_ms]}" 2), its log write $(fmt "${f[store_ms]}" 2) ms"
 }
 
 # brokers_switches: the thread switches (voluntary and not) all three brokers' threads made
@@ -703,7 +704,7 @@ echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss
 if [ "$runs" -gt 1 ]; then
 	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in host.floor ratio.sync1_floor batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches sync16.client_ms sync16.server_ms sync16.commit_ms sync16.ae_ms sync16.follower_ae_ms sync16.store_ms sync1.client_ms sync1.server_ms sync1.commit_ms sync1.ae_ms sync1.follower_ae_ms sync1.store_ms nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in host.floor ratio.sync1_floor batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches sync16.client_ms "${round_keys[@]/#/sync16.}" sync1.client_ms "${round_keys[@]/#/sync1.}" nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi

@@ -66,7 +66,7 @@ func openCommitlog(dir string, segSize int64, recycle int, log *slog.Logger) (*c
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasSuffix(name, ".alloc") {
+		if strings.HasSuffix(name, preparedSuffix) {
 			// A segment that was being prepared when the process stopped.
 			if err := os.Remove(filepath.Join(dir, name)); err != nil {
 				return nil, fmt.Errorf("storage: remove stale %s: %w", name, err)
@@ -322,7 +322,7 @@ func (c *commitlog) ensureSegment(start int64) (*segment, error) {
 	if f == nil {
 		var err error
 		if f, err = c.reuseSpare(start); f == nil && err == nil {
-			f, err = createSparse(final+".alloc", c.segSize)
+			f, err = createSparse(final+preparedSuffix, c.segSize)
 		}
 		if err != nil {
 			return nil, err
@@ -371,7 +371,7 @@ func (c *commitlog) preallocateFirst() error {
 		return nil
 	}
 	final := filepath.Join(c.dir, segmentName(start))
-	f, err := createSparse(final+".alloc", c.segSize)
+	f, err := createSparse(final+preparedSuffix, c.segSize)
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,10 @@ type zeroer struct {
 
 const zeroChunk = 1 << 20
 
+// preparedSuffix names a segment being prepared: <start>.alloc until the
+// writer rolls into it (a start removes one it finds).
+const preparedSuffix = ".alloc"
+
 func startZeroer(c *commitlog, ahead, keep int64, log *slog.Logger) *zeroer {
 	pos := c.writePos.Load()
 	z := &zeroer{c: c, ahead: ahead, log: log, zeroedTo: pos, writeHigh: pos, done: make(chan struct{}), keep: keep, dropped: pos}
@@ -218,7 +222,7 @@ func (z *zeroer) fileFor(segStart int64) (*os.File, error) {
 		}
 		z.nextReady = f != nil
 		if f == nil {
-			if f, err = createSparse(filepath.Join(z.c.dir, segmentName(segStart)+".alloc"), z.c.segSize); err != nil {
+			if f, err = createSparse(filepath.Join(z.c.dir, segmentName(segStart)+preparedSuffix), z.c.segSize); err != nil {
 				return nil, err
 			}
 		}

@@ -67,7 +67,7 @@ func (c *commitlog) retire(s *segment, recycle bool) error {
 // spare again, or deletes it when there is no room.
 func (c *commitlog) returnSpare(f *os.File) {
 	f.Close()
-	path := strings.TrimSuffix(f.Name(), ".alloc") + spareSuffix
+	path := strings.TrimSuffix(f.Name(), preparedSuffix) + spareSuffix
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.spares) < c.recycle && os.Rename(f.Name(), path) == nil {
@@ -103,7 +103,7 @@ func (c *commitlog) reuseSpare(start int64) (*os.File, error) {
 	spare := c.spares[0]
 	c.spares = c.spares[1:]
 	c.mu.Unlock()
-	path := filepath.Join(c.dir, segmentName(start)+".alloc")
+	path := filepath.Join(c.dir, segmentName(start)+preparedSuffix)
 	if err := os.Rename(spare, path); err != nil {
 		return nil, fmt.Errorf("storage: reuse spare segment: %w", err)
 	}

@@ -405,7 +405,7 @@ func allocated(t *testing.T, path string) int64 {
 
 // preparedPath is the file the zeroer prepares the segment starting at
 // start in, before the writer rolls into it.
-func preparedPath(cfg Config, start int64) string { return segmentPath(cfg, start) + ".alloc" }
+func preparedPath(cfg Config, start int64) string { return segmentPath(cfg, start) + preparedSuffix }
 
 // waitForZeroed waits for the prepared file at path to exist with at least
 // n bytes allocated.
@@ -536,7 +536,7 @@ func TestPreallocationStopsWhenItsWriteBackFails(t *testing.T) {
 	cfg.PreallocateAhead = 6 << 20
 	var failed atomic.Int32 // the zeroer's write-backs refused
 	cfg.DiskFault = func(op, path string) error {
-		if op != "sync_file_range" || !strings.HasSuffix(path, ".alloc") {
+		if op != "sync_file_range" || !strings.HasSuffix(path, preparedSuffix) {
 			return nil
 		}
 		failed.Add(1)
