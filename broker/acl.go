@@ -126,6 +126,7 @@ var brokerAccess = map[string]cluster.AccessRule{
 	pb.Broker_AddReplica_FullMethodName:     admin,
 	pb.Broker_RemoveReplica_FullMethodName:  admin,
 	pb.Broker_TransferLeader_FullMethodName: admin,
+	pb.Broker_MoveRaftLog_FullMethodName:    admin,
 }
 
 var admin = cluster.AdminOnly

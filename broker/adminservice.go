@@ -265,13 +265,14 @@ func (s *service) DescribeBroker(context.Context, *pb.DescribeBrokerRequest) (*p
 	leaderID, leaderAddr := b.leaderInfo()
 	stats := b.node.Raft.Stats()
 	out := &pb.DescribeBrokerResponse{
-		Group:         b.cfg.Group,
-		ReplicaId:     b.self,
-		Master:        b.master.Load(),
-		Term:          b.term(),
-		MasterAddress: leaderAddr,
-		RaftLog:       b.fsm.ownRaftLog(),
-		GroupRaftLog:  b.fsm.groupRaftLog(),
+		Group:            b.cfg.Group,
+		ReplicaId:        b.self,
+		Master:           b.master.Load(),
+		Term:             b.term(),
+		MasterAddress:    leaderAddr,
+		RaftLog:          b.fsm.ownRaftLog(),
+		GroupRaftLog:     b.fsm.groupRaftLog(),
+		RaftLogMoveIndex: b.fsm.moveIndex.Load(),
 	}
 	out.AppliedIndex, _ = strconv.ParseUint(stats["applied_index"], 10, 64)
 	out.CommitIndex, _ = strconv.ParseUint(stats["commit_index"], 10, 64)

@@ -80,6 +80,9 @@ type Broker struct {
 	// closing is closed when Close begins: it ends the send streams
 	// (sendstream.go), which would otherwise hold gRPC's graceful stop.
 	closing chan struct{}
+	// moveBegun: this replica applied the move of the group's Raft log
+	// (raftlogmove.go), and snapshots.
+	moveBegun chan struct{}
 }
 
 // Start opens the replica's store, starts its Raft member (bootstrapping
@@ -134,6 +137,13 @@ func Start(cfg Config) (*Broker, error) {
 	b.fsm = &fsm{store: store, meta: b.meta, log: b.log, appended: b.holds.appended, stopped: make(chan struct{})}
 	b.fsm.catchUp = b.catchUp
 	b.fsm.onFail = b.onStoreFailed
+	b.moveBegun = make(chan struct{}, 1)
+	b.fsm.onMoveBegun = func() {
+		select {
+		case b.moveBegun <- struct{}{}:
+		default:
+		}
+	}
 	b.metrics = newMetrics(b)
 	b.offsets = newOffsetCommitter(cfg.OffsetCommitInterval, b.meta, b.master.Load, b.apply, b.log)
 
@@ -154,7 +164,7 @@ func Start(cfg Config) (*Broker, error) {
 		store.Close()
 		return nil, err
 	}
-	b.proposer = proposer{apply: b.node.Apply, calls: &b.calls, replicationError: b.replicationError}
+	b.proposer = proposer{apply: b.node.Apply, calls: &b.calls, replicationError: b.replicationError, paused: b.writesPaused}
 	b.batcher = newBatcher(cfg, b.proposer, b.metrics)
 	unary, stream := b.serverInterceptors()
 	b.grpc = grpc.NewServer(
@@ -198,6 +208,7 @@ func Start(cfg Config) (*Broker, error) {
 	b.goLoop(b.holds.run)
 	b.goLoop(b.offsets.run)
 	b.goLoop(b.scheduleLoop)
+	b.goLoop(b.moveSnapshotLoop)
 	b.goLoop(b.transactionCheckLoop)
 	served := netutil.LimitListener(b.lis, b.cfg.MaxConnections)
 	if !cfg.DisableRemoting {
@@ -435,11 +446,19 @@ type proposer struct {
 	apply            func(data []byte, timeout time.Duration) raft.ApplyFuture
 	calls            *raftCalls
 	replicationError func(error) error // Broker.replicationError
+	// paused refuses send entries while the group's Raft log moves
+	// (Broker.writesPaused; nil: never).
+	paused func() error
 }
 
 // start proposes data; Raft may take up to timeout to accept it. It fails
 // when Raft is shutting down; otherwise wait must follow.
 func (p proposer) start(data []byte, timeout time.Duration) (raft.ApplyFuture, error) {
+	if p.paused != nil && len(data) > 0 && (data[0] == sendRecordsEntry || data[0] == sequencedEntry) {
+		if err := p.paused(); err != nil {
+			return nil, err
+		}
+	}
 	if !p.calls.begin() {
 		return nil, p.replicationError(raft.ErrRaftShutdown)
 	}
@@ -474,6 +493,11 @@ func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
 // propose proposes a command, waits for it to be applied here and returns
 // what the state machine made of it.
 func (b *Broker) propose(ctx context.Context, cmd *pb.RaftCommand) (*applyResult, error) {
+	if writesCommitlog(cmd) {
+		if err := b.writesPaused(); err != nil {
+			return nil, err
+		}
+	}
 	data, err := encodeCommand(cmd)
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/storage"
@@ -22,6 +23,9 @@ func invalid(reason pb.ErrorReason, msg string) error {
 
 // storeError maps a storage error to a status.
 func storeError(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err // a status already (errWritesPaused)
+	}
 	switch {
 	case errors.Is(err, storage.ErrMessageTooLarge):
 		return invalid(pb.ErrorReason_MESSAGE_TOO_LARGE, err.Error())

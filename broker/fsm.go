@@ -58,6 +58,11 @@ type fsm struct {
 	// groupLog is the group's Raft log place as declared, a
 	// pb.RaftLogPlace (raftlogplace.go); read by DescribeBroker.
 	groupLog atomic.Int32
+	// moveIndex is the Raft index of the move's entry while the group's
+	// place is RAFT_LOG_MOVING (raftlogmove.go), 0 otherwise; onMoveBegun
+	// is called, and must not block, when this replica applies one.
+	moveIndex   atomic.Uint64
+	onMoveBegun func()
 
 	// failure stops the state machine (see fail); stopped is closed with
 	// it, and onFail called once, from the goroutine that recorded it. It
@@ -154,6 +159,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if err := f.store.Err(); err != nil { // the store's flusher failed
 		return &applyResult{err: f.fail(err)}
 	}
+	if len(l.Data) > 0 && (l.Data[0] == sendRecordsEntry || l.Data[0] == sequencedEntry) && f.moving() {
+		return &applyResult{err: errWritesPaused}
+	}
 	if len(l.Data) > 0 && l.Data[0] == sendRecordsEntry {
 		if l.Index <= f.store.WrittenRaftIndex() {
 			return &applyResult{}
@@ -172,6 +180,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 	// also the last entry written; with the store as the Raft log, the
 	// entries after it are stored, not applied.)
 	fresh := l.Index > f.store.WrittenRaftIndex()
+	if writesCommitlog(cmd) && f.moving() {
+		return &applyResult{err: errWritesPaused}
+	}
 	switch c := cmd.Command.(type) {
 	case *pb.RaftCommand_Send:
 		if !f.meta.scheduleAt(c.Send.ScheduleFrom) {
@@ -216,6 +227,8 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.meta.announce(c.Announce)
 	case *pb.RaftCommand_Transactions:
 		return f.applyTransactions(l.Index, c.Transactions, fresh)
+	case *pb.RaftCommand_MoveRaftLog:
+		return f.applyMove(l.Index, c.MoveRaftLog.Step)
 	case *pb.RaftCommand_InitProducer:
 		r := &applyResult{}
 		r.producer.id, r.producer.epoch, r.producer.refused = f.meta.producers.init(c.InitProducer.ProducerId, c.InitProducer.StoreTimestamp)
@@ -473,7 +486,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if sf := f.failed(); sf != nil {
 		return nil, sf
 	}
-	s := &pb.BrokerSnapshot{StoreRaftIndex: f.store.WrittenRaftIndex(), GroupRaftLog: f.groupRaftLog()}
+	s := &pb.BrokerSnapshot{StoreRaftIndex: f.store.WrittenRaftIndex(), GroupRaftLog: f.groupRaftLog(), RaftLogMoveIndex: f.moveIndex.Load()}
 	_, s.CommitlogMaxOffset = f.store.CommitlogOffsets()
 	f.meta.snapshot(s)
 	return &fsmSnapshot{snap: s, store: f.store, raftLog: f.dispatchMode}, nil
@@ -495,7 +508,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err := proto.Unmarshal(data, &s); err != nil {
 		return fmt.Errorf("broker: decode snapshot: %w", err)
 	}
-	if err := f.restoreRaftLog(s.GroupRaftLog); err != nil {
+	if err := f.restoreRaftLog(s.GroupRaftLog, s.RaftLogMoveIndex); err != nil {
 		return f.fail(err)
 	}
 	f.meta.restore(&s)

@@ -52,22 +52,28 @@ func (f *fsm) declareRaftLog(announced pb.RaftLogPlace) error {
 	return f.checkRaftLog(f.groupRaftLog())
 }
 
-// restoreRaftLog takes the group's place from a snapshot, once it is
+// restoreRaftLog takes the group's place from a snapshot, and the index
+// of the move's entry while it moves (raftlogmove.go), once the place is
 // known to be this replica's.
-func (f *fsm) restoreRaftLog(group pb.RaftLogPlace) error {
+func (f *fsm) restoreRaftLog(group pb.RaftLogPlace, moveIndex uint64) error {
 	if err := f.checkRaftLog(group); err != nil {
 		return err
 	}
+	f.moveIndex.Store(moveIndex)
 	f.groupLog.Store(int32(group))
 	return nil
 }
 
 // checkRaftLog is nil when group is undeclared or this replica's place.
+// A group moving into the commitlog (raftlogmove.go) is still a WAL
+// group until its replicas move.
 func (f *fsm) checkRaftLog(group pb.RaftLogPlace) error {
-	if group == pb.RaftLogPlace_RAFT_LOG_UNDECLARED || group == f.ownRaftLog() {
+	own := f.ownRaftLog()
+	if group == pb.RaftLogPlace_RAFT_LOG_UNDECLARED || group == own ||
+		group == pb.RaftLogPlace_RAFT_LOG_MOVING && own == pb.RaftLogPlace_RAFT_LOG_WAL {
 		return nil
 	}
-	return &raftLogMismatch{group: group, own: f.ownRaftLog()}
+	return &raftLogMismatch{group: group, own: own}
 }
 
 // raftLogMismatch: the group keeps its Raft log elsewhere than this
@@ -84,6 +90,8 @@ func (e *raftLogMismatch) Error() string {
 var raftLogPlaces = map[pb.RaftLogPlace]struct{ flag, where string }{
 	pb.RaftLogPlace_RAFT_LOG_WAL:       {"wal", "a WAL"},
 	pb.RaftLogPlace_RAFT_LOG_COMMITLOG: {"commitlog", "the commitlog"},
+	// Its replicas keep theirs in a WAL until they move (raftlogmove.go).
+	pb.RaftLogPlace_RAFT_LOG_MOVING: {"wal", "a WAL, moving into the commitlog"},
 }
 
 // RaftLogFlag is the value of raftmq broker --raft-log that chooses p.

@@ -480,7 +480,9 @@ func remotingCode(err error) int32 {
 		return remotingMessageIllegal
 	case pb.ErrorReason_NO_PERMISSION:
 		return remotingNoPermission
-	case pb.ErrorReason_NOT_LEADER:
+	case pb.ErrorReason_NOT_LEADER, pb.ErrorReason_WRITES_PAUSED:
+		// A store that takes no writes now: RocketMQ's clients send to
+		// another broker (as from a slave's answer).
 		return remotingServiceNotAvailable
 	default:
 		return remoting.CodeSystemError

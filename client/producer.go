@@ -361,7 +361,10 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 			return nil, err
 		}
 		unknown := reason == pb.ErrorReason_TIMEOUT
-		if c := status.Code(err); c == codes.DeadlineExceeded || c == codes.Unavailable {
+		// A group whose writes are paused (its Raft log moving) answered
+		// and stored nothing: the send goes to another group, as from
+		// one that refused it.
+		if c := status.Code(err); (c == codes.DeadlineExceeded || c == codes.Unavailable) && reason != pb.ErrorReason_WRITES_PAUSED {
 			p.faults.mark(addr, time.Now()) // no answer: steer round-robin sends elsewhere for a while
 			unknown = true
 		}

@@ -56,6 +56,7 @@ const (
 	ErrorReason_UNKNOWN_PRODUCER         ErrorReason = 17 // a producer id the group never issued (InitProducer first)
 	ErrorReason_SEQUENCE_STORED          ErrorReason = 18 // a retry of sequences stored before, whose offsets are no longer known (records without a unique key)
 	ErrorReason_SEQUENCE_INVALID         ErrorReason = 19 // a send's sequences are partly stored and partly not
+	ErrorReason_WRITES_PAUSED            ErrorReason = 20 // the group's writes are paused while its Raft log moves into the commitlog (raftmq group move-raft-log)
 )
 
 // Enum value maps for ErrorReason.
@@ -81,6 +82,7 @@ var (
 		17: "UNKNOWN_PRODUCER",
 		18: "SEQUENCE_STORED",
 		19: "SEQUENCE_INVALID",
+		20: "WRITES_PAUSED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -103,6 +105,7 @@ var (
 		"UNKNOWN_PRODUCER":         17,
 		"SEQUENCE_STORED":          18,
 		"SEQUENCE_INVALID":         19,
+		"WRITES_PAUSED":            20,
 	}
 )
 
@@ -289,6 +292,59 @@ func (TransactionOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_raftmq_proto_rawDescGZIP(), []int{3}
 }
 
+type RaftLogMoveStep int32
+
+const (
+	RaftLogMoveStep_RAFT_LOG_MOVE_UNSPECIFIED RaftLogMoveStep = 0
+	// The group's place becomes RAFT_LOG_MOVING from this entry: no entry
+	// after it writes to the commitlog, and each replica snapshots.
+	RaftLogMoveStep_RAFT_LOG_MOVE_BEGIN RaftLogMoveStep = 1
+	// Back to RAFT_LOG_WAL, writes resumed: only while every replica keeps
+	// its Raft log in its WAL.
+	RaftLogMoveStep_RAFT_LOG_MOVE_ABORT RaftLogMoveStep = 2
+)
+
+// Enum value maps for RaftLogMoveStep.
+var (
+	RaftLogMoveStep_name = map[int32]string{
+		0: "RAFT_LOG_MOVE_UNSPECIFIED",
+		1: "RAFT_LOG_MOVE_BEGIN",
+		2: "RAFT_LOG_MOVE_ABORT",
+	}
+	RaftLogMoveStep_value = map[string]int32{
+		"RAFT_LOG_MOVE_UNSPECIFIED": 0,
+		"RAFT_LOG_MOVE_BEGIN":       1,
+		"RAFT_LOG_MOVE_ABORT":       2,
+	}
+)
+
+func (x RaftLogMoveStep) Enum() *RaftLogMoveStep {
+	p := new(RaftLogMoveStep)
+	*p = x
+	return p
+}
+
+func (x RaftLogMoveStep) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RaftLogMoveStep) Descriptor() protoreflect.EnumDescriptor {
+	return file_raftmq_proto_enumTypes[4].Descriptor()
+}
+
+func (RaftLogMoveStep) Type() protoreflect.EnumType {
+	return &file_raftmq_proto_enumTypes[4]
+}
+
+func (x RaftLogMoveStep) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RaftLogMoveStep.Descriptor instead.
+func (RaftLogMoveStep) EnumDescriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{4}
+}
+
 // Where a replica keeps its Raft log (raftmq broker --raft-log): a group's
 // replicas must agree, since the commitlog as the Raft log frames every
 // entry in it and the WAL's commitlog holds the records alone, and
@@ -299,6 +355,9 @@ const (
 	RaftLogPlace_RAFT_LOG_UNDECLARED RaftLogPlace = 0 // announced by a master from before the declaration
 	RaftLogPlace_RAFT_LOG_WAL        RaftLogPlace = 1
 	RaftLogPlace_RAFT_LOG_COMMITLOG  RaftLogPlace = 2
+	// A WAL group moving into the commitlog (raftmq group move-raft-log):
+	// writes paused from the move's entry on.
+	RaftLogPlace_RAFT_LOG_MOVING RaftLogPlace = 3
 )
 
 // Enum value maps for RaftLogPlace.
@@ -307,11 +366,13 @@ var (
 		0: "RAFT_LOG_UNDECLARED",
 		1: "RAFT_LOG_WAL",
 		2: "RAFT_LOG_COMMITLOG",
+		3: "RAFT_LOG_MOVING",
 	}
 	RaftLogPlace_value = map[string]int32{
 		"RAFT_LOG_UNDECLARED": 0,
 		"RAFT_LOG_WAL":        1,
 		"RAFT_LOG_COMMITLOG":  2,
+		"RAFT_LOG_MOVING":     3,
 	}
 )
 
@@ -326,11 +387,11 @@ func (x RaftLogPlace) String() string {
 }
 
 func (RaftLogPlace) Descriptor() protoreflect.EnumDescriptor {
-	return file_raftmq_proto_enumTypes[4].Descriptor()
+	return file_raftmq_proto_enumTypes[5].Descriptor()
 }
 
 func (RaftLogPlace) Type() protoreflect.EnumType {
-	return &file_raftmq_proto_enumTypes[4]
+	return &file_raftmq_proto_enumTypes[5]
 }
 
 func (x RaftLogPlace) Number() protoreflect.EnumNumber {
@@ -339,7 +400,7 @@ func (x RaftLogPlace) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RaftLogPlace.Descriptor instead.
 func (RaftLogPlace) EnumDescriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{4}
+	return file_raftmq_proto_rawDescGZIP(), []int{5}
 }
 
 // A message as a producer sends it.
@@ -3670,6 +3731,7 @@ type DescribeBrokerResponse struct {
 	CommitlogMaxOffset int64                  `protobuf:"varint,12,opt,name=commitlog_max_offset,json=commitlogMaxOffset,proto3" json:"commitlog_max_offset,omitempty"`
 	RaftLog            RaftLogPlace           `protobuf:"varint,13,opt,name=raft_log,json=raftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"raft_log,omitempty"`                  // this replica's
 	GroupRaftLog       RaftLogPlace           `protobuf:"varint,14,opt,name=group_raft_log,json=groupRaftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"group_raft_log,omitempty"` // the group's, as declared (see MasterAnnounce)
+	RaftLogMoveIndex   uint64                 `protobuf:"varint,15,opt,name=raft_log_move_index,json=raftLogMoveIndex,proto3" json:"raft_log_move_index,omitempty"`               // RAFT_LOG_MOVING: the move's entry
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -3800,6 +3862,13 @@ func (x *DescribeBrokerResponse) GetGroupRaftLog() RaftLogPlace {
 		return x.GroupRaftLog
 	}
 	return RaftLogPlace_RAFT_LOG_UNDECLARED
+}
+
+func (x *DescribeBrokerResponse) GetRaftLogMoveIndex() uint64 {
+	if x != nil {
+		return x.RaftLogMoveIndex
+	}
+	return 0
 }
 
 type CopyCommitlogRequest struct {
@@ -4539,6 +4608,7 @@ type RaftCommand struct {
 	//	*RaftCommand_Announce
 	//	*RaftCommand_Transactions
 	//	*RaftCommand_InitProducer
+	//	*RaftCommand_MoveRaftLog
 	Command       isRaftCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4662,6 +4732,15 @@ func (x *RaftCommand) GetInitProducer() *InitProducer {
 	return nil
 }
 
+func (x *RaftCommand) GetMoveRaftLog() *RaftLogMove {
+	if x != nil {
+		if x, ok := x.Command.(*RaftCommand_MoveRaftLog); ok {
+			return x.MoveRaftLog
+		}
+	}
+	return nil
+}
+
 type isRaftCommand_Command interface {
 	isRaftCommand_Command()
 }
@@ -4702,6 +4781,10 @@ type RaftCommand_InitProducer struct {
 	InitProducer *InitProducer `protobuf:"bytes,9,opt,name=init_producer,json=initProducer,proto3,oneof"`
 }
 
+type RaftCommand_MoveRaftLog struct {
+	MoveRaftLog *RaftLogMove `protobuf:"bytes,10,opt,name=move_raft_log,json=moveRaftLog,proto3,oneof"`
+}
+
 func (*RaftCommand_Send) isRaftCommand_Command() {}
 
 func (*RaftCommand_UpsertTopic) isRaftCommand_Command() {}
@@ -4720,6 +4803,150 @@ func (*RaftCommand_Transactions) isRaftCommand_Command() {}
 
 func (*RaftCommand_InitProducer) isRaftCommand_Command() {}
 
+func (*RaftCommand_MoveRaftLog) isRaftCommand_Command() {}
+
+// A step of the move of a WAL group's Raft log into the commitlog
+// (broker/raftlogmove.go).
+type RaftLogMove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          RaftLogMoveStep        `protobuf:"varint,1,opt,name=step,proto3,enum=raftmq.v1.RaftLogMoveStep" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaftLogMove) Reset() {
+	*x = RaftLogMove{}
+	mi := &file_raftmq_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaftLogMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaftLogMove) ProtoMessage() {}
+
+func (x *RaftLogMove) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaftLogMove.ProtoReflect.Descriptor instead.
+func (*RaftLogMove) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *RaftLogMove) GetStep() RaftLogMoveStep {
+	if x != nil {
+		return x.Step
+	}
+	return RaftLogMoveStep_RAFT_LOG_MOVE_UNSPECIFIED
+}
+
+type MoveRaftLogRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Abort         bool                   `protobuf:"varint,1,opt,name=abort,proto3" json:"abort,omitempty"` // abort the move begun, rather than begin one
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveRaftLogRequest) Reset() {
+	*x = MoveRaftLogRequest{}
+	mi := &file_raftmq_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveRaftLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveRaftLogRequest) ProtoMessage() {}
+
+func (x *MoveRaftLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveRaftLogRequest.ProtoReflect.Descriptor instead.
+func (*MoveRaftLogRequest) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *MoveRaftLogRequest) GetAbort() bool {
+	if x != nil {
+		return x.Abort
+	}
+	return false
+}
+
+type MoveRaftLogResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupRaftLog  RaftLogPlace           `protobuf:"varint,1,opt,name=group_raft_log,json=groupRaftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"group_raft_log,omitempty"`
+	MoveIndex     uint64                 `protobuf:"varint,2,opt,name=move_index,json=moveIndex,proto3" json:"move_index,omitempty"` // RAFT_LOG_MOVING: the move's entry
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveRaftLogResponse) Reset() {
+	*x = MoveRaftLogResponse{}
+	mi := &file_raftmq_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveRaftLogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveRaftLogResponse) ProtoMessage() {}
+
+func (x *MoveRaftLogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_raftmq_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveRaftLogResponse.ProtoReflect.Descriptor instead.
+func (*MoveRaftLogResponse) Descriptor() ([]byte, []int) {
+	return file_raftmq_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *MoveRaftLogResponse) GetGroupRaftLog() RaftLogPlace {
+	if x != nil {
+		return x.GroupRaftLog
+	}
+	return RaftLogPlace_RAFT_LOG_UNDECLARED
+}
+
+func (x *MoveRaftLogResponse) GetMoveIndex() uint64 {
+	if x != nil {
+		return x.MoveIndex
+	}
+	return 0
+}
+
 // Issues a producer id, or a new epoch of one (broker/producers.go).
 type InitProducer struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -4731,7 +4958,7 @@ type InitProducer struct {
 
 func (x *InitProducer) Reset() {
 	*x = InitProducer{}
-	mi := &file_raftmq_proto_msgTypes[71]
+	mi := &file_raftmq_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4743,7 +4970,7 @@ func (x *InitProducer) String() string {
 func (*InitProducer) ProtoMessage() {}
 
 func (x *InitProducer) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[71]
+	mi := &file_raftmq_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4756,7 +4983,7 @@ func (x *InitProducer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InitProducer.ProtoReflect.Descriptor instead.
 func (*InitProducer) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{71}
+	return file_raftmq_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *InitProducer) GetProducerId() int64 {
@@ -4790,7 +5017,7 @@ type TransactionUpdate struct {
 
 func (x *TransactionUpdate) Reset() {
 	*x = TransactionUpdate{}
-	mi := &file_raftmq_proto_msgTypes[72]
+	mi := &file_raftmq_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4802,7 +5029,7 @@ func (x *TransactionUpdate) String() string {
 func (*TransactionUpdate) ProtoMessage() {}
 
 func (x *TransactionUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[72]
+	mi := &file_raftmq_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4815,7 +5042,7 @@ func (x *TransactionUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionUpdate.ProtoReflect.Descriptor instead.
 func (*TransactionUpdate) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{72}
+	return file_raftmq_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *TransactionUpdate) GetStoreTimestamp() int64 {
@@ -4855,7 +5082,7 @@ type TransactionEnd struct {
 
 func (x *TransactionEnd) Reset() {
 	*x = TransactionEnd{}
-	mi := &file_raftmq_proto_msgTypes[73]
+	mi := &file_raftmq_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4867,7 +5094,7 @@ func (x *TransactionEnd) String() string {
 func (*TransactionEnd) ProtoMessage() {}
 
 func (x *TransactionEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[73]
+	mi := &file_raftmq_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4880,7 +5107,7 @@ func (x *TransactionEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionEnd.ProtoReflect.Descriptor instead.
 func (*TransactionEnd) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{73}
+	return file_raftmq_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *TransactionEnd) GetHalfOffset() int64 {
@@ -4923,7 +5150,7 @@ type TransactionState struct {
 
 func (x *TransactionState) Reset() {
 	*x = TransactionState{}
-	mi := &file_raftmq_proto_msgTypes[74]
+	mi := &file_raftmq_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4935,7 +5162,7 @@ func (x *TransactionState) String() string {
 func (*TransactionState) ProtoMessage() {}
 
 func (x *TransactionState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[74]
+	mi := &file_raftmq_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4948,7 +5175,7 @@ func (x *TransactionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransactionState.ProtoReflect.Descriptor instead.
 func (*TransactionState) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{74}
+	return file_raftmq_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *TransactionState) GetCursor() int64 {
@@ -4976,7 +5203,7 @@ type HalfState struct {
 
 func (x *HalfState) Reset() {
 	*x = HalfState{}
-	mi := &file_raftmq_proto_msgTypes[75]
+	mi := &file_raftmq_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4988,7 +5215,7 @@ func (x *HalfState) String() string {
 func (*HalfState) ProtoMessage() {}
 
 func (x *HalfState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[75]
+	mi := &file_raftmq_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5001,7 +5228,7 @@ func (x *HalfState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HalfState.ProtoReflect.Descriptor instead.
 func (*HalfState) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{75}
+	return file_raftmq_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *HalfState) GetOutcome() TransactionOutcome {
@@ -5041,7 +5268,7 @@ type MasterAnnounce struct {
 
 func (x *MasterAnnounce) Reset() {
 	*x = MasterAnnounce{}
-	mi := &file_raftmq_proto_msgTypes[76]
+	mi := &file_raftmq_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5053,7 +5280,7 @@ func (x *MasterAnnounce) String() string {
 func (*MasterAnnounce) ProtoMessage() {}
 
 func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[76]
+	mi := &file_raftmq_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5066,7 +5293,7 @@ func (x *MasterAnnounce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MasterAnnounce.ProtoReflect.Descriptor instead.
 func (*MasterAnnounce) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{76}
+	return file_raftmq_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *MasterAnnounce) GetReplicaId() int32 {
@@ -5114,7 +5341,7 @@ type SendBatch struct {
 
 func (x *SendBatch) Reset() {
 	*x = SendBatch{}
-	mi := &file_raftmq_proto_msgTypes[77]
+	mi := &file_raftmq_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5126,7 +5353,7 @@ func (x *SendBatch) String() string {
 func (*SendBatch) ProtoMessage() {}
 
 func (x *SendBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[77]
+	mi := &file_raftmq_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5139,7 +5366,7 @@ func (x *SendBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBatch.ProtoReflect.Descriptor instead.
 func (*SendBatch) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{77}
+	return file_raftmq_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SendBatch) GetStoreTimestamp() int64 {
@@ -5187,7 +5414,7 @@ type StoredMessage struct {
 
 func (x *StoredMessage) Reset() {
 	*x = StoredMessage{}
-	mi := &file_raftmq_proto_msgTypes[78]
+	mi := &file_raftmq_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5199,7 +5426,7 @@ func (x *StoredMessage) String() string {
 func (*StoredMessage) ProtoMessage() {}
 
 func (x *StoredMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[78]
+	mi := &file_raftmq_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5212,7 +5439,7 @@ func (x *StoredMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredMessage.ProtoReflect.Descriptor instead.
 func (*StoredMessage) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{78}
+	return file_raftmq_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *StoredMessage) GetMessage() *Message {
@@ -5239,7 +5466,7 @@ type OffsetCommit struct {
 
 func (x *OffsetCommit) Reset() {
 	*x = OffsetCommit{}
-	mi := &file_raftmq_proto_msgTypes[79]
+	mi := &file_raftmq_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5251,7 +5478,7 @@ func (x *OffsetCommit) String() string {
 func (*OffsetCommit) ProtoMessage() {}
 
 func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[79]
+	mi := &file_raftmq_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5264,7 +5491,7 @@ func (x *OffsetCommit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetCommit.ProtoReflect.Descriptor instead.
 func (*OffsetCommit) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{79}
+	return file_raftmq_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *OffsetCommit) GetConsumerGroup() string {
@@ -5302,16 +5529,17 @@ type BrokerSnapshot struct {
 	// commitlog_max_offset; a replica that installs the snapshot copies to
 	// raft_log_end, and the entries after it go on from there. 0: the
 	// snapshot is not from such a replica.
-	RaftLogIndex  uint64       `protobuf:"varint,11,opt,name=raft_log_index,json=raftLogIndex,proto3" json:"raft_log_index,omitempty"`
-	RaftLogEnd    int64        `protobuf:"varint,12,opt,name=raft_log_end,json=raftLogEnd,proto3" json:"raft_log_end,omitempty"`
-	GroupRaftLog  RaftLogPlace `protobuf:"varint,13,opt,name=group_raft_log,json=groupRaftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"group_raft_log,omitempty"` // as declared (see MasterAnnounce)
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RaftLogIndex     uint64       `protobuf:"varint,11,opt,name=raft_log_index,json=raftLogIndex,proto3" json:"raft_log_index,omitempty"`
+	RaftLogEnd       int64        `protobuf:"varint,12,opt,name=raft_log_end,json=raftLogEnd,proto3" json:"raft_log_end,omitempty"`
+	GroupRaftLog     RaftLogPlace `protobuf:"varint,13,opt,name=group_raft_log,json=groupRaftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"group_raft_log,omitempty"` // as declared (see MasterAnnounce)
+	RaftLogMoveIndex uint64       `protobuf:"varint,14,opt,name=raft_log_move_index,json=raftLogMoveIndex,proto3" json:"raft_log_move_index,omitempty"`               // RAFT_LOG_MOVING: the move's entry
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *BrokerSnapshot) Reset() {
 	*x = BrokerSnapshot{}
-	mi := &file_raftmq_proto_msgTypes[80]
+	mi := &file_raftmq_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5323,7 +5551,7 @@ func (x *BrokerSnapshot) String() string {
 func (*BrokerSnapshot) ProtoMessage() {}
 
 func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[80]
+	mi := &file_raftmq_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5336,7 +5564,7 @@ func (x *BrokerSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerSnapshot.ProtoReflect.Descriptor instead.
 func (*BrokerSnapshot) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{80}
+	return file_raftmq_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *BrokerSnapshot) GetStoreRaftIndex() uint64 {
@@ -5430,6 +5658,13 @@ func (x *BrokerSnapshot) GetGroupRaftLog() RaftLogPlace {
 	return RaftLogPlace_RAFT_LOG_UNDECLARED
 }
 
+func (x *BrokerSnapshot) GetRaftLogMoveIndex() uint64 {
+	if x != nil {
+		return x.RaftLogMoveIndex
+	}
+	return 0
+}
+
 // Idempotent producers' sequences, in snapshots (broker/producers.go).
 type ProducerTable struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -5442,7 +5677,7 @@ type ProducerTable struct {
 
 func (x *ProducerTable) Reset() {
 	*x = ProducerTable{}
-	mi := &file_raftmq_proto_msgTypes[81]
+	mi := &file_raftmq_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5454,7 +5689,7 @@ func (x *ProducerTable) String() string {
 func (*ProducerTable) ProtoMessage() {}
 
 func (x *ProducerTable) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[81]
+	mi := &file_raftmq_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5467,7 +5702,7 @@ func (x *ProducerTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerTable.ProtoReflect.Descriptor instead.
 func (*ProducerTable) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{81}
+	return file_raftmq_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ProducerTable) GetNextId() int64 {
@@ -5503,7 +5738,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_raftmq_proto_msgTypes[82]
+	mi := &file_raftmq_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5515,7 +5750,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[82]
+	mi := &file_raftmq_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5528,7 +5763,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{82}
+	return file_raftmq_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ProducerState) GetId() int64 {
@@ -5571,7 +5806,7 @@ type QueueSequences struct {
 
 func (x *QueueSequences) Reset() {
 	*x = QueueSequences{}
-	mi := &file_raftmq_proto_msgTypes[83]
+	mi := &file_raftmq_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5583,7 +5818,7 @@ func (x *QueueSequences) String() string {
 func (*QueueSequences) ProtoMessage() {}
 
 func (x *QueueSequences) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[83]
+	mi := &file_raftmq_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5596,7 +5831,7 @@ func (x *QueueSequences) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueSequences.ProtoReflect.Descriptor instead.
 func (*QueueSequences) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{83}
+	return file_raftmq_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *QueueSequences) GetTopic() string {
@@ -5636,7 +5871,7 @@ type GetRouteRequest struct {
 
 func (x *GetRouteRequest) Reset() {
 	*x = GetRouteRequest{}
-	mi := &file_raftmq_proto_msgTypes[84]
+	mi := &file_raftmq_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5648,7 +5883,7 @@ func (x *GetRouteRequest) String() string {
 func (*GetRouteRequest) ProtoMessage() {}
 
 func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[84]
+	mi := &file_raftmq_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5661,7 +5896,7 @@ func (x *GetRouteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRouteRequest.ProtoReflect.Descriptor instead.
 func (*GetRouteRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{84}
+	return file_raftmq_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *GetRouteRequest) GetTopic() string {
@@ -5687,7 +5922,7 @@ type GroupRoute struct {
 
 func (x *GroupRoute) Reset() {
 	*x = GroupRoute{}
-	mi := &file_raftmq_proto_msgTypes[85]
+	mi := &file_raftmq_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5699,7 +5934,7 @@ func (x *GroupRoute) String() string {
 func (*GroupRoute) ProtoMessage() {}
 
 func (x *GroupRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[85]
+	mi := &file_raftmq_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5712,7 +5947,7 @@ func (x *GroupRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRoute.ProtoReflect.Descriptor instead.
 func (*GroupRoute) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{85}
+	return file_raftmq_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *GroupRoute) GetGroup() string {
@@ -5774,7 +6009,7 @@ type RouteResponse struct {
 
 func (x *RouteResponse) Reset() {
 	*x = RouteResponse{}
-	mi := &file_raftmq_proto_msgTypes[86]
+	mi := &file_raftmq_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5786,7 +6021,7 @@ func (x *RouteResponse) String() string {
 func (*RouteResponse) ProtoMessage() {}
 
 func (x *RouteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[86]
+	mi := &file_raftmq_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5799,7 +6034,7 @@ func (x *RouteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteResponse.ProtoReflect.Descriptor instead.
 func (*RouteResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{86}
+	return file_raftmq_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RouteResponse) GetTopic() string {
@@ -5824,7 +6059,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_raftmq_proto_msgTypes[87]
+	mi := &file_raftmq_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5836,7 +6071,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[87]
+	mi := &file_raftmq_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5849,7 +6084,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{87}
+	return file_raftmq_proto_rawDescGZIP(), []int{90}
 }
 
 type ClusterGroup struct {
@@ -5866,7 +6101,7 @@ type ClusterGroup struct {
 
 func (x *ClusterGroup) Reset() {
 	*x = ClusterGroup{}
-	mi := &file_raftmq_proto_msgTypes[88]
+	mi := &file_raftmq_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5878,7 +6113,7 @@ func (x *ClusterGroup) String() string {
 func (*ClusterGroup) ProtoMessage() {}
 
 func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[88]
+	mi := &file_raftmq_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5891,7 +6126,7 @@ func (x *ClusterGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterGroup.ProtoReflect.Descriptor instead.
 func (*ClusterGroup) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{88}
+	return file_raftmq_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ClusterGroup) GetGroup() string {
@@ -5947,7 +6182,7 @@ type ClusterInfoResponse struct {
 
 func (x *ClusterInfoResponse) Reset() {
 	*x = ClusterInfoResponse{}
-	mi := &file_raftmq_proto_msgTypes[89]
+	mi := &file_raftmq_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5959,7 +6194,7 @@ func (x *ClusterInfoResponse) String() string {
 func (*ClusterInfoResponse) ProtoMessage() {}
 
 func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[89]
+	mi := &file_raftmq_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5972,7 +6207,7 @@ func (x *ClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*ClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{89}
+	return file_raftmq_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ClusterInfoResponse) GetCluster() string {
@@ -6005,7 +6240,7 @@ type ListTopicNamesResponse struct {
 
 func (x *ListTopicNamesResponse) Reset() {
 	*x = ListTopicNamesResponse{}
-	mi := &file_raftmq_proto_msgTypes[90]
+	mi := &file_raftmq_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6017,7 +6252,7 @@ func (x *ListTopicNamesResponse) String() string {
 func (*ListTopicNamesResponse) ProtoMessage() {}
 
 func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[90]
+	mi := &file_raftmq_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6030,7 +6265,7 @@ func (x *ListTopicNamesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicNamesResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicNamesResponse) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{90}
+	return file_raftmq_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *ListTopicNamesResponse) GetTopics() []string {
@@ -6049,7 +6284,7 @@ type WatchRoutesRequest struct {
 
 func (x *WatchRoutesRequest) Reset() {
 	*x = WatchRoutesRequest{}
-	mi := &file_raftmq_proto_msgTypes[91]
+	mi := &file_raftmq_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6061,7 +6296,7 @@ func (x *WatchRoutesRequest) String() string {
 func (*WatchRoutesRequest) ProtoMessage() {}
 
 func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raftmq_proto_msgTypes[91]
+	mi := &file_raftmq_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6074,7 +6309,7 @@ func (x *WatchRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRoutesRequest.ProtoReflect.Descriptor instead.
 func (*WatchRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_raftmq_proto_rawDescGZIP(), []int{91}
+	return file_raftmq_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *WatchRoutesRequest) GetTopics() []string {
@@ -6313,7 +6548,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12\x16\n" +
-	"\x06master\x18\x04 \x01(\bR\x06master\"\xca\x04\n" +
+	"\x06master\x18\x04 \x01(\bR\x06master\"\xf9\x04\n" +
 	"\x16DescribeBrokerResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1d\n" +
 	"\n" +
@@ -6330,7 +6565,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x14commitlog_min_offset\x18\v \x01(\x03R\x12commitlogMinOffset\x120\n" +
 	"\x14commitlog_max_offset\x18\f \x01(\x03R\x12commitlogMaxOffset\x122\n" +
 	"\braft_log\x18\r \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\araftLog\x12=\n" +
-	"\x0egroup_raft_log\x18\x0e \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\fgroupRaftLog\"T\n" +
+	"\x0egroup_raft_log\x18\x0e \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\fgroupRaftLog\x12-\n" +
+	"\x13raft_log_move_index\x18\x0f \x01(\x04R\x10raftLogMoveIndex\"T\n" +
 	"\x14CopyCommitlogRequest\x12\x1f\n" +
 	"\vfrom_offset\x18\x01 \x01(\x03R\n" +
 	"fromOffset\x12\x1b\n" +
@@ -6381,7 +6617,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\bqueue_id\x18\x03 \x01(\x05R\aqueueId\x12\x1f\n" +
 	"\vcheck_times\x18\x04 \x01(\x05R\n" +
 	"checkTimes\x12'\n" +
-	"\x0fstore_timestamp\x18\x05 \x01(\x03R\x0estoreTimestamp\"\x93\x04\n" +
+	"\x0fstore_timestamp\x18\x05 \x01(\x03R\x0estoreTimestamp\"\xd1\x04\n" +
 	"\vRaftCommand\x12*\n" +
 	"\x04send\x18\x01 \x01(\v2\x14.raftmq.v1.SendBatchH\x00R\x04send\x12;\n" +
 	"\fupsert_topic\x18\x02 \x01(\v2\x16.raftmq.v1.TopicConfigH\x00R\vupsertTopic\x12#\n" +
@@ -6391,8 +6627,18 @@ const file_raftmq_proto_rawDesc = "" +
 	"\fdelete_group\x18\x06 \x01(\tH\x00R\vdeleteGroup\x127\n" +
 	"\bannounce\x18\a \x01(\v2\x19.raftmq.v1.MasterAnnounceH\x00R\bannounce\x12B\n" +
 	"\ftransactions\x18\b \x01(\v2\x1c.raftmq.v1.TransactionUpdateH\x00R\ftransactions\x12>\n" +
-	"\rinit_producer\x18\t \x01(\v2\x17.raftmq.v1.InitProducerH\x00R\finitProducerB\t\n" +
-	"\acommand\"X\n" +
+	"\rinit_producer\x18\t \x01(\v2\x17.raftmq.v1.InitProducerH\x00R\finitProducer\x12<\n" +
+	"\rmove_raft_log\x18\n" +
+	" \x01(\v2\x16.raftmq.v1.RaftLogMoveH\x00R\vmoveRaftLogB\t\n" +
+	"\acommand\"=\n" +
+	"\vRaftLogMove\x12.\n" +
+	"\x04step\x18\x01 \x01(\x0e2\x1a.raftmq.v1.RaftLogMoveStepR\x04step\"*\n" +
+	"\x12MoveRaftLogRequest\x12\x14\n" +
+	"\x05abort\x18\x01 \x01(\bR\x05abort\"s\n" +
+	"\x13MoveRaftLogResponse\x12=\n" +
+	"\x0egroup_raft_log\x18\x01 \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\fgroupRaftLog\x12\x1d\n" +
+	"\n" +
+	"move_index\x18\x02 \x01(\x04R\tmoveIndex\"X\n" +
 	"\fInitProducer\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12'\n" +
@@ -6442,7 +6688,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\bqueue_id\x18\x02 \x01(\x05R\aqueueId\"g\n" +
 	"\fOffsetCommit\x12%\n" +
 	"\x0econsumer_group\x18\x01 \x01(\tR\rconsumerGroup\x120\n" +
-	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\x86\x06\n" +
+	"\aoffsets\x18\x02 \x03(\v2\x16.raftmq.v1.QueueOffsetR\aoffsets\"\xb5\x06\n" +
 	"\x0eBrokerSnapshot\x12(\n" +
 	"\x10store_raft_index\x18\x01 \x01(\x04R\x0estoreRaftIndex\x120\n" +
 	"\x14commitlog_max_offset\x18\x02 \x01(\x03R\x12commitlogMaxOffset\x12.\n" +
@@ -6458,7 +6704,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0eraft_log_index\x18\v \x01(\x04R\fraftLogIndex\x12 \n" +
 	"\fraft_log_end\x18\f \x01(\x03R\n" +
 	"raftLogEnd\x12=\n" +
-	"\x0egroup_raft_log\x18\r \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\fgroupRaftLog\x1aB\n" +
+	"\x0egroup_raft_log\x18\r \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\fgroupRaftLog\x12-\n" +
+	"\x13raft_log_move_index\x18\x0e \x01(\x04R\x10raftLogMoveIndex\x1aB\n" +
 	"\x14ScheduleOffsetsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"v\n" +
@@ -6506,7 +6753,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x16ListTopicNamesResponse\x12\x16\n" +
 	"\x06topics\x18\x01 \x03(\tR\x06topics\",\n" +
 	"\x12WatchRoutesRequest\x12\x16\n" +
-	"\x06topics\x18\x01 \x03(\tR\x06topics*\xaf\x03\n" +
+	"\x06topics\x18\x01 \x03(\tR\x06topics*\xc2\x03\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -6529,7 +6776,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x0fPRODUCER_FENCED\x10\x10\x12\x14\n" +
 	"\x10UNKNOWN_PRODUCER\x10\x11\x12\x13\n" +
 	"\x0fSEQUENCE_STORED\x10\x12\x12\x14\n" +
-	"\x10SEQUENCE_INVALID\x10\x13*\x9f\x01\n" +
+	"\x10SEQUENCE_INVALID\x10\x13\x12\x11\n" +
+	"\rWRITES_PAUSED\x10\x14*\x9f\x01\n" +
 	"\n" +
 	"PullStatus\x12\x1b\n" +
 	"\x17PULL_STATUS_UNSPECIFIED\x10\x00\x12\x0e\n" +
@@ -6547,11 +6795,16 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x12TransactionOutcome\x12\x17\n" +
 	"\x13TRANSACTION_UNKNOWN\x10\x00\x12\x16\n" +
 	"\x12TRANSACTION_COMMIT\x10\x01\x12\x18\n" +
-	"\x14TRANSACTION_ROLLBACK\x10\x02*Q\n" +
+	"\x14TRANSACTION_ROLLBACK\x10\x02*b\n" +
+	"\x0fRaftLogMoveStep\x12\x1d\n" +
+	"\x19RAFT_LOG_MOVE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13RAFT_LOG_MOVE_BEGIN\x10\x01\x12\x17\n" +
+	"\x13RAFT_LOG_MOVE_ABORT\x10\x02*f\n" +
 	"\fRaftLogPlace\x12\x17\n" +
 	"\x13RAFT_LOG_UNDECLARED\x10\x00\x12\x10\n" +
 	"\fRAFT_LOG_WAL\x10\x01\x12\x16\n" +
-	"\x12RAFT_LOG_COMMITLOG\x10\x022\xe1\x15\n" +
+	"\x12RAFT_LOG_COMMITLOG\x10\x02\x12\x13\n" +
+	"\x0fRAFT_LOG_MOVING\x10\x032\xaf\x16\n" +
 	"\x06Broker\x12L\n" +
 	"\vSendMessage\x12\x1d.raftmq.v1.SendMessageRequest\x1a\x1e.raftmq.v1.SendMessageResponse\x12T\n" +
 	"\x11SendMessageStream\x12\x1c.raftmq.v1.SendStreamRequest\x1a\x1d.raftmq.v1.SendStreamResponse(\x010\x01\x12L\n" +
@@ -6583,7 +6836,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\n" +
 	"AddReplica\x12\x1c.raftmq.v1.AddReplicaRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12O\n" +
 	"\rRemoveReplica\x12\x1f.raftmq.v1.RemoveReplicaRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12Q\n" +
-	"\x0eTransferLeader\x12 .raftmq.v1.TransferLeaderRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12U\n" +
+	"\x0eTransferLeader\x12 .raftmq.v1.TransferLeaderRequest\x1a\x1d.raftmq.v1.MembershipResponse\x12L\n" +
+	"\vMoveRaftLog\x12\x1d.raftmq.v1.MoveRaftLogRequest\x1a\x1e.raftmq.v1.MoveRaftLogResponse\x12U\n" +
 	"\x0eEndTransaction\x12 .raftmq.v1.EndTransactionRequest\x1a!.raftmq.v1.EndTransactionResponse\x12^\n" +
 	"\x11CheckTransactions\x12(.raftmq.v1.TransactionCheckStreamRequest\x1a\x1b.raftmq.v1.TransactionCheck(\x010\x01\x12O\n" +
 	"\fInitProducer\x12\x1e.raftmq.v1.InitProducerRequest\x1a\x1f.raftmq.v1.InitProducerResponse2\xbb\x02\n" +
@@ -6607,254 +6861,263 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 	return file_raftmq_proto_rawDescData
 }
 
-var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
+var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
 	(ConsumeMode)(0),                        // 2: raftmq.v1.ConsumeMode
 	(TransactionOutcome)(0),                 // 3: raftmq.v1.TransactionOutcome
-	(RaftLogPlace)(0),                       // 4: raftmq.v1.RaftLogPlace
-	(*Message)(nil),                         // 5: raftmq.v1.Message
-	(*SendMessageRequest)(nil),              // 6: raftmq.v1.SendMessageRequest
-	(*SendStreamRequest)(nil),               // 7: raftmq.v1.SendStreamRequest
-	(*SendStreamResponse)(nil),              // 8: raftmq.v1.SendStreamResponse
-	(*InitProducerRequest)(nil),             // 9: raftmq.v1.InitProducerRequest
-	(*InitProducerResponse)(nil),            // 10: raftmq.v1.InitProducerResponse
-	(*SendResult)(nil),                      // 11: raftmq.v1.SendResult
-	(*SendMessageResponse)(nil),             // 12: raftmq.v1.SendMessageResponse
-	(*PullMessageRequest)(nil),              // 13: raftmq.v1.PullMessageRequest
-	(*PullMessageResponse)(nil),             // 14: raftmq.v1.PullMessageResponse
-	(*QueryConsumerOffsetRequest)(nil),      // 15: raftmq.v1.QueryConsumerOffsetRequest
-	(*QueryConsumerOffsetResponse)(nil),     // 16: raftmq.v1.QueryConsumerOffsetResponse
-	(*QueueOffset)(nil),                     // 17: raftmq.v1.QueueOffset
-	(*UpdateConsumerOffsetRequest)(nil),     // 18: raftmq.v1.UpdateConsumerOffsetRequest
-	(*UpdateConsumerOffsetResponse)(nil),    // 19: raftmq.v1.UpdateConsumerOffsetResponse
-	(*ResetConsumerOffsetRequest)(nil),      // 20: raftmq.v1.ResetConsumerOffsetRequest
-	(*ResetConsumerOffsetResponse)(nil),     // 21: raftmq.v1.ResetConsumerOffsetResponse
-	(*Subscription)(nil),                    // 22: raftmq.v1.Subscription
-	(*ConsumerGroupInfo)(nil),               // 23: raftmq.v1.ConsumerGroupInfo
-	(*HeldQueue)(nil),                       // 24: raftmq.v1.HeldQueue
-	(*HeartbeatRequest)(nil),                // 25: raftmq.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),               // 26: raftmq.v1.HeartbeatResponse
-	(*GetConsumerListRequest)(nil),          // 27: raftmq.v1.GetConsumerListRequest
-	(*GetConsumerListResponse)(nil),         // 28: raftmq.v1.GetConsumerListResponse
-	(*DescribeConsumerGroupsRequest)(nil),   // 29: raftmq.v1.DescribeConsumerGroupsRequest
-	(*ConsumerMember)(nil),                  // 30: raftmq.v1.ConsumerMember
-	(*ConsumerGroupMembers)(nil),            // 31: raftmq.v1.ConsumerGroupMembers
-	(*DescribeConsumerGroupsResponse)(nil),  // 32: raftmq.v1.DescribeConsumerGroupsResponse
-	(*ConsumerSendBackRequest)(nil),         // 33: raftmq.v1.ConsumerSendBackRequest
-	(*ConsumerSendBackResponse)(nil),        // 34: raftmq.v1.ConsumerSendBackResponse
-	(*LockQueuesRequest)(nil),               // 35: raftmq.v1.LockQueuesRequest
-	(*LockQueuesResponse)(nil),              // 36: raftmq.v1.LockQueuesResponse
-	(*UnlockQueuesRequest)(nil),             // 37: raftmq.v1.UnlockQueuesRequest
-	(*UnlockQueuesResponse)(nil),            // 38: raftmq.v1.UnlockQueuesResponse
-	(*TopicConfig)(nil),                     // 39: raftmq.v1.TopicConfig
-	(*CreateTopicRequest)(nil),              // 40: raftmq.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),             // 41: raftmq.v1.CreateTopicResponse
-	(*DeleteTopicRequest)(nil),              // 42: raftmq.v1.DeleteTopicRequest
-	(*DeleteTopicResponse)(nil),             // 43: raftmq.v1.DeleteTopicResponse
-	(*ListTopicsRequest)(nil),               // 44: raftmq.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),              // 45: raftmq.v1.ListTopicsResponse
-	(*SubscriptionGroupConfig)(nil),         // 46: raftmq.v1.SubscriptionGroupConfig
-	(*UpsertSubscriptionGroupRequest)(nil),  // 47: raftmq.v1.UpsertSubscriptionGroupRequest
-	(*UpsertSubscriptionGroupResponse)(nil), // 48: raftmq.v1.UpsertSubscriptionGroupResponse
-	(*DeleteSubscriptionGroupRequest)(nil),  // 49: raftmq.v1.DeleteSubscriptionGroupRequest
-	(*DeleteSubscriptionGroupResponse)(nil), // 50: raftmq.v1.DeleteSubscriptionGroupResponse
-	(*ListSubscriptionGroupsRequest)(nil),   // 51: raftmq.v1.ListSubscriptionGroupsRequest
-	(*ListSubscriptionGroupsResponse)(nil),  // 52: raftmq.v1.ListSubscriptionGroupsResponse
-	(*GetQueueOffsetsRequest)(nil),          // 53: raftmq.v1.GetQueueOffsetsRequest
-	(*GetQueueOffsetsResponse)(nil),         // 54: raftmq.v1.GetQueueOffsetsResponse
-	(*SearchOffsetByTimeRequest)(nil),       // 55: raftmq.v1.SearchOffsetByTimeRequest
-	(*SearchOffsetByTimeResponse)(nil),      // 56: raftmq.v1.SearchOffsetByTimeResponse
-	(*QueryMessageByIdRequest)(nil),         // 57: raftmq.v1.QueryMessageByIdRequest
-	(*QueryMessageByKeyRequest)(nil),        // 58: raftmq.v1.QueryMessageByKeyRequest
-	(*QueryMessageResponse)(nil),            // 59: raftmq.v1.QueryMessageResponse
-	(*DescribeBrokerRequest)(nil),           // 60: raftmq.v1.DescribeBrokerRequest
-	(*ReplicaInfo)(nil),                     // 61: raftmq.v1.ReplicaInfo
-	(*DescribeBrokerResponse)(nil),          // 62: raftmq.v1.DescribeBrokerResponse
-	(*CopyCommitlogRequest)(nil),            // 63: raftmq.v1.CopyCommitlogRequest
-	(*CommitlogChunk)(nil),                  // 64: raftmq.v1.CommitlogChunk
-	(*ChecksumCommitlogRequest)(nil),        // 65: raftmq.v1.ChecksumCommitlogRequest
-	(*AddReplicaRequest)(nil),               // 66: raftmq.v1.AddReplicaRequest
-	(*RemoveReplicaRequest)(nil),            // 67: raftmq.v1.RemoveReplicaRequest
-	(*TransferLeaderRequest)(nil),           // 68: raftmq.v1.TransferLeaderRequest
-	(*MembershipResponse)(nil),              // 69: raftmq.v1.MembershipResponse
-	(*ChecksumCommitlogResponse)(nil),       // 70: raftmq.v1.ChecksumCommitlogResponse
-	(*EndTransactionRequest)(nil),           // 71: raftmq.v1.EndTransactionRequest
-	(*EndTransactionResponse)(nil),          // 72: raftmq.v1.EndTransactionResponse
-	(*TransactionCheckStreamRequest)(nil),   // 73: raftmq.v1.TransactionCheckStreamRequest
-	(*TransactionCheck)(nil),                // 74: raftmq.v1.TransactionCheck
-	(*RaftCommand)(nil),                     // 75: raftmq.v1.RaftCommand
-	(*InitProducer)(nil),                    // 76: raftmq.v1.InitProducer
-	(*TransactionUpdate)(nil),               // 77: raftmq.v1.TransactionUpdate
-	(*TransactionEnd)(nil),                  // 78: raftmq.v1.TransactionEnd
-	(*TransactionState)(nil),                // 79: raftmq.v1.TransactionState
-	(*HalfState)(nil),                       // 80: raftmq.v1.HalfState
-	(*MasterAnnounce)(nil),                  // 81: raftmq.v1.MasterAnnounce
-	(*SendBatch)(nil),                       // 82: raftmq.v1.SendBatch
-	(*StoredMessage)(nil),                   // 83: raftmq.v1.StoredMessage
-	(*OffsetCommit)(nil),                    // 84: raftmq.v1.OffsetCommit
-	(*BrokerSnapshot)(nil),                  // 85: raftmq.v1.BrokerSnapshot
-	(*ProducerTable)(nil),                   // 86: raftmq.v1.ProducerTable
-	(*ProducerState)(nil),                   // 87: raftmq.v1.ProducerState
-	(*QueueSequences)(nil),                  // 88: raftmq.v1.QueueSequences
-	(*GetRouteRequest)(nil),                 // 89: raftmq.v1.GetRouteRequest
-	(*GroupRoute)(nil),                      // 90: raftmq.v1.GroupRoute
-	(*RouteResponse)(nil),                   // 91: raftmq.v1.RouteResponse
-	(*GetClusterInfoRequest)(nil),           // 92: raftmq.v1.GetClusterInfoRequest
-	(*ClusterGroup)(nil),                    // 93: raftmq.v1.ClusterGroup
-	(*ClusterInfoResponse)(nil),             // 94: raftmq.v1.ClusterInfoResponse
-	(*ListTopicNamesResponse)(nil),          // 95: raftmq.v1.ListTopicNamesResponse
-	(*WatchRoutesRequest)(nil),              // 96: raftmq.v1.WatchRoutesRequest
-	nil,                                     // 97: raftmq.v1.Message.PropertiesEntry
-	nil,                                     // 98: raftmq.v1.TransactionState.HalvesEntry
-	nil,                                     // 99: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 100: raftmq.v1.SendBatch.ScheduleFromEntry
-	nil,                                     // 101: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	(RaftLogMoveStep)(0),                    // 4: raftmq.v1.RaftLogMoveStep
+	(RaftLogPlace)(0),                       // 5: raftmq.v1.RaftLogPlace
+	(*Message)(nil),                         // 6: raftmq.v1.Message
+	(*SendMessageRequest)(nil),              // 7: raftmq.v1.SendMessageRequest
+	(*SendStreamRequest)(nil),               // 8: raftmq.v1.SendStreamRequest
+	(*SendStreamResponse)(nil),              // 9: raftmq.v1.SendStreamResponse
+	(*InitProducerRequest)(nil),             // 10: raftmq.v1.InitProducerRequest
+	(*InitProducerResponse)(nil),            // 11: raftmq.v1.InitProducerResponse
+	(*SendResult)(nil),                      // 12: raftmq.v1.SendResult
+	(*SendMessageResponse)(nil),             // 13: raftmq.v1.SendMessageResponse
+	(*PullMessageRequest)(nil),              // 14: raftmq.v1.PullMessageRequest
+	(*PullMessageResponse)(nil),             // 15: raftmq.v1.PullMessageResponse
+	(*QueryConsumerOffsetRequest)(nil),      // 16: raftmq.v1.QueryConsumerOffsetRequest
+	(*QueryConsumerOffsetResponse)(nil),     // 17: raftmq.v1.QueryConsumerOffsetResponse
+	(*QueueOffset)(nil),                     // 18: raftmq.v1.QueueOffset
+	(*UpdateConsumerOffsetRequest)(nil),     // 19: raftmq.v1.UpdateConsumerOffsetRequest
+	(*UpdateConsumerOffsetResponse)(nil),    // 20: raftmq.v1.UpdateConsumerOffsetResponse
+	(*ResetConsumerOffsetRequest)(nil),      // 21: raftmq.v1.ResetConsumerOffsetRequest
+	(*ResetConsumerOffsetResponse)(nil),     // 22: raftmq.v1.ResetConsumerOffsetResponse
+	(*Subscription)(nil),                    // 23: raftmq.v1.Subscription
+	(*ConsumerGroupInfo)(nil),               // 24: raftmq.v1.ConsumerGroupInfo
+	(*HeldQueue)(nil),                       // 25: raftmq.v1.HeldQueue
+	(*HeartbeatRequest)(nil),                // 26: raftmq.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),               // 27: raftmq.v1.HeartbeatResponse
+	(*GetConsumerListRequest)(nil),          // 28: raftmq.v1.GetConsumerListRequest
+	(*GetConsumerListResponse)(nil),         // 29: raftmq.v1.GetConsumerListResponse
+	(*DescribeConsumerGroupsRequest)(nil),   // 30: raftmq.v1.DescribeConsumerGroupsRequest
+	(*ConsumerMember)(nil),                  // 31: raftmq.v1.ConsumerMember
+	(*ConsumerGroupMembers)(nil),            // 32: raftmq.v1.ConsumerGroupMembers
+	(*DescribeConsumerGroupsResponse)(nil),  // 33: raftmq.v1.DescribeConsumerGroupsResponse
+	(*ConsumerSendBackRequest)(nil),         // 34: raftmq.v1.ConsumerSendBackRequest
+	(*ConsumerSendBackResponse)(nil),        // 35: raftmq.v1.ConsumerSendBackResponse
+	(*LockQueuesRequest)(nil),               // 36: raftmq.v1.LockQueuesRequest
+	(*LockQueuesResponse)(nil),              // 37: raftmq.v1.LockQueuesResponse
+	(*UnlockQueuesRequest)(nil),             // 38: raftmq.v1.UnlockQueuesRequest
+	(*UnlockQueuesResponse)(nil),            // 39: raftmq.v1.UnlockQueuesResponse
+	(*TopicConfig)(nil),                     // 40: raftmq.v1.TopicConfig
+	(*CreateTopicRequest)(nil),              // 41: raftmq.v1.CreateTopicRequest
+	(*CreateTopicResponse)(nil),             // 42: raftmq.v1.CreateTopicResponse
+	(*DeleteTopicRequest)(nil),              // 43: raftmq.v1.DeleteTopicRequest
+	(*DeleteTopicResponse)(nil),             // 44: raftmq.v1.DeleteTopicResponse
+	(*ListTopicsRequest)(nil),               // 45: raftmq.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),              // 46: raftmq.v1.ListTopicsResponse
+	(*SubscriptionGroupConfig)(nil),         // 47: raftmq.v1.SubscriptionGroupConfig
+	(*UpsertSubscriptionGroupRequest)(nil),  // 48: raftmq.v1.UpsertSubscriptionGroupRequest
+	(*UpsertSubscriptionGroupResponse)(nil), // 49: raftmq.v1.UpsertSubscriptionGroupResponse
+	(*DeleteSubscriptionGroupRequest)(nil),  // 50: raftmq.v1.DeleteSubscriptionGroupRequest
+	(*DeleteSubscriptionGroupResponse)(nil), // 51: raftmq.v1.DeleteSubscriptionGroupResponse
+	(*ListSubscriptionGroupsRequest)(nil),   // 52: raftmq.v1.ListSubscriptionGroupsRequest
+	(*ListSubscriptionGroupsResponse)(nil),  // 53: raftmq.v1.ListSubscriptionGroupsResponse
+	(*GetQueueOffsetsRequest)(nil),          // 54: raftmq.v1.GetQueueOffsetsRequest
+	(*GetQueueOffsetsResponse)(nil),         // 55: raftmq.v1.GetQueueOffsetsResponse
+	(*SearchOffsetByTimeRequest)(nil),       // 56: raftmq.v1.SearchOffsetByTimeRequest
+	(*SearchOffsetByTimeResponse)(nil),      // 57: raftmq.v1.SearchOffsetByTimeResponse
+	(*QueryMessageByIdRequest)(nil),         // 58: raftmq.v1.QueryMessageByIdRequest
+	(*QueryMessageByKeyRequest)(nil),        // 59: raftmq.v1.QueryMessageByKeyRequest
+	(*QueryMessageResponse)(nil),            // 60: raftmq.v1.QueryMessageResponse
+	(*DescribeBrokerRequest)(nil),           // 61: raftmq.v1.DescribeBrokerRequest
+	(*ReplicaInfo)(nil),                     // 62: raftmq.v1.ReplicaInfo
+	(*DescribeBrokerResponse)(nil),          // 63: raftmq.v1.DescribeBrokerResponse
+	(*CopyCommitlogRequest)(nil),            // 64: raftmq.v1.CopyCommitlogRequest
+	(*CommitlogChunk)(nil),                  // 65: raftmq.v1.CommitlogChunk
+	(*ChecksumCommitlogRequest)(nil),        // 66: raftmq.v1.ChecksumCommitlogRequest
+	(*AddReplicaRequest)(nil),               // 67: raftmq.v1.AddReplicaRequest
+	(*RemoveReplicaRequest)(nil),            // 68: raftmq.v1.RemoveReplicaRequest
+	(*TransferLeaderRequest)(nil),           // 69: raftmq.v1.TransferLeaderRequest
+	(*MembershipResponse)(nil),              // 70: raftmq.v1.MembershipResponse
+	(*ChecksumCommitlogResponse)(nil),       // 71: raftmq.v1.ChecksumCommitlogResponse
+	(*EndTransactionRequest)(nil),           // 72: raftmq.v1.EndTransactionRequest
+	(*EndTransactionResponse)(nil),          // 73: raftmq.v1.EndTransactionResponse
+	(*TransactionCheckStreamRequest)(nil),   // 74: raftmq.v1.TransactionCheckStreamRequest
+	(*TransactionCheck)(nil),                // 75: raftmq.v1.TransactionCheck
+	(*RaftCommand)(nil),                     // 76: raftmq.v1.RaftCommand
+	(*RaftLogMove)(nil),                     // 77: raftmq.v1.RaftLogMove
+	(*MoveRaftLogRequest)(nil),              // 78: raftmq.v1.MoveRaftLogRequest
+	(*MoveRaftLogResponse)(nil),             // 79: raftmq.v1.MoveRaftLogResponse
+	(*InitProducer)(nil),                    // 80: raftmq.v1.InitProducer
+	(*TransactionUpdate)(nil),               // 81: raftmq.v1.TransactionUpdate
+	(*TransactionEnd)(nil),                  // 82: raftmq.v1.TransactionEnd
+	(*TransactionState)(nil),                // 83: raftmq.v1.TransactionState
+	(*HalfState)(nil),                       // 84: raftmq.v1.HalfState
+	(*MasterAnnounce)(nil),                  // 85: raftmq.v1.MasterAnnounce
+	(*SendBatch)(nil),                       // 86: raftmq.v1.SendBatch
+	(*StoredMessage)(nil),                   // 87: raftmq.v1.StoredMessage
+	(*OffsetCommit)(nil),                    // 88: raftmq.v1.OffsetCommit
+	(*BrokerSnapshot)(nil),                  // 89: raftmq.v1.BrokerSnapshot
+	(*ProducerTable)(nil),                   // 90: raftmq.v1.ProducerTable
+	(*ProducerState)(nil),                   // 91: raftmq.v1.ProducerState
+	(*QueueSequences)(nil),                  // 92: raftmq.v1.QueueSequences
+	(*GetRouteRequest)(nil),                 // 93: raftmq.v1.GetRouteRequest
+	(*GroupRoute)(nil),                      // 94: raftmq.v1.GroupRoute
+	(*RouteResponse)(nil),                   // 95: raftmq.v1.RouteResponse
+	(*GetClusterInfoRequest)(nil),           // 96: raftmq.v1.GetClusterInfoRequest
+	(*ClusterGroup)(nil),                    // 97: raftmq.v1.ClusterGroup
+	(*ClusterInfoResponse)(nil),             // 98: raftmq.v1.ClusterInfoResponse
+	(*ListTopicNamesResponse)(nil),          // 99: raftmq.v1.ListTopicNamesResponse
+	(*WatchRoutesRequest)(nil),              // 100: raftmq.v1.WatchRoutesRequest
+	nil,                                     // 101: raftmq.v1.Message.PropertiesEntry
+	nil,                                     // 102: raftmq.v1.TransactionState.HalvesEntry
+	nil,                                     // 103: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 104: raftmq.v1.SendBatch.ScheduleFromEntry
+	nil,                                     // 105: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
-	97,  // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
-	5,   // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
-	6,   // 2: raftmq.v1.SendStreamRequest.send:type_name -> raftmq.v1.SendMessageRequest
-	7,   // 3: raftmq.v1.SendStreamRequest.more:type_name -> raftmq.v1.SendStreamRequest
-	12,  // 4: raftmq.v1.SendStreamResponse.result:type_name -> raftmq.v1.SendMessageResponse
-	8,   // 5: raftmq.v1.SendStreamResponse.more:type_name -> raftmq.v1.SendStreamResponse
-	11,  // 6: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
+	101, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
+	6,   // 1: raftmq.v1.SendMessageRequest.messages:type_name -> raftmq.v1.Message
+	7,   // 2: raftmq.v1.SendStreamRequest.send:type_name -> raftmq.v1.SendMessageRequest
+	8,   // 3: raftmq.v1.SendStreamRequest.more:type_name -> raftmq.v1.SendStreamRequest
+	13,  // 4: raftmq.v1.SendStreamResponse.result:type_name -> raftmq.v1.SendMessageResponse
+	9,   // 5: raftmq.v1.SendStreamResponse.more:type_name -> raftmq.v1.SendStreamResponse
+	12,  // 6: raftmq.v1.SendMessageResponse.results:type_name -> raftmq.v1.SendResult
 	1,   // 7: raftmq.v1.PullMessageResponse.status:type_name -> raftmq.v1.PullStatus
-	17,  // 8: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
-	17,  // 9: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
+	18,  // 8: raftmq.v1.UpdateConsumerOffsetRequest.offsets:type_name -> raftmq.v1.QueueOffset
+	18,  // 9: raftmq.v1.ResetConsumerOffsetResponse.offsets:type_name -> raftmq.v1.QueueOffset
 	2,   // 10: raftmq.v1.ConsumerGroupInfo.mode:type_name -> raftmq.v1.ConsumeMode
-	22,  // 11: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
-	24,  // 12: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
-	23,  // 13: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
+	23,  // 11: raftmq.v1.ConsumerGroupInfo.subscriptions:type_name -> raftmq.v1.Subscription
+	25,  // 12: raftmq.v1.ConsumerGroupInfo.held:type_name -> raftmq.v1.HeldQueue
+	24,  // 13: raftmq.v1.HeartbeatRequest.groups:type_name -> raftmq.v1.ConsumerGroupInfo
 	2,   // 14: raftmq.v1.ConsumerMember.mode:type_name -> raftmq.v1.ConsumeMode
-	22,  // 15: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
-	24,  // 16: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
-	30,  // 17: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
-	31,  // 18: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
-	39,  // 19: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
-	39,  // 20: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
-	46,  // 21: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	46,  // 22: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	61,  // 23: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
-	39,  // 24: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
-	4,   // 25: raftmq.v1.DescribeBrokerResponse.raft_log:type_name -> raftmq.v1.RaftLogPlace
-	4,   // 26: raftmq.v1.DescribeBrokerResponse.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
-	61,  // 27: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
-	61,  // 28: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
+	23,  // 15: raftmq.v1.ConsumerMember.subscriptions:type_name -> raftmq.v1.Subscription
+	25,  // 16: raftmq.v1.ConsumerMember.held:type_name -> raftmq.v1.HeldQueue
+	31,  // 17: raftmq.v1.ConsumerGroupMembers.members:type_name -> raftmq.v1.ConsumerMember
+	32,  // 18: raftmq.v1.DescribeConsumerGroupsResponse.groups:type_name -> raftmq.v1.ConsumerGroupMembers
+	40,  // 19: raftmq.v1.CreateTopicRequest.topic:type_name -> raftmq.v1.TopicConfig
+	40,  // 20: raftmq.v1.ListTopicsResponse.topics:type_name -> raftmq.v1.TopicConfig
+	47,  // 21: raftmq.v1.UpsertSubscriptionGroupRequest.group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	47,  // 22: raftmq.v1.ListSubscriptionGroupsResponse.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	62,  // 23: raftmq.v1.DescribeBrokerResponse.replicas:type_name -> raftmq.v1.ReplicaInfo
+	40,  // 24: raftmq.v1.DescribeBrokerResponse.topics:type_name -> raftmq.v1.TopicConfig
+	5,   // 25: raftmq.v1.DescribeBrokerResponse.raft_log:type_name -> raftmq.v1.RaftLogPlace
+	5,   // 26: raftmq.v1.DescribeBrokerResponse.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
+	62,  // 27: raftmq.v1.MembershipResponse.voters:type_name -> raftmq.v1.ReplicaInfo
+	62,  // 28: raftmq.v1.MembershipResponse.nonvoters:type_name -> raftmq.v1.ReplicaInfo
 	3,   // 29: raftmq.v1.EndTransactionRequest.outcome:type_name -> raftmq.v1.TransactionOutcome
 	3,   // 30: raftmq.v1.EndTransactionResponse.outcome:type_name -> raftmq.v1.TransactionOutcome
-	11,  // 31: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
-	71,  // 32: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
-	5,   // 33: raftmq.v1.TransactionCheck.message:type_name -> raftmq.v1.Message
-	82,  // 34: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
-	39,  // 35: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
-	84,  // 36: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
-	46,  // 37: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
-	81,  // 38: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
-	77,  // 39: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
-	76,  // 40: raftmq.v1.RaftCommand.init_producer:type_name -> raftmq.v1.InitProducer
-	78,  // 41: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
-	3,   // 42: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
-	98,  // 43: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
-	3,   // 44: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
-	4,   // 45: raftmq.v1.MasterAnnounce.raft_log:type_name -> raftmq.v1.RaftLogPlace
-	83,  // 46: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	99,  // 47: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	100, // 48: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
-	5,   // 49: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	17,  // 50: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	39,  // 51: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	84,  // 52: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	46,  // 53: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	81,  // 54: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	101, // 55: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	79,  // 56: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
-	86,  // 57: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
-	4,   // 58: raftmq.v1.BrokerSnapshot.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
-	87,  // 59: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
-	88,  // 60: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
-	61,  // 61: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	90,  // 62: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	61,  // 63: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	93,  // 64: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	80,  // 65: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
-	6,   // 66: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	7,   // 67: raftmq.v1.Broker.SendMessageStream:input_type -> raftmq.v1.SendStreamRequest
-	13,  // 68: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	15,  // 69: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	18,  // 70: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	20,  // 71: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
-	25,  // 72: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	27,  // 73: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	29,  // 74: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
-	33,  // 75: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	35,  // 76: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	37,  // 77: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	40,  // 78: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	42,  // 79: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	44,  // 80: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	47,  // 81: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	49,  // 82: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	51,  // 83: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	53,  // 84: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	55,  // 85: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	57,  // 86: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	58,  // 87: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	60,  // 88: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	63,  // 89: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	65,  // 90: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	66,  // 91: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
-	67,  // 92: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
-	68,  // 93: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
-	71,  // 94: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
-	73,  // 95: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
-	9,   // 96: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
-	89,  // 97: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	92,  // 98: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	44,  // 99: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	96,  // 100: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	12,  // 101: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	8,   // 102: raftmq.v1.Broker.SendMessageStream:output_type -> raftmq.v1.SendStreamResponse
-	14,  // 103: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	16,  // 104: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	19,  // 105: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	21,  // 106: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
-	26,  // 107: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	28,  // 108: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	32,  // 109: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
-	34,  // 110: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	36,  // 111: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	38,  // 112: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	41,  // 113: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	43,  // 114: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	45,  // 115: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	48,  // 116: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	50,  // 117: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	52,  // 118: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	54,  // 119: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	56,  // 120: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	59,  // 121: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	59,  // 122: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	62,  // 123: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	64,  // 124: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	70,  // 125: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	69,  // 126: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
-	69,  // 127: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
-	69,  // 128: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
-	72,  // 129: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
-	74,  // 130: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
-	10,  // 131: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
-	91,  // 132: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	94,  // 133: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	95,  // 134: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	91,  // 135: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	101, // [101:136] is the sub-list for method output_type
-	66,  // [66:101] is the sub-list for method input_type
-	66,  // [66:66] is the sub-list for extension type_name
-	66,  // [66:66] is the sub-list for extension extendee
-	0,   // [0:66] is the sub-list for field type_name
+	12,  // 31: raftmq.v1.EndTransactionResponse.committed:type_name -> raftmq.v1.SendResult
+	72,  // 32: raftmq.v1.TransactionCheckStreamRequest.answer:type_name -> raftmq.v1.EndTransactionRequest
+	6,   // 33: raftmq.v1.TransactionCheck.message:type_name -> raftmq.v1.Message
+	86,  // 34: raftmq.v1.RaftCommand.send:type_name -> raftmq.v1.SendBatch
+	40,  // 35: raftmq.v1.RaftCommand.upsert_topic:type_name -> raftmq.v1.TopicConfig
+	88,  // 36: raftmq.v1.RaftCommand.commit_offsets:type_name -> raftmq.v1.OffsetCommit
+	47,  // 37: raftmq.v1.RaftCommand.upsert_group:type_name -> raftmq.v1.SubscriptionGroupConfig
+	85,  // 38: raftmq.v1.RaftCommand.announce:type_name -> raftmq.v1.MasterAnnounce
+	81,  // 39: raftmq.v1.RaftCommand.transactions:type_name -> raftmq.v1.TransactionUpdate
+	80,  // 40: raftmq.v1.RaftCommand.init_producer:type_name -> raftmq.v1.InitProducer
+	77,  // 41: raftmq.v1.RaftCommand.move_raft_log:type_name -> raftmq.v1.RaftLogMove
+	4,   // 42: raftmq.v1.RaftLogMove.step:type_name -> raftmq.v1.RaftLogMoveStep
+	5,   // 43: raftmq.v1.MoveRaftLogResponse.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
+	82,  // 44: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
+	3,   // 45: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
+	102, // 46: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
+	3,   // 47: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
+	5,   // 48: raftmq.v1.MasterAnnounce.raft_log:type_name -> raftmq.v1.RaftLogPlace
+	87,  // 49: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	103, // 50: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	104, // 51: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
+	6,   // 52: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	18,  // 53: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	40,  // 54: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	88,  // 55: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	47,  // 56: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	85,  // 57: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	105, // 58: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	83,  // 59: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
+	90,  // 60: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
+	5,   // 61: raftmq.v1.BrokerSnapshot.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
+	91,  // 62: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
+	92,  // 63: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
+	62,  // 64: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	94,  // 65: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	62,  // 66: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	97,  // 67: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	84,  // 68: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
+	7,   // 69: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	8,   // 70: raftmq.v1.Broker.SendMessageStream:input_type -> raftmq.v1.SendStreamRequest
+	14,  // 71: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	16,  // 72: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	19,  // 73: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	21,  // 74: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
+	26,  // 75: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	28,  // 76: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	30,  // 77: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	34,  // 78: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	36,  // 79: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	38,  // 80: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	41,  // 81: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	43,  // 82: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	45,  // 83: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	48,  // 84: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	50,  // 85: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	52,  // 86: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	54,  // 87: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	56,  // 88: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	58,  // 89: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	59,  // 90: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	61,  // 91: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	64,  // 92: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	66,  // 93: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	67,  // 94: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
+	68,  // 95: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
+	69,  // 96: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
+	78,  // 97: raftmq.v1.Broker.MoveRaftLog:input_type -> raftmq.v1.MoveRaftLogRequest
+	72,  // 98: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
+	74,  // 99: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
+	10,  // 100: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
+	93,  // 101: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	96,  // 102: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	45,  // 103: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	100, // 104: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	13,  // 105: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	9,   // 106: raftmq.v1.Broker.SendMessageStream:output_type -> raftmq.v1.SendStreamResponse
+	15,  // 107: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	17,  // 108: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	20,  // 109: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	22,  // 110: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
+	27,  // 111: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	29,  // 112: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	33,  // 113: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	35,  // 114: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	37,  // 115: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	39,  // 116: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	42,  // 117: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	44,  // 118: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	46,  // 119: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	49,  // 120: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	51,  // 121: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	53,  // 122: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	55,  // 123: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	57,  // 124: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	60,  // 125: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	60,  // 126: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	63,  // 127: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	65,  // 128: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	71,  // 129: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	70,  // 130: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
+	70,  // 131: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
+	70,  // 132: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
+	79,  // 133: raftmq.v1.Broker.MoveRaftLog:output_type -> raftmq.v1.MoveRaftLogResponse
+	73,  // 134: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
+	75,  // 135: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
+	11,  // 136: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
+	95,  // 137: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	98,  // 138: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	99,  // 139: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	95,  // 140: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	105, // [105:141] is the sub-list for method output_type
+	69,  // [69:105] is the sub-list for method input_type
+	69,  // [69:69] is the sub-list for extension type_name
+	69,  // [69:69] is the sub-list for extension extendee
+	0,   // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -6878,14 +7141,15 @@ func file_raftmq_proto_init() {
 		(*RaftCommand_Announce)(nil),
 		(*RaftCommand_Transactions)(nil),
 		(*RaftCommand_InitProducer)(nil),
+		(*RaftCommand_MoveRaftLog)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   97,
+			NumEnums:      6,
+			NumMessages:   100,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

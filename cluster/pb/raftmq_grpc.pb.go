@@ -58,6 +58,7 @@ const (
 	Broker_AddReplica_FullMethodName              = "/raftmq.v1.Broker/AddReplica"
 	Broker_RemoveReplica_FullMethodName           = "/raftmq.v1.Broker/RemoveReplica"
 	Broker_TransferLeader_FullMethodName          = "/raftmq.v1.Broker/TransferLeader"
+	Broker_MoveRaftLog_FullMethodName             = "/raftmq.v1.Broker/MoveRaftLog"
 	Broker_EndTransaction_FullMethodName          = "/raftmq.v1.Broker/EndTransaction"
 	Broker_CheckTransactions_FullMethodName       = "/raftmq.v1.Broker/CheckTransactions"
 	Broker_InitProducer_FullMethodName            = "/raftmq.v1.Broker/InitProducer"
@@ -101,6 +102,9 @@ type BrokerClient interface {
 	AddReplica(ctx context.Context, in *AddReplicaRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
 	RemoveReplica(ctx context.Context, in *RemoveReplicaRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
+	// Begins (or aborts) the move of a WAL group's Raft log into the
+	// commitlog, through its master (an admin's right; broker/raftlogmove.go).
+	MoveRaftLog(ctx context.Context, in *MoveRaftLogRequest, opts ...grpc.CallOption) (*MoveRaftLogResponse, error)
 	// Transactional messages (broker/transactions.go): a producer ends the
 	// transaction of a half message it sent (a send with the property
 	// TRAN_MSG=true and PGROUP, its producer group), and keeps a check-back
@@ -412,6 +416,16 @@ func (c *brokerClient) TransferLeader(ctx context.Context, in *TransferLeaderReq
 	return out, nil
 }
 
+func (c *brokerClient) MoveRaftLog(ctx context.Context, in *MoveRaftLogRequest, opts ...grpc.CallOption) (*MoveRaftLogResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveRaftLogResponse)
+	err := c.cc.Invoke(ctx, Broker_MoveRaftLog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *brokerClient) EndTransaction(ctx context.Context, in *EndTransactionRequest, opts ...grpc.CallOption) (*EndTransactionResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EndTransactionResponse)
@@ -483,6 +497,9 @@ type BrokerServer interface {
 	AddReplica(context.Context, *AddReplicaRequest) (*MembershipResponse, error)
 	RemoveReplica(context.Context, *RemoveReplicaRequest) (*MembershipResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*MembershipResponse, error)
+	// Begins (or aborts) the move of a WAL group's Raft log into the
+	// commitlog, through its master (an admin's right; broker/raftlogmove.go).
+	MoveRaftLog(context.Context, *MoveRaftLogRequest) (*MoveRaftLogResponse, error)
 	// Transactional messages (broker/transactions.go): a producer ends the
 	// transaction of a half message it sent (a send with the property
 	// TRAN_MSG=true and PGROUP, its producer group), and keeps a check-back
@@ -585,6 +602,9 @@ func (UnimplementedBrokerServer) RemoveReplica(context.Context, *RemoveReplicaRe
 }
 func (UnimplementedBrokerServer) TransferLeader(context.Context, *TransferLeaderRequest) (*MembershipResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TransferLeader not implemented")
+}
+func (UnimplementedBrokerServer) MoveRaftLog(context.Context, *MoveRaftLogRequest) (*MoveRaftLogResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveRaftLog not implemented")
 }
 func (UnimplementedBrokerServer) EndTransaction(context.Context, *EndTransactionRequest) (*EndTransactionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method EndTransaction not implemented")
@@ -1102,6 +1122,24 @@ func _Broker_TransferLeader_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Broker_MoveRaftLog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveRaftLogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrokerServer).MoveRaftLog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Broker_MoveRaftLog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrokerServer).MoveRaftLog(ctx, req.(*MoveRaftLogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Broker_EndTransaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(EndTransactionRequest)
 	if err := dec(in); err != nil {
@@ -1255,6 +1293,10 @@ var Broker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TransferLeader",
 			Handler:    _Broker_TransferLeader_Handler,
+		},
+		{
+			MethodName: "MoveRaftLog",
+			Handler:    _Broker_MoveRaftLog_Handler,
 		},
 		{
 			MethodName: "EndTransaction",

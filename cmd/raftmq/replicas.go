@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -87,7 +88,56 @@ membership once a new master is known: ID ROLE RAFT GRPC.`,
 	}
 	transfer.Flags().StringVar(&trGroup, "group", "", "broker group")
 	transfer.Flags().IntVar(&to, "to", 0, "the replica to hand over to (0: any)")
-	return []*cobra.Command{add, remove, transfer}
+	return []*cobra.Command{add, remove, transfer, moveRaftLogCommand(ns)}
+}
+
+// moveRaftLogCommand is group move-raft-log: the move of a WAL group's
+// Raft log into the commitlog (broker/raftlogmove.go).
+func moveRaftLogCommand(ns *string) *cobra.Command {
+	var group string
+	var abort bool
+	cmd := &cobra.Command{
+		Use:   "move-raft-log",
+		Short: "begin moving a broker group's Raft log from its WAL into the commitlog (pauses writes), or abort the move",
+		Long: `Begin the move of broker group --group's Raft log from each replica's WAL
+into its commitlog (docs/commitlog-raft-log.md), through its master: from
+the move's entry on, the group refuses writes (sends, delayed messages'
+moves, transactions' ends, topic deletions) with WRITES_PAUSED, so that
+every replica's commitlog ends in the same place, and each replica takes a
+snapshot. Reads, consumer offsets and metadata go on. The replicas'
+conversion when restarted with --raft-log commitlog is not built yet:
+--abort takes the group back to its WAL and resumes writes. Running it
+again changes nothing. Prints GROUP RAFT_LOG MOVE_INDEX.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if group == "" {
+				return errors.New("--group is required")
+			}
+			return withCluster(cmd.Context(), *ns, func(a *admin, info *pb.ClusterInfoResponse) error {
+				groups, err := targetGroups(info, group)
+				if err != nil {
+					return err
+				}
+				var resp *pb.MoveRaftLogResponse
+				if err := a.onMasterWithin(cmd.Context(), groups[0], 15*time.Second, func(ctx context.Context, b pb.BrokerClient) (err error) {
+					resp, err = b.MoveRaftLog(ctx, &pb.MoveRaftLogRequest{Abort: abort})
+					return err
+				}); err != nil {
+					return err
+				}
+				w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(w, "GROUP\tRAFT_LOG\tMOVE_INDEX")
+				place, index := strings.ToLower(strings.TrimPrefix(resp.GroupRaftLog.String(), "RAFT_LOG_")), "-"
+				if resp.MoveIndex > 0 {
+					index = fmt.Sprint(resp.MoveIndex)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\n", group, place, index)
+				return w.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&group, "group", "", "broker group")
+	cmd.Flags().BoolVar(&abort, "abort", false, "abort the move begun: back to the WAL, writes resumed")
+	return cmd
 }
 
 // changeMembership runs a membership call on the group's master and prints
