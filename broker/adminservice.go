@@ -276,6 +276,7 @@ func (s *service) DescribeBroker(context.Context, *pb.DescribeBrokerRequest) (*p
 	}
 	out.AppliedIndex, _ = strconv.ParseUint(stats["applied_index"], 10, 64)
 	out.CommitIndex, _ = strconv.ParseUint(stats["commit_index"], 10, 64)
+	out.SnapshotIndex, _ = strconv.ParseUint(stats["last_snapshot_index"], 10, 64)
 	out.Topics, out.TopicsVersion = b.meta.topicList()
 	out.CommitlogMinOffset, _ = b.store.CommitlogOffsets()
 	out.CommitlogMaxOffset = b.store.CommittedEnd(out.AppliedIndex) // the same on replicas that applied the same

@@ -464,7 +464,7 @@ func (bt *batcher) apply(data []byte, recordsAt int) (raft.ApplyFuture, time.Tim
 		return nil, time.Time{}, statusError(codes.Internal, pb.ErrorReason_STORE_ERROR, err.Error(), nil)
 	}
 	applied := time.Now()
-	f, err := bt.proposer.start(data, bt.timeout)
+	f, err := bt.proposer.start(data, true, bt.timeout)
 	if err != nil {
 		bt.release(0)
 		return nil, time.Time{}, err

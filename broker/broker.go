@@ -47,7 +47,8 @@ type Broker struct {
 
 	batcher  *batcher
 	calls    raftCalls
-	proposer proposer // Raft entries through node, counted in calls
+	proposer proposer   // Raft entries through node, counted in calls
+	gate     *writeGate // the pause of writes for a Raft log's move (raftlogmove.go)
 	holds    *holdService
 	// sendWorkers run streamed sends (sendworkers.go).
 	sendWorkers *sendWorkers
@@ -105,6 +106,15 @@ func Start(cfg Config) (*Broker, error) {
 	began := time.Now()
 	// The store recovers its commitlog by the rules of its Raft log's
 	// place: asked for the other place, refuse before it opens.
+	if cfg.Store.RaftLog {
+		if move, err := cluster.WALToMove(cfg.Raft.Dir); err != nil {
+			return nil, err
+		} else if move {
+			if err := moveIntoCommitlog(cfg); err != nil { // raftlogconvert.go
+				return nil, err
+			}
+		}
+	}
 	if _, err := cluster.CheckRaftLogPlace(cfg.Raft.Dir, cfg.Store.RaftLog); err != nil {
 		return nil, err
 	}
@@ -164,7 +174,8 @@ func Start(cfg Config) (*Broker, error) {
 		store.Close()
 		return nil, err
 	}
-	b.proposer = proposer{apply: b.node.Apply, calls: &b.calls, replicationError: b.replicationError, paused: b.writesPaused}
+	b.gate = &writeGate{moving: b.fsm.moving}
+	b.proposer = proposer{apply: b.node.Apply, calls: &b.calls, replicationError: b.replicationError, gate: b.gate}
 	b.batcher = newBatcher(cfg, b.proposer, b.metrics)
 	unary, stream := b.serverInterceptors()
 	b.grpc = grpc.NewServer(
@@ -362,6 +373,7 @@ func (b *Broker) leaderLoop(ctx context.Context) {
 					b.log.Info("no longer master")
 				}
 				b.resets.clear()
+				b.gate.reopen()
 				b.holds.wakeAll()
 				b.checkStreams.closeAll()
 				continue
@@ -446,19 +458,23 @@ type proposer struct {
 	apply            func(data []byte, timeout time.Duration) raft.ApplyFuture
 	calls            *raftCalls
 	replicationError func(error) error // Broker.replicationError
-	// paused refuses send entries while the group's Raft log moves
-	// (Broker.writesPaused; nil: never).
-	paused func() error
+	// gate refuses entries that write to the commitlog while the group's
+	// Raft log moves (raftlogmove.go); nil: never.
+	gate *writeGate
 }
 
-// start proposes data; Raft may take up to timeout to accept it. It fails
-// when Raft is shutting down; otherwise wait must follow.
-func (p proposer) start(data []byte, timeout time.Duration) (raft.ApplyFuture, error) {
-	if p.paused != nil && len(data) > 0 && (data[0] == sendRecordsEntry || data[0] == sequencedEntry) {
-		if err := p.paused(); err != nil {
-			return nil, err
-		}
+// start proposes data, an entry that writes to the commitlog when writes
+// says so; Raft may take up to timeout to accept it. It fails when Raft
+// is shutting down or the group's writes are paused; otherwise wait must
+// follow.
+func (p proposer) start(data []byte, writes bool, timeout time.Duration) (raft.ApplyFuture, error) {
+	if writes && p.gate != nil {
+		return p.gate.pass(func() (raft.ApplyFuture, error) { return p.startAny(data, timeout) })
 	}
+	return p.startAny(data, timeout)
+}
+
+func (p proposer) startAny(data []byte, timeout time.Duration) (raft.ApplyFuture, error) {
 	if !p.calls.begin() {
 		return nil, p.replicationError(raft.ErrRaftShutdown)
 	}
@@ -493,11 +509,13 @@ func (b *Broker) apply(ctx context.Context, cmd *pb.RaftCommand) error {
 // propose proposes a command, waits for it to be applied here and returns
 // what the state machine made of it.
 func (b *Broker) propose(ctx context.Context, cmd *pb.RaftCommand) (*applyResult, error) {
-	if writesCommitlog(cmd) {
-		if err := b.writesPaused(); err != nil {
-			return nil, err
-		}
-	}
+	return b.proposeVia(ctx, cmd, func(data []byte, timeout time.Duration) (raft.ApplyFuture, error) {
+		return b.proposer.start(data, writesCommitlog(cmd), timeout)
+	})
+}
+
+// proposeVia is propose with the entry handed to Raft by start.
+func (b *Broker) proposeVia(ctx context.Context, cmd *pb.RaftCommand, start func(data []byte, timeout time.Duration) (raft.ApplyFuture, error)) (*applyResult, error) {
 	data, err := encodeCommand(cmd)
 	if err != nil {
 		return nil, err
@@ -506,7 +524,7 @@ func (b *Broker) propose(ctx context.Context, cmd *pb.RaftCommand) (*applyResult
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
 	}
-	f, err := b.proposer.start(data, timeout)
+	f, err := start(data, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -39,10 +39,12 @@
 // (membership.go), the stop of a replica whose store failed
 // (storefail.go), the group's one place for its replicas' Raft logs,
 // declared by its first master's announce, carried in snapshots, and the
-// stop of a replica that keeps its log elsewhere (raftlogplace.go), the
-// first step of a WAL group's move into the commitlog: from the move's
-// entry every replica's state machine refuses writes (WRITES_PAUSED) and
-// snapshots, until the move is aborted (raftlogmove.go), RocketMQ clients' sends, heartbeats, pulls, offsets and
+// stop of a replica that keeps its log elsewhere (raftlogplace.go), a
+// WAL group's move into the commitlog: from the move's entry the master's
+// gate and every replica's state machine refuse writes (WRITES_PAUSED)
+// and each replica snapshots; the move ends once every voter has moved,
+// or is aborted before one has (raftlogmove.go); a replica's own move as
+// it starts in the commitlog, from that snapshot (raftlogconvert.go), RocketMQ clients' sends, heartbeats, pulls, offsets and
 // queue locks over the remoting protocol on the gRPC port (over TLS when
 // it has TLS), onto the native services, each call checked under access
 // control as the native RPC is (remoting.go), the clients that heartbeat

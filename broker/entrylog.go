@@ -20,8 +20,9 @@ import (
 // naming the topic (deletedTopic), so that sends stored after it and
 // before it applies are numbered from 0 on every replica. A new replica's
 // default (raftmq broker --raft-log auto, Config.RaftLogFromDir); a WAL
-// member does not move its log into the commitlog, and a group keeps its
-// replicas' logs in one place (raftlogplace.go).
+// member moves its log into the commitlog only with its group
+// (raftlogmove.go, raftlogconvert.go), and a group keeps its replicas'
+// logs in one place (raftlogplace.go).
 
 // storeEntryLog is the store as the Raft member's EntryLog.
 type storeEntryLog struct{ s *storage.Store }

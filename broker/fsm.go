@@ -63,6 +63,9 @@ type fsm struct {
 	// is called, and must not block, when this replica applies one.
 	moveIndex   atomic.Uint64
 	onMoveBegun func()
+	// pausedRefusals counts the entries refused for the pause
+	// (refusePaused).
+	pausedRefusals atomic.Uint64
 
 	// failure stops the state machine (see fail); stopped is closed with
 	// it, and onFail called once, from the goroutine that recorded it. It
@@ -160,7 +163,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return &applyResult{err: f.fail(err)}
 	}
 	if len(l.Data) > 0 && (l.Data[0] == sendRecordsEntry || l.Data[0] == sequencedEntry) && f.moving() {
-		return &applyResult{err: errWritesPaused}
+		return f.refusePaused(l, nil)
 	}
 	if len(l.Data) > 0 && l.Data[0] == sendRecordsEntry {
 		if l.Index <= f.store.WrittenRaftIndex() {
@@ -181,7 +184,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	// entries after it are stored, not applied.)
 	fresh := l.Index > f.store.WrittenRaftIndex()
 	if writesCommitlog(cmd) && f.moving() {
-		return &applyResult{err: errWritesPaused}
+		return f.refusePaused(l, cmd)
 	}
 	switch c := cmd.Command.(type) {
 	case *pb.RaftCommand_Send:

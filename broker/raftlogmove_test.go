@@ -2,10 +2,18 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -26,11 +34,55 @@ func TestAMovingGroupPausesWrites(t *testing.T) {
 	acks := g.sendBodies(g.master(), "mv", 2, "before", 0, 20)
 	g.quiesce()
 	m := g.master()
-	_, before := g.describeRunning()
 
+	// Senders keep sending as the move begins: the master's gate puts
+	// every write it passes before the move's entry, so no state machine
+	// refuses one.
+	var (
+		mu      sync.Mutex
+		stop    = make(chan struct{})
+		senders sync.WaitGroup
+	)
+	for s := range 8 {
+		senders.Add(1)
+		go func() {
+			defer senders.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				body := fmt.Sprintf("storm-%d-%d", s, n)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				resp, err := g.client(m).SendMessage(ctx, oneMessage("mv", int32(n%2), body))
+				cancel()
+				if err == nil {
+					mu.Lock()
+					acks = append(acks, acked{body: body, queue: int32(n % 2), res: resp.Results[0]})
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acks) > 100
+	})
 	moved := g.moveRaftLog(m, false)
+	close(stop)
+	senders.Wait()
 	if moved.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_MOVING || moved.MoveIndex == 0 {
 		t.Fatalf("move answered %v", moved)
+	}
+	g.waitMoving(moved.MoveIndex)
+	g.quiesce()
+	_, before := g.describeRunning()
+	for i, b := range g.brokers {
+		if n := b.fsm.pausedRefusals.Load(); n != 0 {
+			t.Fatalf("replica %d refused %d sends for the pause: they passed the master's gate after the move's entry", i+1, n)
+		}
 	}
 	if again := g.moveRaftLog(m, false); again.MoveIndex != moved.MoveIndex {
 		t.Fatalf("the move begun again answered index %d, first %d", again.MoveIndex, moved.MoveIndex)
@@ -133,9 +185,7 @@ func TestACommitlogGroupRefusesTheMove(t *testing.T) {
 // NOT_LEADER.
 func (g *group) moveRaftLog(i int, abort bool) *pb.MoveRaftLogResponse {
 	g.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	resp, err := g.client(i).MoveRaftLog(ctx, &pb.MoveRaftLogRequest{Abort: abort})
+	resp, err := g.callMoveRaftLog(i, abort)
 	if reason, _ := ReasonOf(err); reason == pb.ErrorReason_NOT_LEADER {
 		return nil
 	}
@@ -143,6 +193,18 @@ func (g *group) moveRaftLog(i int, abort bool) *pb.MoveRaftLogResponse {
 		g.t.Fatalf("replica %d: move the raft log (abort %v): %v", i+1, abort, err)
 	}
 	return resp
+}
+
+// callMoveRaftLog calls MoveRaftLog on replica i, naming every replica's
+// address as the CLI does.
+func (g *group) callMoveRaftLog(i int, abort bool) (*pb.MoveRaftLogResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := &pb.MoveRaftLogRequest{Abort: abort, GrpcAddresses: map[int32]string{}}
+	for j, cfg := range g.cfgs {
+		req.GrpcAddresses[int32(j+1)] = cfg.GRPCAddr
+	}
+	return g.client(i).MoveRaftLog(ctx, req)
 }
 
 // waitMoving waits until every replica says the group moves from index.
@@ -164,5 +226,135 @@ func (g *group) waitMoving(index uint64) {
 func TestAPausedSendIsServiceNotAvailableToRocketMQClients(t *testing.T) {
 	if got := remotingCode(errWritesPaused); got != remotingServiceNotAvailable {
 		t.Fatalf("a paused send answers RocketMQ's clients %d, want %d", got, remotingServiceNotAvailable)
+	}
+}
+
+// A WAL group moves into the commitlog: begun, each replica restarted in
+// the commitlog moves its WAL as it starts (one stopped after each step
+// of its move first, as a crash there would stop it, then started again),
+// the move cannot be aborted once one has moved, and it ends once every
+// voter has. Metadata committed between the restarts reaches some
+// replicas through Raft into their commitlogs and others through their
+// WALs' move; every replica's commitlog ends byte-identical, frames
+// included, with every acknowledged send, before and after the move and
+// after another restart.
+func TestAWALGroupMovesIntoTheCommitlog(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.createTopic("mv", 2)
+	acks := g.sendBodies(g.master(), "mv", 2, "before", 0, 40)
+	m := g.master()
+	moved := g.moveRaftLog(m, false)
+	g.waitMoving(moved.MoveIndex)
+	for i := range g.cfgs {
+		waitFor(t, 10*time.Second, func() bool {
+			snap, _ := strconv.ParseUint(g.brokers[i].Raft().Stats()["last_snapshot_index"], 10, 64)
+			return snap >= moved.MoveIndex
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	order := []int{(m + 1) % 3, (m + 2) % 3, m}
+	// Entries after the move's in every WAL, and the second replica to
+	// move snapshotted past the move's entry: it frames entries its
+	// snapshot covers.
+	if _, err := g.client(m).CreateTopic(ctx, &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: "meta", ReadQueues: 1, WriteQueues: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	g.quiesce()
+	if err := g.brokers[order[1]].Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	later, _ := strconv.ParseUint(g.brokers[order[1]].Raft().Stats()["last_snapshot_index"], 10, 64)
+	if later <= moved.MoveIndex {
+		t.Fatalf("replica %d snapshotted at %d, not past the move's entry %d", order[1]+1, later, moved.MoveIndex)
+	}
+	for k, i := range order {
+		g.stop(i)
+		g.cfgs[i].Store.RaftLog = true
+		if k == 0 {
+			for _, step := range []string{"entries stored", "snapshot rewritten"} {
+				moveStopsAfter = func(at string) error {
+					if at == step {
+						return errors.New("stopped after " + at)
+					}
+					return nil
+				}
+				_, err := Start(g.cfgs[i])
+				moveStopsAfter = func(string) error { return nil }
+				if err == nil || !strings.Contains(err.Error(), "stopped after "+step) {
+					t.Fatalf("a move stopped after %q: %v", step, err)
+				}
+				wal := g.cfgs[i]
+				wal.Store.RaftLog = false
+				if _, err := Start(wal); err == nil || !strings.Contains(err.Error(), "began moving its Raft log into the commitlog") {
+					t.Fatalf("a start on the WAL after a move cut short: %v", err)
+				}
+			}
+		}
+		g.start(i)
+		waitFor(t, 10*time.Second, func() bool {
+			d := g.describe(i)
+			return d != nil && d.RaftLog == pb.RaftLogPlace_RAFT_LOG_COMMITLOG && d.GroupRaftLog == pb.RaftLogPlace_RAFT_LOG_MOVING
+		})
+		if k == 1 {
+			// Its snapshot says where its entry ends, for a replica that
+			// installs it to copy to (fsm.install).
+			snaps, err := raft.NewFileSnapshotStoreWithLogger(filepath.Join(g.cfgs[i].Dir, "raft"), 2, hclog.NewNullLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta, snap, err := newestSnapshot(snaps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			end, err := g.brokers[i].Store().EntryEnd(later)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if meta.Index != later || snap.RaftLogIndex != later || snap.RaftLogEnd != end {
+				t.Fatalf("replica %d's snapshot after its move: index %d, raft log index %d ending at %d; want %d ending at %d", i+1, meta.Index, snap.RaftLogIndex, snap.RaftLogEnd, later, end)
+			}
+		}
+		nm := g.master()
+		if k == 0 {
+			_, err := g.callMoveRaftLog(nm, true)
+			if reason, _ := ReasonOf(err); reason != pb.ErrorReason_MEMBERSHIP_CONFLICT {
+				t.Fatalf("an abort once a replica moved: %v, want MEMBERSHIP_CONFLICT", err)
+			}
+		}
+		if k < len(order)-1 {
+			if got := g.moveRaftLog(nm, false); got.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_MOVING || len(got.WalReplicas) != len(order)-1-k {
+				t.Fatalf("after %d replicas moved, move-raft-log answered %v", k+1, got)
+			}
+		}
+		// An entry after the move's, of metadata only.
+		if _, err := g.client(nm).CreateTopic(ctx, &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: fmt.Sprintf("meta-%d", k), ReadQueues: 1, WriteQueues: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := g.moveRaftLog(g.master(), false)
+	if done.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_COMMITLOG || done.MoveIndex != 0 || len(done.WalReplicas) != 0 {
+		t.Fatalf("the move's end answered %v", done)
+	}
+	for i := range g.cfgs {
+		waitFor(t, 10*time.Second, func() bool {
+			d := g.describe(i)
+			return d != nil && d.GroupRaftLog == pb.RaftLogPlace_RAFT_LOG_COMMITLOG
+		})
+		if _, err := os.Stat(filepath.Join(g.cfgs[i].Dir, "raft", "wal")); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("replica %d's WAL is still there after its move: %v", i+1, err)
+		}
+	}
+	acks = append(acks, g.sendBodies(g.master(), "mv", 2, "after", 0, 40)...)
+	g.checkIdentical(acks)
+	r := (g.master() + 1) % 3
+	g.stop(r)
+	g.start(r)
+	acks = append(acks, g.sendBodies(g.master(), "mv", 2, "restarted", 0, 20)...)
+	g.checkIdentical(acks)
+	for i, b := range g.brokers {
+		if n := b.fsm.pausedRefusals.Load(); n != 0 {
+			t.Fatalf("replica %d refused %d entries for the pause: a write passed the master's gate", i+1, n)
+		}
 	}
 }

@@ -65,12 +65,12 @@ func (f *fsm) restoreRaftLog(group pb.RaftLogPlace, moveIndex uint64) error {
 }
 
 // checkRaftLog is nil when group is undeclared or this replica's place.
-// A group moving into the commitlog (raftlogmove.go) is still a WAL
-// group until its replicas move.
+// A group moving into the commitlog (raftlogmove.go) holds replicas in
+// both places: those not moved yet, and those that moved from the move's
+// entry on (raftlogconvert.go).
 func (f *fsm) checkRaftLog(group pb.RaftLogPlace) error {
 	own := f.ownRaftLog()
-	if group == pb.RaftLogPlace_RAFT_LOG_UNDECLARED || group == own ||
-		group == pb.RaftLogPlace_RAFT_LOG_MOVING && own == pb.RaftLogPlace_RAFT_LOG_WAL {
+	if group == pb.RaftLogPlace_RAFT_LOG_UNDECLARED || group == own || group == pb.RaftLogPlace_RAFT_LOG_MOVING {
 		return nil
 	}
 	return &raftLogMismatch{group: group, own: own}

@@ -72,7 +72,7 @@ func (b *Broker) scheduleLoop(ctx context.Context) {
 // drainSchedule moves a schedule queue until its head is not due: a burst
 // of timers due at once goes out in as many entries as it takes.
 func (b *Broker) drainSchedule(ctx context.Context, queue int32) {
-	for b.master.Load() && b.writesPaused() == nil {
+	for b.master.Load() && !b.gate.paused() {
 		moved, err := b.moveDue(ctx, queue)
 		if err != nil && ctx.Err() == nil {
 			b.log.Warn("schedule service: move failed", "queue", queue, "err", err)

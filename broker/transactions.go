@@ -244,7 +244,7 @@ const (
 // made every schedule interval.
 func (b *Broker) transactionCheckLoop(ctx context.Context) {
 	every(ctx, max(b.cfg.ScheduleInterval, min(b.cfg.TransactionTimeout, b.cfg.TransactionCheckInterval)/10), func(now time.Time) {
-		if !b.master.Load() || b.writesPaused() != nil {
+		if !b.master.Load() || b.gate.paused() {
 			return
 		}
 		if err := b.checkHalves(ctx, now); err != nil && ctx.Err() == nil {

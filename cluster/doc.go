@@ -38,6 +38,12 @@
 //     of the entry in a frame before them; a suffix deleted is cut, a
 //     prefix only forgotten; at start the EntryLog indexes what Raft will
 //     read (docs/commitlog-raft-log.md);
+//   - walmove.go: a member's move from its WAL into the commitlog as it
+//     starts there, its group's writes paused: the WAL's entries after
+//     the move's stored as frames (StoreWALEntries), then the commitlog's
+//     marker and the WAL gone (FinishWALMove), behind a marker of the
+//     move's own, so a crash on the way leaves a start to move again, in
+//     the commitlog only;
 //   - leaderlog.go: the leader's Raft log written beside replication
 //     rather than before it (a queue and one writer while leading), with
 //     the commit index sent to followers and the leader's own applies held

@@ -70,8 +70,12 @@ func claimLogPlace(cfg RaftConfig) error {
 		return errors.New("cluster: RaftConfig.EntryLog needs RecordsAt")
 	}
 	marked, err := CheckRaftLogPlace(cfg.Dir, cfg.EntryLog != nil)
-	if err == nil && cfg.EntryLog != nil && !marked {
+	switch {
+	case err != nil || cfg.EntryLog == nil:
+	case !marked:
 		err = writeMarker(filepath.Join(cfg.Dir, inCommitlogMarker))
+	default:
+		err = removeMovedWAL(cfg.Dir) // a move's end cut short (FinishWALMove)
 	}
 	return err
 }
@@ -79,20 +83,28 @@ func claimLogPlace(cfg RaftConfig) error {
 // CheckRaftLogPlace refuses to start a member whose Dir is dir with its
 // Raft log in the commitlog (inCommitlog) or in a WAL when it began with
 // the other: the WAL's directory (or a bolt log from before it), or the
-// commitlog's marker, says which (moving a log from one to the other is
-// not built yet). A broker asks before it opens its store, which recovers
-// its commitlog by the rules of the place. marked says the commitlog's
-// marker is there.
+// commitlog's marker, says which. A WAL moves into the commitlog only
+// with its group (WALToMove, walmove.go), and a move begun goes on only
+// in the commitlog. A broker asks before it opens its store, which
+// recovers its commitlog by the rules of the place. marked says the
+// commitlog's marker is there.
 func CheckRaftLogPlace(dir string, inCommitlog bool) (marked bool, err error) {
 	if marked, err = markedInCommitlog(dir); err != nil {
 		return false, err
+	}
+	if !inCommitlog {
+		if moving, err := fileExists(filepath.Join(dir, movingMarker)); err != nil {
+			return marked, err
+		} else if moving {
+			return marked, fmt.Errorf("cluster: %s began moving its Raft log into the commitlog (%s): start it with its log in the commitlog to finish the move", dir, movingMarker)
+		}
 	}
 	switch {
 	case inCommitlog && !marked:
 		if held, err := holdsWALorBoltLog(dir); err != nil {
 			return false, err
 		} else if held != "" {
-			return false, fmt.Errorf("cluster: %s holds a Raft log in its WAL (%s): it cannot start with its log in the commitlog (no move between the two yet)", dir, held)
+			return false, fmt.Errorf("cluster: %s holds a Raft log in its WAL (%s): it starts with its log in the commitlog only once its group's move has begun (raftmq group move-raft-log)", dir, held)
 		}
 	case !inCommitlog && marked:
 		return true, fmt.Errorf("cluster: %s keeps its Raft log in the commitlog (%s): start it that way again", dir, inCommitlogMarker)
@@ -110,6 +122,9 @@ func RaftLogInCommitlog(dir string) (bool, error) {
 	marked, err := markedInCommitlog(dir)
 	if err != nil || marked {
 		return marked, err
+	}
+	if moving, err := fileExists(filepath.Join(dir, movingMarker)); err != nil || moving {
+		return moving, err // a move to finish (walmove.go)
 	}
 	held, err := holdsWALorBoltLog(dir)
 	return held == "", err

@@ -302,6 +302,9 @@ const (
 	// Back to RAFT_LOG_WAL, writes resumed: only while every replica keeps
 	// its Raft log in its WAL.
 	RaftLogMoveStep_RAFT_LOG_MOVE_ABORT RaftLogMoveStep = 2
+	// The move's end, once every voter keeps its Raft log in the commitlog:
+	// the group's place becomes RAFT_LOG_COMMITLOG, writes resume.
+	RaftLogMoveStep_RAFT_LOG_MOVE_DONE RaftLogMoveStep = 3
 )
 
 // Enum value maps for RaftLogMoveStep.
@@ -310,11 +313,13 @@ var (
 		0: "RAFT_LOG_MOVE_UNSPECIFIED",
 		1: "RAFT_LOG_MOVE_BEGIN",
 		2: "RAFT_LOG_MOVE_ABORT",
+		3: "RAFT_LOG_MOVE_DONE",
 	}
 	RaftLogMoveStep_value = map[string]int32{
 		"RAFT_LOG_MOVE_UNSPECIFIED": 0,
 		"RAFT_LOG_MOVE_BEGIN":       1,
 		"RAFT_LOG_MOVE_ABORT":       2,
+		"RAFT_LOG_MOVE_DONE":        3,
 	}
 )
 
@@ -3732,6 +3737,7 @@ type DescribeBrokerResponse struct {
 	RaftLog            RaftLogPlace           `protobuf:"varint,13,opt,name=raft_log,json=raftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"raft_log,omitempty"`                  // this replica's
 	GroupRaftLog       RaftLogPlace           `protobuf:"varint,14,opt,name=group_raft_log,json=groupRaftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"group_raft_log,omitempty"` // the group's, as declared (see MasterAnnounce)
 	RaftLogMoveIndex   uint64                 `protobuf:"varint,15,opt,name=raft_log_move_index,json=raftLogMoveIndex,proto3" json:"raft_log_move_index,omitempty"`               // RAFT_LOG_MOVING: the move's entry
+	SnapshotIndex      uint64                 `protobuf:"varint,16,opt,name=snapshot_index,json=snapshotIndex,proto3" json:"snapshot_index,omitempty"`                            // the Raft index of this replica's newest snapshot
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -3867,6 +3873,13 @@ func (x *DescribeBrokerResponse) GetGroupRaftLog() RaftLogPlace {
 func (x *DescribeBrokerResponse) GetRaftLogMoveIndex() uint64 {
 	if x != nil {
 		return x.RaftLogMoveIndex
+	}
+	return 0
+}
+
+func (x *DescribeBrokerResponse) GetSnapshotIndex() uint64 {
+	if x != nil {
+		return x.SnapshotIndex
 	}
 	return 0
 }
@@ -4851,9 +4864,14 @@ func (x *RaftLogMove) GetStep() RaftLogMoveStep {
 	return RaftLogMoveStep_RAFT_LOG_MOVE_UNSPECIFIED
 }
 
+// Begins the move; on a group moving, ends it once every voter keeps its
+// Raft log in the commitlog; or aborts it.
 type MoveRaftLogRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Abort         bool                   `protobuf:"varint,1,opt,name=abort,proto3" json:"abort,omitempty"` // abort the move begun, rather than begin one
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Abort bool                   `protobuf:"varint,1,opt,name=abort,proto3" json:"abort,omitempty"` // abort the move begun, rather than begin or end one
+	// Replica id -> gRPC address, for the master to ask each voter where
+	// it keeps its Raft log (it knows those of past masters only).
+	GrpcAddresses map[int32]string `protobuf:"bytes,2,rep,name=grpc_addresses,json=grpcAddresses,proto3" json:"grpc_addresses,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4895,10 +4913,20 @@ func (x *MoveRaftLogRequest) GetAbort() bool {
 	return false
 }
 
+func (x *MoveRaftLogRequest) GetGrpcAddresses() map[int32]string {
+	if x != nil {
+		return x.GrpcAddresses
+	}
+	return nil
+}
+
 type MoveRaftLogResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GroupRaftLog  RaftLogPlace           `protobuf:"varint,1,opt,name=group_raft_log,json=groupRaftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"group_raft_log,omitempty"`
-	MoveIndex     uint64                 `protobuf:"varint,2,opt,name=move_index,json=moveIndex,proto3" json:"move_index,omitempty"` // RAFT_LOG_MOVING: the move's entry
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	GroupRaftLog RaftLogPlace           `protobuf:"varint,1,opt,name=group_raft_log,json=groupRaftLog,proto3,enum=raftmq.v1.RaftLogPlace" json:"group_raft_log,omitempty"`
+	MoveIndex    uint64                 `protobuf:"varint,2,opt,name=move_index,json=moveIndex,proto3" json:"move_index,omitempty"` // RAFT_LOG_MOVING: the move's entry
+	// RAFT_LOG_MOVING: the voters that still keep their Raft log in a WAL
+	// (restart each with --raft-log commitlog, then ask again).
+	WalReplicas   []int32 `protobuf:"varint,3,rep,packed,name=wal_replicas,json=walReplicas,proto3" json:"wal_replicas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4945,6 +4973,13 @@ func (x *MoveRaftLogResponse) GetMoveIndex() uint64 {
 		return x.MoveIndex
 	}
 	return 0
+}
+
+func (x *MoveRaftLogResponse) GetWalReplicas() []int32 {
+	if x != nil {
+		return x.WalReplicas
+	}
+	return nil
 }
 
 // Issues a producer id, or a new epoch of one (broker/producers.go).
@@ -6548,7 +6583,7 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12!\n" +
 	"\fgrpc_address\x18\x02 \x01(\tR\vgrpcAddress\x12!\n" +
 	"\fraft_address\x18\x03 \x01(\tR\vraftAddress\x12\x16\n" +
-	"\x06master\x18\x04 \x01(\bR\x06master\"\xf9\x04\n" +
+	"\x06master\x18\x04 \x01(\bR\x06master\"\xa0\x05\n" +
 	"\x16DescribeBrokerResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1d\n" +
 	"\n" +
@@ -6566,7 +6601,8 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x14commitlog_max_offset\x18\f \x01(\x03R\x12commitlogMaxOffset\x122\n" +
 	"\braft_log\x18\r \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\araftLog\x12=\n" +
 	"\x0egroup_raft_log\x18\x0e \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\fgroupRaftLog\x12-\n" +
-	"\x13raft_log_move_index\x18\x0f \x01(\x04R\x10raftLogMoveIndex\"T\n" +
+	"\x13raft_log_move_index\x18\x0f \x01(\x04R\x10raftLogMoveIndex\x12%\n" +
+	"\x0esnapshot_index\x18\x10 \x01(\x04R\rsnapshotIndex\"T\n" +
 	"\x14CopyCommitlogRequest\x12\x1f\n" +
 	"\vfrom_offset\x18\x01 \x01(\x03R\n" +
 	"fromOffset\x12\x1b\n" +
@@ -6632,13 +6668,18 @@ const file_raftmq_proto_rawDesc = "" +
 	" \x01(\v2\x16.raftmq.v1.RaftLogMoveH\x00R\vmoveRaftLogB\t\n" +
 	"\acommand\"=\n" +
 	"\vRaftLogMove\x12.\n" +
-	"\x04step\x18\x01 \x01(\x0e2\x1a.raftmq.v1.RaftLogMoveStepR\x04step\"*\n" +
+	"\x04step\x18\x01 \x01(\x0e2\x1a.raftmq.v1.RaftLogMoveStepR\x04step\"\xc5\x01\n" +
 	"\x12MoveRaftLogRequest\x12\x14\n" +
-	"\x05abort\x18\x01 \x01(\bR\x05abort\"s\n" +
+	"\x05abort\x18\x01 \x01(\bR\x05abort\x12W\n" +
+	"\x0egrpc_addresses\x18\x02 \x03(\v20.raftmq.v1.MoveRaftLogRequest.GrpcAddressesEntryR\rgrpcAddresses\x1a@\n" +
+	"\x12GrpcAddressesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x01\n" +
 	"\x13MoveRaftLogResponse\x12=\n" +
 	"\x0egroup_raft_log\x18\x01 \x01(\x0e2\x17.raftmq.v1.RaftLogPlaceR\fgroupRaftLog\x12\x1d\n" +
 	"\n" +
-	"move_index\x18\x02 \x01(\x04R\tmoveIndex\"X\n" +
+	"move_index\x18\x02 \x01(\x04R\tmoveIndex\x12!\n" +
+	"\fwal_replicas\x18\x03 \x03(\x05R\vwalReplicas\"X\n" +
 	"\fInitProducer\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12'\n" +
@@ -6795,11 +6836,12 @@ const file_raftmq_proto_rawDesc = "" +
 	"\x12TransactionOutcome\x12\x17\n" +
 	"\x13TRANSACTION_UNKNOWN\x10\x00\x12\x16\n" +
 	"\x12TRANSACTION_COMMIT\x10\x01\x12\x18\n" +
-	"\x14TRANSACTION_ROLLBACK\x10\x02*b\n" +
+	"\x14TRANSACTION_ROLLBACK\x10\x02*z\n" +
 	"\x0fRaftLogMoveStep\x12\x1d\n" +
 	"\x19RAFT_LOG_MOVE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13RAFT_LOG_MOVE_BEGIN\x10\x01\x12\x17\n" +
-	"\x13RAFT_LOG_MOVE_ABORT\x10\x02*f\n" +
+	"\x13RAFT_LOG_MOVE_ABORT\x10\x02\x12\x16\n" +
+	"\x12RAFT_LOG_MOVE_DONE\x10\x03*f\n" +
 	"\fRaftLogPlace\x12\x17\n" +
 	"\x13RAFT_LOG_UNDECLARED\x10\x00\x12\x10\n" +
 	"\fRAFT_LOG_WAL\x10\x01\x12\x16\n" +
@@ -6862,7 +6904,7 @@ func file_raftmq_proto_rawDescGZIP() []byte {
 }
 
 var file_raftmq_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 100)
+var file_raftmq_proto_msgTypes = make([]protoimpl.MessageInfo, 101)
 var file_raftmq_proto_goTypes = []any{
 	(ErrorReason)(0),                        // 0: raftmq.v1.ErrorReason
 	(PullStatus)(0),                         // 1: raftmq.v1.PullStatus
@@ -6966,10 +7008,11 @@ var file_raftmq_proto_goTypes = []any{
 	(*ListTopicNamesResponse)(nil),          // 99: raftmq.v1.ListTopicNamesResponse
 	(*WatchRoutesRequest)(nil),              // 100: raftmq.v1.WatchRoutesRequest
 	nil,                                     // 101: raftmq.v1.Message.PropertiesEntry
-	nil,                                     // 102: raftmq.v1.TransactionState.HalvesEntry
-	nil,                                     // 103: raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	nil,                                     // 104: raftmq.v1.SendBatch.ScheduleFromEntry
-	nil,                                     // 105: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	nil,                                     // 102: raftmq.v1.MoveRaftLogRequest.GrpcAddressesEntry
+	nil,                                     // 103: raftmq.v1.TransactionState.HalvesEntry
+	nil,                                     // 104: raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	nil,                                     // 105: raftmq.v1.SendBatch.ScheduleFromEntry
+	nil,                                     // 106: raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
 }
 var file_raftmq_proto_depIdxs = []int32{
 	101, // 0: raftmq.v1.Message.properties:type_name -> raftmq.v1.Message.PropertiesEntry
@@ -7015,109 +7058,110 @@ var file_raftmq_proto_depIdxs = []int32{
 	80,  // 40: raftmq.v1.RaftCommand.init_producer:type_name -> raftmq.v1.InitProducer
 	77,  // 41: raftmq.v1.RaftCommand.move_raft_log:type_name -> raftmq.v1.RaftLogMove
 	4,   // 42: raftmq.v1.RaftLogMove.step:type_name -> raftmq.v1.RaftLogMoveStep
-	5,   // 43: raftmq.v1.MoveRaftLogResponse.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
-	82,  // 44: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
-	3,   // 45: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
-	102, // 46: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
-	3,   // 47: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
-	5,   // 48: raftmq.v1.MasterAnnounce.raft_log:type_name -> raftmq.v1.RaftLogPlace
-	87,  // 49: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
-	103, // 50: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
-	104, // 51: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
-	6,   // 52: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
-	18,  // 53: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
-	40,  // 54: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
-	88,  // 55: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
-	47,  // 56: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
-	85,  // 57: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
-	105, // 58: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
-	83,  // 59: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
-	90,  // 60: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
-	5,   // 61: raftmq.v1.BrokerSnapshot.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
-	91,  // 62: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
-	92,  // 63: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
-	62,  // 64: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
-	94,  // 65: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
-	62,  // 66: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
-	97,  // 67: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
-	84,  // 68: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
-	7,   // 69: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
-	8,   // 70: raftmq.v1.Broker.SendMessageStream:input_type -> raftmq.v1.SendStreamRequest
-	14,  // 71: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
-	16,  // 72: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
-	19,  // 73: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
-	21,  // 74: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
-	26,  // 75: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
-	28,  // 76: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
-	30,  // 77: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
-	34,  // 78: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
-	36,  // 79: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
-	38,  // 80: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
-	41,  // 81: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
-	43,  // 82: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
-	45,  // 83: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	48,  // 84: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
-	50,  // 85: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
-	52,  // 86: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
-	54,  // 87: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
-	56,  // 88: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
-	58,  // 89: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
-	59,  // 90: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
-	61,  // 91: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
-	64,  // 92: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
-	66,  // 93: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
-	67,  // 94: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
-	68,  // 95: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
-	69,  // 96: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
-	78,  // 97: raftmq.v1.Broker.MoveRaftLog:input_type -> raftmq.v1.MoveRaftLogRequest
-	72,  // 98: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
-	74,  // 99: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
-	10,  // 100: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
-	93,  // 101: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
-	96,  // 102: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
-	45,  // 103: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
-	100, // 104: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
-	13,  // 105: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
-	9,   // 106: raftmq.v1.Broker.SendMessageStream:output_type -> raftmq.v1.SendStreamResponse
-	15,  // 107: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
-	17,  // 108: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
-	20,  // 109: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
-	22,  // 110: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
-	27,  // 111: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
-	29,  // 112: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
-	33,  // 113: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
-	35,  // 114: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
-	37,  // 115: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
-	39,  // 116: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
-	42,  // 117: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
-	44,  // 118: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
-	46,  // 119: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
-	49,  // 120: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
-	51,  // 121: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
-	53,  // 122: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
-	55,  // 123: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
-	57,  // 124: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
-	60,  // 125: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
-	60,  // 126: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
-	63,  // 127: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
-	65,  // 128: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
-	71,  // 129: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
-	70,  // 130: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
-	70,  // 131: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
-	70,  // 132: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
-	79,  // 133: raftmq.v1.Broker.MoveRaftLog:output_type -> raftmq.v1.MoveRaftLogResponse
-	73,  // 134: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
-	75,  // 135: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
-	11,  // 136: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
-	95,  // 137: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
-	98,  // 138: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
-	99,  // 139: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
-	95,  // 140: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
-	105, // [105:141] is the sub-list for method output_type
-	69,  // [69:105] is the sub-list for method input_type
-	69,  // [69:69] is the sub-list for extension type_name
-	69,  // [69:69] is the sub-list for extension extendee
-	0,   // [0:69] is the sub-list for field type_name
+	102, // 43: raftmq.v1.MoveRaftLogRequest.grpc_addresses:type_name -> raftmq.v1.MoveRaftLogRequest.GrpcAddressesEntry
+	5,   // 44: raftmq.v1.MoveRaftLogResponse.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
+	82,  // 45: raftmq.v1.TransactionUpdate.ends:type_name -> raftmq.v1.TransactionEnd
+	3,   // 46: raftmq.v1.TransactionEnd.outcome:type_name -> raftmq.v1.TransactionOutcome
+	103, // 47: raftmq.v1.TransactionState.halves:type_name -> raftmq.v1.TransactionState.HalvesEntry
+	3,   // 48: raftmq.v1.HalfState.outcome:type_name -> raftmq.v1.TransactionOutcome
+	5,   // 49: raftmq.v1.MasterAnnounce.raft_log:type_name -> raftmq.v1.RaftLogPlace
+	87,  // 50: raftmq.v1.SendBatch.messages:type_name -> raftmq.v1.StoredMessage
+	104, // 51: raftmq.v1.SendBatch.schedule_offsets:type_name -> raftmq.v1.SendBatch.ScheduleOffsetsEntry
+	105, // 52: raftmq.v1.SendBatch.schedule_from:type_name -> raftmq.v1.SendBatch.ScheduleFromEntry
+	6,   // 53: raftmq.v1.StoredMessage.message:type_name -> raftmq.v1.Message
+	18,  // 54: raftmq.v1.OffsetCommit.offsets:type_name -> raftmq.v1.QueueOffset
+	40,  // 55: raftmq.v1.BrokerSnapshot.topics:type_name -> raftmq.v1.TopicConfig
+	88,  // 56: raftmq.v1.BrokerSnapshot.offsets:type_name -> raftmq.v1.OffsetCommit
+	47,  // 57: raftmq.v1.BrokerSnapshot.groups:type_name -> raftmq.v1.SubscriptionGroupConfig
+	85,  // 58: raftmq.v1.BrokerSnapshot.masters:type_name -> raftmq.v1.MasterAnnounce
+	106, // 59: raftmq.v1.BrokerSnapshot.schedule_offsets:type_name -> raftmq.v1.BrokerSnapshot.ScheduleOffsetsEntry
+	83,  // 60: raftmq.v1.BrokerSnapshot.transactions:type_name -> raftmq.v1.TransactionState
+	90,  // 61: raftmq.v1.BrokerSnapshot.producers:type_name -> raftmq.v1.ProducerTable
+	5,   // 62: raftmq.v1.BrokerSnapshot.group_raft_log:type_name -> raftmq.v1.RaftLogPlace
+	91,  // 63: raftmq.v1.ProducerTable.producers:type_name -> raftmq.v1.ProducerState
+	92,  // 64: raftmq.v1.ProducerState.queues:type_name -> raftmq.v1.QueueSequences
+	62,  // 65: raftmq.v1.GroupRoute.replicas:type_name -> raftmq.v1.ReplicaInfo
+	94,  // 66: raftmq.v1.RouteResponse.groups:type_name -> raftmq.v1.GroupRoute
+	62,  // 67: raftmq.v1.ClusterGroup.replicas:type_name -> raftmq.v1.ReplicaInfo
+	97,  // 68: raftmq.v1.ClusterInfoResponse.groups:type_name -> raftmq.v1.ClusterGroup
+	84,  // 69: raftmq.v1.TransactionState.HalvesEntry.value:type_name -> raftmq.v1.HalfState
+	7,   // 70: raftmq.v1.Broker.SendMessage:input_type -> raftmq.v1.SendMessageRequest
+	8,   // 71: raftmq.v1.Broker.SendMessageStream:input_type -> raftmq.v1.SendStreamRequest
+	14,  // 72: raftmq.v1.Broker.PullMessage:input_type -> raftmq.v1.PullMessageRequest
+	16,  // 73: raftmq.v1.Broker.QueryConsumerOffset:input_type -> raftmq.v1.QueryConsumerOffsetRequest
+	19,  // 74: raftmq.v1.Broker.UpdateConsumerOffset:input_type -> raftmq.v1.UpdateConsumerOffsetRequest
+	21,  // 75: raftmq.v1.Broker.ResetConsumerOffset:input_type -> raftmq.v1.ResetConsumerOffsetRequest
+	26,  // 76: raftmq.v1.Broker.Heartbeat:input_type -> raftmq.v1.HeartbeatRequest
+	28,  // 77: raftmq.v1.Broker.GetConsumerList:input_type -> raftmq.v1.GetConsumerListRequest
+	30,  // 78: raftmq.v1.Broker.DescribeConsumerGroups:input_type -> raftmq.v1.DescribeConsumerGroupsRequest
+	34,  // 79: raftmq.v1.Broker.ConsumerSendBack:input_type -> raftmq.v1.ConsumerSendBackRequest
+	36,  // 80: raftmq.v1.Broker.LockQueues:input_type -> raftmq.v1.LockQueuesRequest
+	38,  // 81: raftmq.v1.Broker.UnlockQueues:input_type -> raftmq.v1.UnlockQueuesRequest
+	41,  // 82: raftmq.v1.Broker.CreateTopic:input_type -> raftmq.v1.CreateTopicRequest
+	43,  // 83: raftmq.v1.Broker.DeleteTopic:input_type -> raftmq.v1.DeleteTopicRequest
+	45,  // 84: raftmq.v1.Broker.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	48,  // 85: raftmq.v1.Broker.UpsertSubscriptionGroup:input_type -> raftmq.v1.UpsertSubscriptionGroupRequest
+	50,  // 86: raftmq.v1.Broker.DeleteSubscriptionGroup:input_type -> raftmq.v1.DeleteSubscriptionGroupRequest
+	52,  // 87: raftmq.v1.Broker.ListSubscriptionGroups:input_type -> raftmq.v1.ListSubscriptionGroupsRequest
+	54,  // 88: raftmq.v1.Broker.GetQueueOffsets:input_type -> raftmq.v1.GetQueueOffsetsRequest
+	56,  // 89: raftmq.v1.Broker.SearchOffsetByTime:input_type -> raftmq.v1.SearchOffsetByTimeRequest
+	58,  // 90: raftmq.v1.Broker.QueryMessageById:input_type -> raftmq.v1.QueryMessageByIdRequest
+	59,  // 91: raftmq.v1.Broker.QueryMessageByKey:input_type -> raftmq.v1.QueryMessageByKeyRequest
+	61,  // 92: raftmq.v1.Broker.DescribeBroker:input_type -> raftmq.v1.DescribeBrokerRequest
+	64,  // 93: raftmq.v1.Broker.CopyCommitlog:input_type -> raftmq.v1.CopyCommitlogRequest
+	66,  // 94: raftmq.v1.Broker.ChecksumCommitlog:input_type -> raftmq.v1.ChecksumCommitlogRequest
+	67,  // 95: raftmq.v1.Broker.AddReplica:input_type -> raftmq.v1.AddReplicaRequest
+	68,  // 96: raftmq.v1.Broker.RemoveReplica:input_type -> raftmq.v1.RemoveReplicaRequest
+	69,  // 97: raftmq.v1.Broker.TransferLeader:input_type -> raftmq.v1.TransferLeaderRequest
+	78,  // 98: raftmq.v1.Broker.MoveRaftLog:input_type -> raftmq.v1.MoveRaftLogRequest
+	72,  // 99: raftmq.v1.Broker.EndTransaction:input_type -> raftmq.v1.EndTransactionRequest
+	74,  // 100: raftmq.v1.Broker.CheckTransactions:input_type -> raftmq.v1.TransactionCheckStreamRequest
+	10,  // 101: raftmq.v1.Broker.InitProducer:input_type -> raftmq.v1.InitProducerRequest
+	93,  // 102: raftmq.v1.NameServer.GetRoute:input_type -> raftmq.v1.GetRouteRequest
+	96,  // 103: raftmq.v1.NameServer.GetClusterInfo:input_type -> raftmq.v1.GetClusterInfoRequest
+	45,  // 104: raftmq.v1.NameServer.ListTopics:input_type -> raftmq.v1.ListTopicsRequest
+	100, // 105: raftmq.v1.NameServer.WatchRoutes:input_type -> raftmq.v1.WatchRoutesRequest
+	13,  // 106: raftmq.v1.Broker.SendMessage:output_type -> raftmq.v1.SendMessageResponse
+	9,   // 107: raftmq.v1.Broker.SendMessageStream:output_type -> raftmq.v1.SendStreamResponse
+	15,  // 108: raftmq.v1.Broker.PullMessage:output_type -> raftmq.v1.PullMessageResponse
+	17,  // 109: raftmq.v1.Broker.QueryConsumerOffset:output_type -> raftmq.v1.QueryConsumerOffsetResponse
+	20,  // 110: raftmq.v1.Broker.UpdateConsumerOffset:output_type -> raftmq.v1.UpdateConsumerOffsetResponse
+	22,  // 111: raftmq.v1.Broker.ResetConsumerOffset:output_type -> raftmq.v1.ResetConsumerOffsetResponse
+	27,  // 112: raftmq.v1.Broker.Heartbeat:output_type -> raftmq.v1.HeartbeatResponse
+	29,  // 113: raftmq.v1.Broker.GetConsumerList:output_type -> raftmq.v1.GetConsumerListResponse
+	33,  // 114: raftmq.v1.Broker.DescribeConsumerGroups:output_type -> raftmq.v1.DescribeConsumerGroupsResponse
+	35,  // 115: raftmq.v1.Broker.ConsumerSendBack:output_type -> raftmq.v1.ConsumerSendBackResponse
+	37,  // 116: raftmq.v1.Broker.LockQueues:output_type -> raftmq.v1.LockQueuesResponse
+	39,  // 117: raftmq.v1.Broker.UnlockQueues:output_type -> raftmq.v1.UnlockQueuesResponse
+	42,  // 118: raftmq.v1.Broker.CreateTopic:output_type -> raftmq.v1.CreateTopicResponse
+	44,  // 119: raftmq.v1.Broker.DeleteTopic:output_type -> raftmq.v1.DeleteTopicResponse
+	46,  // 120: raftmq.v1.Broker.ListTopics:output_type -> raftmq.v1.ListTopicsResponse
+	49,  // 121: raftmq.v1.Broker.UpsertSubscriptionGroup:output_type -> raftmq.v1.UpsertSubscriptionGroupResponse
+	51,  // 122: raftmq.v1.Broker.DeleteSubscriptionGroup:output_type -> raftmq.v1.DeleteSubscriptionGroupResponse
+	53,  // 123: raftmq.v1.Broker.ListSubscriptionGroups:output_type -> raftmq.v1.ListSubscriptionGroupsResponse
+	55,  // 124: raftmq.v1.Broker.GetQueueOffsets:output_type -> raftmq.v1.GetQueueOffsetsResponse
+	57,  // 125: raftmq.v1.Broker.SearchOffsetByTime:output_type -> raftmq.v1.SearchOffsetByTimeResponse
+	60,  // 126: raftmq.v1.Broker.QueryMessageById:output_type -> raftmq.v1.QueryMessageResponse
+	60,  // 127: raftmq.v1.Broker.QueryMessageByKey:output_type -> raftmq.v1.QueryMessageResponse
+	63,  // 128: raftmq.v1.Broker.DescribeBroker:output_type -> raftmq.v1.DescribeBrokerResponse
+	65,  // 129: raftmq.v1.Broker.CopyCommitlog:output_type -> raftmq.v1.CommitlogChunk
+	71,  // 130: raftmq.v1.Broker.ChecksumCommitlog:output_type -> raftmq.v1.ChecksumCommitlogResponse
+	70,  // 131: raftmq.v1.Broker.AddReplica:output_type -> raftmq.v1.MembershipResponse
+	70,  // 132: raftmq.v1.Broker.RemoveReplica:output_type -> raftmq.v1.MembershipResponse
+	70,  // 133: raftmq.v1.Broker.TransferLeader:output_type -> raftmq.v1.MembershipResponse
+	79,  // 134: raftmq.v1.Broker.MoveRaftLog:output_type -> raftmq.v1.MoveRaftLogResponse
+	73,  // 135: raftmq.v1.Broker.EndTransaction:output_type -> raftmq.v1.EndTransactionResponse
+	75,  // 136: raftmq.v1.Broker.CheckTransactions:output_type -> raftmq.v1.TransactionCheck
+	11,  // 137: raftmq.v1.Broker.InitProducer:output_type -> raftmq.v1.InitProducerResponse
+	95,  // 138: raftmq.v1.NameServer.GetRoute:output_type -> raftmq.v1.RouteResponse
+	98,  // 139: raftmq.v1.NameServer.GetClusterInfo:output_type -> raftmq.v1.ClusterInfoResponse
+	99,  // 140: raftmq.v1.NameServer.ListTopics:output_type -> raftmq.v1.ListTopicNamesResponse
+	95,  // 141: raftmq.v1.NameServer.WatchRoutes:output_type -> raftmq.v1.RouteResponse
+	106, // [106:142] is the sub-list for method output_type
+	70,  // [70:106] is the sub-list for method input_type
+	70,  // [70:70] is the sub-list for extension type_name
+	70,  // [70:70] is the sub-list for extension extendee
+	0,   // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_raftmq_proto_init() }
@@ -7149,7 +7193,7 @@ func file_raftmq_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raftmq_proto_rawDesc), len(file_raftmq_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   100,
+			NumMessages:   101,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -98,16 +98,19 @@ func moveRaftLogCommand(ns *string) *cobra.Command {
 	var abort bool
 	cmd := &cobra.Command{
 		Use:   "move-raft-log",
-		Short: "begin moving a broker group's Raft log from its WAL into the commitlog (pauses writes), or abort the move",
-		Long: `Begin the move of broker group --group's Raft log from each replica's WAL
-into its commitlog (docs/commitlog-raft-log.md), through its master: from
-the move's entry on, the group refuses writes (sends, delayed messages'
-moves, transactions' ends, topic deletions) with WRITES_PAUSED, so that
-every replica's commitlog ends in the same place, and each replica takes a
-snapshot. Reads, consumer offsets and metadata go on. The replicas'
-conversion when restarted with --raft-log commitlog is not built yet:
---abort takes the group back to its WAL and resumes writes. Running it
-again changes nothing. Prints GROUP RAFT_LOG MOVE_INDEX.`,
+		Short: "move a broker group's Raft log from its replicas' WALs into their commitlogs (writes pause meanwhile)",
+		Long: `Move broker group --group's Raft log from each replica's WAL into its
+commitlog (docs/commitlog-raft-log.md), through its master. The first run
+begins the move: from the move's entry on, the group refuses writes
+(sends, delayed messages' moves, transactions' ends, topic deletions)
+with WRITES_PAUSED, so that every replica's commitlog ends in the same
+place, and each replica takes a snapshot. Reads, consumer offsets and
+metadata go on. Then restart each replica with --raft-log commitlog: it
+moves its WAL into its commitlog as it starts. Run the command again: once
+every voter keeps its log in the commitlog it ends the move, and writes
+resume; until then it lists the voters still on their WAL. --abort takes
+the group back to its WAL and resumes writes, while no voter has moved.
+Prints GROUP RAFT_LOG MOVE_INDEX WAL_REPLICAS.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if group == "" {
 				return errors.New("--group is required")
@@ -117,26 +120,35 @@ again changes nothing. Prints GROUP RAFT_LOG MOVE_INDEX.`,
 				if err != nil {
 					return err
 				}
+				// The master asks each voter where it keeps its log, at
+				// the address the name servers know.
+				req := &pb.MoveRaftLogRequest{Abort: abort, GrpcAddresses: map[int32]string{}}
+				for _, r := range groups[0].Replicas {
+					req.GrpcAddresses[r.Id] = r.GrpcAddress
+				}
 				var resp *pb.MoveRaftLogResponse
 				if err := a.onMasterWithin(cmd.Context(), groups[0], 15*time.Second, func(ctx context.Context, b pb.BrokerClient) (err error) {
-					resp, err = b.MoveRaftLog(ctx, &pb.MoveRaftLogRequest{Abort: abort})
+					resp, err = b.MoveRaftLog(ctx, req)
 					return err
 				}); err != nil {
 					return err
 				}
 				w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-				fmt.Fprintln(w, "GROUP\tRAFT_LOG\tMOVE_INDEX")
-				place, index := strings.ToLower(strings.TrimPrefix(resp.GroupRaftLog.String(), "RAFT_LOG_")), "-"
+				fmt.Fprintln(w, "GROUP\tRAFT_LOG\tMOVE_INDEX\tWAL_REPLICAS")
+				place, index, wal := strings.ToLower(strings.TrimPrefix(resp.GroupRaftLog.String(), "RAFT_LOG_")), "-", "-"
 				if resp.MoveIndex > 0 {
 					index = fmt.Sprint(resp.MoveIndex)
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\n", group, place, index)
+				if len(resp.WalReplicas) > 0 {
+					wal = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(resp.WalReplicas)), ","), "[]")
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", group, place, index, wal)
 				return w.Flush()
 			})
 		},
 	}
 	cmd.Flags().StringVar(&group, "group", "", "broker group")
-	cmd.Flags().BoolVar(&abort, "abort", false, "abort the move begun: back to the WAL, writes resumed")
+	cmd.Flags().BoolVar(&abort, "abort", false, "abort the move begun, while no voter has moved: back to the WAL, writes resumed")
 	return cmd
 }
 
