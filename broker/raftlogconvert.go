@@ -40,9 +40,9 @@ func moveIntoCommitlog(cfg Config) error {
 		return err
 	}
 	if meta == nil || snap.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_MOVING || snap.RaftLogMoveIndex == 0 || meta.Index < snap.RaftLogMoveIndex {
-		newest := "it has no snapshot"
+		newest := "no snapshot taken since"
 		if meta != nil {
-			newest = fmt.Sprintf("its newest snapshot (Raft index %d) is from before", meta.Index)
+			newest = fmt.Sprintf("its newest snapshot (Raft index %d) from before", meta.Index)
 		}
 		return fmt.Errorf("broker: %s holds a Raft log in its WAL, and %s its group began moving into the commitlog: start it with --raft-log wal, or begin the move (raftmq group move-raft-log, which answers once every replica has the snapshot it moves from)",
 			cfg.Raft.Dir, newest)
@@ -71,7 +71,7 @@ func moveIntoCommitlog(cfg Config) error {
 	if err := cluster.FinishWALMove(cfg.Raft.Dir); err != nil {
 		return err
 	}
-	cfg.Logger.Info("Raft log moved from the WAL into the commitlog", "move_index", x, "snapshot_index", meta.Index, "frames_from", snap.RaftLogEnd)
+	cfg.Logger.Info("Raft log moved from the WAL into the commitlog", "move_index", x, "snapshot_index", meta.Index, "frames_from", snap.CommitlogMaxOffset)
 	return nil
 }
 

@@ -29,19 +29,16 @@ import (
 // moves as one: every replica must begin framing at the same Raft index,
 // after the same commitlog. The move's entry (a RaftLogMove BEGIN, which
 // `raftmq group move-raft-log` proposes through the master) is that index
-// X. Applying it makes the group's place RAFT_LOG_MOVING, and from it on
-// no entry writes to the commitlog: a send, a schedule move, a
-// transaction's end or a topic's deletion applied while moving is refused
-// (WRITES_PAUSED) and writes nothing. The rule is the state machine's, so
-// it holds on every replica whatever a master proposed, an entry in flight
-// past X or an old master's included; so every replica's commitlog ends
-// where X left it. Each replica snapshots on applying X: the conversion at
-// its restart will start from a snapshot at or after X.
-//
-// The master refuses those writes before proposing them too, from the
-// move's entry on (writeGate; a new master applies X in its barrier), and
-// its schedule and transaction loops idle, rather than fill the log with
-// refused entries. Reads, consumers' offsets and metadata go on.
+// X. From it on no entry writes to the commitlog, so every replica's
+// commitlog ends where X left it: the master proposes no send, schedule
+// move, transaction update or topic deletion after X (writeGate; a new
+// master applies X in its barrier before it serves), its schedule and
+// transaction loops idle, and such a write gets WRITES_PAUSED. Applying X
+// makes the group's place RAFT_LOG_MOVING, and a state machine refuses
+// such an entry after it all the same (refusePaused): only a master
+// without the gate (an older raftmq) can have proposed one. Reads,
+// consumers' offsets and metadata go on. Each replica snapshots on
+// applying X: its move at restart starts from a snapshot at or after X.
 //
 // While the group moves, its replicas keep their Raft logs in both places
 // (checkRaftLog accepts either). `raftmq group move-raft-log` run again
@@ -184,68 +181,82 @@ func (g *writeGate) close(start func() (raft.ApplyFuture, error)) (raft.ApplyFut
 // reopen leaves the pause to the group's place alone.
 func (g *writeGate) reopen() { g.proposed.Store(false) }
 
-// MoveRaftLog begins the move on the master, or aborts it, and answers
-// with the group's place.
+// MoveRaftLog begins the move on the master, ends it once every voter
+// has moved, or aborts it, and answers with the group's place.
 func (s *service) MoveRaftLog(ctx context.Context, req *pb.MoveRaftLogRequest) (*pb.MoveRaftLogResponse, error) {
 	b := s.b
 	if err := b.requireMaster(); err != nil {
 		return nil, err
 	}
-	place := b.fsm.groupRaftLog()
-	if req.Abort {
-		if place == pb.RaftLogPlace_RAFT_LOG_MOVING {
-			logs, err := b.voterLogs(ctx, req.GrpcAddresses)
-			if err != nil {
-				return nil, err
-			}
-			var moved []int32
-			for _, v := range logs {
-				if v.place == pb.RaftLogPlace_RAFT_LOG_COMMITLOG {
-					moved = append(moved, v.id)
-				}
-			}
-			if len(moved) > 0 {
-				return nil, conflict(fmt.Sprintf("replicas %v moved into the commitlog, so the move can only end: restart the others with --raft-log commitlog, then move-raft-log again", moved))
-			}
-			if _, err := b.propose(ctx, moveCommand(pb.RaftLogMoveStep_RAFT_LOG_MOVE_ABORT)); err != nil {
-				return nil, err
-			}
-		}
-		b.gate.reopen() // a begin whose entry never made it pauses no more
-		return b.moveState(), nil
-	}
-	switch place {
-	case pb.RaftLogPlace_RAFT_LOG_MOVING:
-		wal, _, err := b.votersOnWAL(ctx, req.GrpcAddresses, b.fsm.moveIndex.Load())
-		if err != nil {
-			return nil, err
-		}
-		if len(wal) > 0 {
-			resp := b.moveState()
-			resp.WalReplicas = wal
-			return resp, nil
-		}
-		if _, err := b.propose(ctx, moveCommand(pb.RaftLogMoveStep_RAFT_LOG_MOVE_DONE)); err != nil {
-			return nil, err
-		}
-		b.gate.reopen()
-		return b.moveState(), nil
-	case pb.RaftLogPlace_RAFT_LOG_WAL:
+	switch place := b.fsm.groupRaftLog(); {
+	case req.Abort:
+		return b.abortMove(ctx, req.GrpcAddresses)
+	case place == pb.RaftLogPlace_RAFT_LOG_MOVING:
+		return b.endMoveOnceMoved(ctx, req.GrpcAddresses)
+	case place == pb.RaftLogPlace_RAFT_LOG_WAL:
+		return b.beginMove(ctx, req.GrpcAddresses)
 	default:
 		return nil, errNotAWALGroup(place)
 	}
+}
+
+// beginMove proposes the move's entry through the gate, and answers once
+// every voter has the snapshot it moves from.
+func (b *Broker) beginMove(ctx context.Context, addrs map[int32]string) (*pb.MoveRaftLogResponse, error) {
 	_, err := b.proposeVia(ctx, moveCommand(pb.RaftLogMoveStep_RAFT_LOG_MOVE_BEGIN), func(data []byte, timeout time.Duration) (raft.ApplyFuture, error) {
 		return b.gate.close(func() (raft.ApplyFuture, error) { return b.proposer.start(data, false, timeout) })
 	})
 	if err != nil {
 		return nil, err
 	}
-	// Answered once every voter has the snapshot it moves from.
 	resp := b.moveState()
-	if resp.WalReplicas, _, err = b.votersOnWAL(ctx, req.GrpcAddresses, resp.MoveIndex); err != nil {
+	if resp.WalReplicas, err = b.votersOnWAL(ctx, addrs, resp.MoveIndex); err != nil {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// endMoveOnceMoved proposes the move's end when every voter keeps its
+// Raft log in the commitlog, and otherwise answers which do not.
+func (b *Broker) endMoveOnceMoved(ctx context.Context, addrs map[int32]string) (*pb.MoveRaftLogResponse, error) {
+	wal, err := b.votersOnWAL(ctx, addrs, b.fsm.moveIndex.Load())
+	if err != nil {
+		return nil, err
+	}
+	if len(wal) > 0 {
+		resp := b.moveState()
+		resp.WalReplicas = wal
+		return resp, nil
+	}
+	if _, err := b.propose(ctx, moveCommand(pb.RaftLogMoveStep_RAFT_LOG_MOVE_DONE)); err != nil {
+		return nil, err
+	}
+	b.gate.reopen()
+	return b.moveState(), nil
+}
+
+// abortMove proposes the move's abort while no voter has moved.
+func (b *Broker) abortMove(ctx context.Context, addrs map[int32]string) (*pb.MoveRaftLogResponse, error) {
+	if b.fsm.moving() {
+		logs, err := b.voterLogs(ctx, addrs)
+		if err != nil {
+			return nil, err
+		}
+		var moved []int32
+		for _, v := range logs {
+			if v.place == pb.RaftLogPlace_RAFT_LOG_COMMITLOG {
+				moved = append(moved, v.id)
+			}
+		}
+		if len(moved) > 0 {
+			return nil, conflict(fmt.Sprintf("replicas %v moved into the commitlog, so the move can only end: restart the others with --raft-log commitlog, then move-raft-log again", moved))
+		}
+		if _, err := b.propose(ctx, moveCommand(pb.RaftLogMoveStep_RAFT_LOG_MOVE_ABORT)); err != nil {
+			return nil, err
+		}
+	}
+	b.gate.reopen() // a begin whose entry never made it pauses no more
+	return b.moveState(), nil
 }
 
 func moveCommand(step pb.RaftLogMoveStep) *pb.RaftCommand {
@@ -293,17 +304,16 @@ func (b *Broker) voterLogs(ctx context.Context, addrs map[int32]string) ([]voter
 	return out, nil
 }
 
-// votersOnWAL returns the voters that keep their Raft log in a WAL and
-// how many voters there are, once every one of those has a snapshot at
-// or after the move's entry x, which it moves from (raftlogconvert.go):
+// votersOnWAL returns the voters that keep their Raft log in a WAL, once
+// every one of them has a snapshot at or after the move's entry x, which it moves from (raftlogconvert.go):
 // the caller may restart them in the commitlog then. It waits for those
 // snapshots (the state machines ask for them as they apply x) until ctx
 // ends.
-func (b *Broker) votersOnWAL(ctx context.Context, addrs map[int32]string, x uint64) ([]int32, int, error) {
+func (b *Broker) votersOnWAL(ctx context.Context, addrs map[int32]string, x uint64) ([]int32, error) {
 	for {
 		logs, err := b.voterLogs(ctx, addrs)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		var wal, behind []int32
 		for _, v := range logs {
@@ -315,11 +325,11 @@ func (b *Broker) votersOnWAL(ctx context.Context, addrs map[int32]string, x uint
 			}
 		}
 		if len(behind) == 0 {
-			return wal, len(logs), nil
+			return wal, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, 0, statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, fmt.Sprintf("replicas %v have no snapshot since the move's entry %d, which they move from: ask again", behind, x), nil)
+			return nil, statusError(codes.DeadlineExceeded, pb.ErrorReason_TIMEOUT, fmt.Sprintf("replicas %v have no snapshot since the move's entry %d, which they move from: ask again", behind, x), nil)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

@@ -27,7 +27,9 @@ import (
 // every replica's commitlog ends where the entry left it; each replica
 // snapshots at or after it; the state survives a restart and a new
 // master; and an abort resumes writes. Without the state machine's rule a
-// send entry proposed past the master's check is stored on every replica.
+// send entry proposed past the master's check is stored on every replica;
+// a replica whose WAL holds one refuses to move into the commitlog, and
+// can start on its WAL still.
 func TestAMovingGroupPausesWrites(t *testing.T) {
 	g := newGroup(t, 3, nil)
 	g.createTopic("mv", 2)
@@ -130,9 +132,19 @@ func TestAMovingGroupPausesWrites(t *testing.T) {
 		t.Fatalf("a send entry applied while moving: %+v, want errWritesPaused", r)
 	}
 
-	// A follower restarted, then a new master: still moving.
+	// A follower restarted, then a new master: still moving. Started in
+	// the commitlog first, the follower refuses to move a WAL that holds
+	// that send entry after the move's, and starts on its WAL after.
 	follower := (m + 1) % 3
 	g.stop(follower)
+	inCommitlog := g.cfgs[follower]
+	inCommitlog.Store.RaftLog = true
+	if b, err := Start(inCommitlog); err == nil || !strings.Contains(err.Error(), "writes to the commitlog") {
+		if err == nil {
+			b.Close()
+		}
+		t.Fatalf("a move of a WAL holding a send after the move's entry: %v", err)
+	}
 	g.start(follower)
 	g.waitMoving(moved.MoveIndex)
 	if err := g.brokers[m].TransferLeadership(); err != nil {

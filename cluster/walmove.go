@@ -40,11 +40,12 @@ func WALToMove(dir string) (bool, error) {
 }
 
 // StoreWALEntries begins the move of the WAL under cfg.Dir into
-// cfg.EntryLog: it marks the move begun, then stores the WAL's entries
-// from index from to its last through the log store a member in the
-// commitlog runs on, as it would have stored them from Raft, each checked
-// by check first. The WAL must hold from (unless it ends before it). It
-// does not finish the move (FinishWALMove).
+// cfg.EntryLog: the WAL's entries from index from to its last, each
+// accepted by check, are stored through the log store a member in the
+// commitlog runs on, as it would have stored them from Raft. The move is
+// marked begun only once every entry is accepted: a refusal leaves the
+// member to start on its WAL again. The WAL must hold from (unless it
+// ends before it). It does not finish the move (FinishWALMove).
 func StoreWALEntries(cfg RaftConfig, from uint64, check func(*raft.Log) error) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -52,9 +53,6 @@ func StoreWALEntries(cfg RaftConfig, from uint64, check func(*raft.Log) error) e
 	}
 	if cfg.EntryLog == nil || cfg.RecordsAt == nil {
 		return errors.New("cluster: moving a WAL needs RaftConfig.EntryLog and RecordsAt")
-	}
-	if err := writeMarker(filepath.Join(cfg.Dir, movingMarker)); err != nil {
-		return err
 	}
 	walDir := filepath.Join(cfg.Dir, walDirName)
 	w, err := openWAL(walDir, cfg.LogSegmentSize, hclog.NewNullLogger())
@@ -76,15 +74,31 @@ func StoreWALEntries(cfg RaftConfig, from uint64, check func(*raft.Log) error) e
 	if first > from {
 		return fmt.Errorf("cluster: %s begins at Raft entry %d, after entry %d, the first the move stores: this replica cannot move; replace it (an empty data directory, raftmq group add-replica)", walDir, first, from)
 	}
+	read := func(i uint64) (*raft.Log, error) {
+		l := new(raft.Log)
+		if err := w.GetLog(i, l); err != nil {
+			return nil, fmt.Errorf("cluster: %s: read entry %d: %w", walDir, i, err)
+		}
+		return l, nil
+	}
+	for i := from; i <= last; i++ {
+		l, err := read(i)
+		if err == nil {
+			err = check(l)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := writeMarker(filepath.Join(cfg.Dir, movingMarker)); err != nil {
+		return err
+	}
 	store := &commitlogLog{log: cfg.EntryLog, recordsAt: cfg.RecordsAt}
 	var batch []*raft.Log
 	size := 0
 	for i := from; i <= last; i++ {
-		l := new(raft.Log)
-		if err := w.GetLog(i, l); err != nil {
-			return fmt.Errorf("cluster: %s: read entry %d: %w", walDir, i, err)
-		}
-		if err := check(l); err != nil {
+		l, err := read(i)
+		if err != nil {
 			return err
 		}
 		batch, size = append(batch, l), size+len(l.Data)
