@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -21,6 +22,9 @@ type childSpec struct {
 	GRPCAddrs []string
 	RaftAddrs []string
 	RaftLog   bool // Store.RaftLog: the commitlog as the Raft log
+	// KillAfter: the child kills itself (SIGKILL) after this step of a
+	// move into the commitlog (moveStopsAfter), as a crash there would.
+	KillAfter string
 }
 
 // runChildBroker runs one replica until it is killed; it says "ready" on
@@ -33,6 +37,15 @@ func runChildBroker() {
 	}
 	cfg := testConfig(spec.Dir, spec.ID, spec.GRPCAddrs, spec.RaftAddrs)
 	cfg.Store.RaftLog = spec.RaftLog
+	if spec.KillAfter != "" {
+		moveStopsAfter = func(step string) error {
+			if step == spec.KillAfter {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+			return nil
+		}
+	}
 	b, err := Start(cfg)
 	if err != nil {
 		fmt.Println("start:", err)
@@ -47,6 +60,21 @@ func runChildBroker() {
 // serves.
 func startChild(t testing.TB, cfg Config) *exec.Cmd {
 	t.Helper()
+	cmd, out := launchChild(t, cfg, "")
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("child replica %d: %q %v", cfg.ReplicaID, line, err)
+	}
+	return cmd
+}
+
+// launchChild starts replica cfg in a child process (killing itself
+// after step killAfter of a move, when not "") and returns it with its
+// stdout.
+func launchChild(t testing.TB, cfg Config, killAfter string) (*exec.Cmd, io.Reader) {
+	t.Helper()
 	grpcAddrs := make([]string, len(cfg.Raft.Peers))
 	raftAddrs := make([]string, len(cfg.Raft.Peers))
 	for id, addr := range cfg.Raft.Peers {
@@ -57,7 +85,7 @@ func startChild(t testing.TB, cfg Config) *exec.Cmd {
 	// The test config derives every replica's gRPC address from its index;
 	// children need them all only to build the same config.
 	grpcAddrs[cfg.ReplicaID-1] = cfg.GRPCAddr
-	spec, _ := json.Marshal(childSpec{Dir: dirOf(cfg), ID: int(cfg.ReplicaID), GRPCAddrs: grpcAddrs, RaftAddrs: raftAddrs, RaftLog: cfg.Store.RaftLog})
+	spec, _ := json.Marshal(childSpec{Dir: dirOf(cfg), ID: int(cfg.ReplicaID), GRPCAddrs: grpcAddrs, RaftAddrs: raftAddrs, RaftLog: cfg.Store.RaftLog, KillAfter: killAfter})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
 	out, err := cmd.StdoutPipe()
@@ -68,13 +96,7 @@ func startChild(t testing.TB, cfg Config) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("child replica %d: %q %v", cfg.ReplicaID, line, err)
-	}
-	return cmd
+	return cmd, out
 }
 
 // dirOf is the group directory a replica's config was made from.

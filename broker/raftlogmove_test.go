@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -369,4 +370,54 @@ func TestAWALGroupMovesIntoTheCommitlog(t *testing.T) {
 			t.Fatalf("replica %d refused %d entries for the pause: a write passed the master's gate", i+1, n)
 		}
 	}
+}
+
+// Replicas as processes: the first to move is killed (SIGKILL, by itself)
+// after each step of its move, storing the WAL's entries and writing its
+// snapshot again, and started after each; it moves whole at its next
+// start, and the group's commitlogs end byte-identical with every
+// acknowledged send once the move ends.
+func TestKill9DuringAMoveIntoTheCommitlog(t *testing.T) {
+	g := makeGroup(t, 3, true, nil)
+	g.createTopic("mv", 2)
+	acks := g.sendBodies(g.master(), "mv", 2, "before", 0, 40)
+	m := g.master()
+	moved := g.moveRaftLog(m, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for n := range 20 { // entries after the move's, to store in each move
+		if _, err := g.client(m).CreateTopic(ctx, &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: fmt.Sprintf("meta-%d", n), ReadQueues: 1, WriteQueues: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.quiesce()
+	victim := (m + 1) % 3
+	g.stop(victim)
+	g.cfgs[victim].Store.RaftLog = true
+	for _, step := range []string{"entries stored", "snapshot rewritten"} {
+		cmd, _ := launchChild(t, g.cfgs[victim], step)
+		err := cmd.Wait()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("the move killed after %q ended otherwise: %v", step, err)
+		}
+		if _, err := os.Stat(filepath.Join(g.cfgs[victim].Dir, "raft", "raft-log-moving")); err != nil {
+			t.Fatalf("after a kill after %q the move's marker is not there: %v", step, err)
+		}
+	}
+	for _, i := range []int{victim, (m + 2) % 3, m} {
+		if i != victim {
+			g.stop(i)
+			g.cfgs[i].Store.RaftLog = true
+		}
+		g.start(i)
+		waitFor(t, 10*time.Second, func() bool {
+			d := g.describe(i)
+			return d != nil && d.RaftLog == pb.RaftLogPlace_RAFT_LOG_COMMITLOG && d.GroupRaftLog == pb.RaftLogPlace_RAFT_LOG_MOVING && d.RaftLogMoveIndex == moved.MoveIndex
+		})
+	}
+	if done := g.moveRaftLog(g.master(), false); done.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_COMMITLOG {
+		t.Fatalf("the move's end answered %v", done)
+	}
+	acks = append(acks, g.sendBodies(g.master(), "mv", 2, "after", 0, 40)...)
+	g.checkIdentical(acks)
 }
