@@ -75,8 +75,9 @@ func moveIntoCommitlog(cfg Config) error {
 	return nil
 }
 
-// moveStopsAfter, in tests, stops a move after a step, as a crash there
-// would (its error fails the start); nil otherwise.
+// moveStopsAfter is called after each step of a move: a test's error
+// stops the move there, as a crash would, and fails the start. It
+// returns nil outside tests.
 var moveStopsAfter = func(step string) error { return nil }
 
 // newestSnapshot is the member's newest snapshot and its state; nil

@@ -64,7 +64,8 @@ func openMemberLog(cfg RaftConfig, bolt *raftboltdb.BoltStore, hlog hclog.Logger
 // it keeps its log where it began it (CheckRaftLogPlace). A member
 // beginning in the commitlog writes the marker first, so that a crash
 // before its first entry leaves a directory that says so
-// (RaftLogInCommitlog).
+// (RaftLogInCommitlog); one there already removes a WAL that a move's
+// end left (walmove.go).
 func claimLogPlace(cfg RaftConfig) error {
 	if cfg.EntryLog != nil && cfg.RecordsAt == nil {
 		return errors.New("cluster: RaftConfig.EntryLog needs RecordsAt")
