@@ -4870,7 +4870,8 @@ type MoveRaftLogRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Abort bool                   `protobuf:"varint,1,opt,name=abort,proto3" json:"abort,omitempty"` // abort the move begun, rather than begin or end one
 	// Replica id -> gRPC address, for the master to ask each voter where
-	// it keeps its Raft log (it knows those of past masters only).
+	// it keeps its Raft log (else it asks at the address the voter
+	// gossips, or announced as master).
 	GrpcAddresses map[int32]string `protobuf:"bytes,2,rep,name=grpc_addresses,json=grpcAddresses,proto3" json:"grpc_addresses,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

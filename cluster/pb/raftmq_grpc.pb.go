@@ -102,8 +102,9 @@ type BrokerClient interface {
 	AddReplica(ctx context.Context, in *AddReplicaRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
 	RemoveReplica(ctx context.Context, in *RemoveReplicaRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
 	TransferLeader(ctx context.Context, in *TransferLeaderRequest, opts ...grpc.CallOption) (*MembershipResponse, error)
-	// Begins (or aborts) the move of a WAL group's Raft log into the
-	// commitlog, through its master (an admin's right; broker/raftlogmove.go).
+	// Begins the move of a WAL group's Raft log into the commitlog, ends it
+	// once every voter has moved, or aborts it, through its master (an
+	// admin's right; broker/raftlogmove.go).
 	MoveRaftLog(ctx context.Context, in *MoveRaftLogRequest, opts ...grpc.CallOption) (*MoveRaftLogResponse, error)
 	// Transactional messages (broker/transactions.go): a producer ends the
 	// transaction of a half message it sent (a send with the property
@@ -497,8 +498,9 @@ type BrokerServer interface {
 	AddReplica(context.Context, *AddReplicaRequest) (*MembershipResponse, error)
 	RemoveReplica(context.Context, *RemoveReplicaRequest) (*MembershipResponse, error)
 	TransferLeader(context.Context, *TransferLeaderRequest) (*MembershipResponse, error)
-	// Begins (or aborts) the move of a WAL group's Raft log into the
-	// commitlog, through its master (an admin's right; broker/raftlogmove.go).
+	// Begins the move of a WAL group's Raft log into the commitlog, ends it
+	// once every voter has moved, or aborts it, through its master (an
+	// admin's right; broker/raftlogmove.go).
 	MoveRaftLog(context.Context, *MoveRaftLogRequest) (*MoveRaftLogResponse, error)
 	// Transactional messages (broker/transactions.go): a producer ends the
 	// transaction of a half message it sent (a send with the property
