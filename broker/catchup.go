@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -74,7 +73,7 @@ func (b *Broker) peerAddrs() []string {
 
 func (b *Broker) copyFrom(ctx context.Context, addr string, to int64) error {
 	// Only a replica of this group may hand this one its commitlog.
-	conn, err := grpc.NewClient(addr, b.dialCreds(cluster.Want{Cluster: b.cfg.Gossip.Cluster, Role: cluster.IdentityBroker, Group: b.cfg.Group}),
+	conn, err := grpc.NewClient(addr, b.groupReplicaCreds(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponseSize(b.cfg))))
 	if err != nil {
 		return err

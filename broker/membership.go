@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
-	"github.com/raftmq/raftmq/cluster"
 	"github.com/raftmq/raftmq/cluster/pb"
 )
 
@@ -65,7 +64,7 @@ func (s *service) AddReplica(ctx context.Context, req *pb.AddReplicaRequest) (*p
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// Only a replica of this group may be asked: its certificate says so.
-	conn, err := grpc.NewClient(req.GrpcAddress, b.dialCreds(cluster.Want{Cluster: b.cfg.Gossip.Cluster, Role: cluster.IdentityBroker, Group: b.cfg.Group}))
+	conn, err := grpc.NewClient(req.GrpcAddress, b.groupReplicaCreds())
 	if err != nil {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, "grpc_address: "+err.Error())
 	}

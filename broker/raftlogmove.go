@@ -354,7 +354,7 @@ func (b *Broker) describeVoter(ctx context.Context, id int32, addr string) (*pb.
 	if addr == "" {
 		return nil, statusError(codes.Unavailable, pb.ErrorReason_TIMEOUT, fmt.Sprintf("replica %d's gRPC address is not known here (not in the gossip pool, nor named in grpc_addresses): is it running? ask again once it has joined", id), nil)
 	}
-	conn, err := grpc.NewClient(addr, b.dialCreds(cluster.Want{Cluster: b.cfg.Gossip.Cluster, Role: cluster.IdentityBroker, Group: b.cfg.Group}))
+	conn, err := grpc.NewClient(addr, b.groupReplicaCreds())
 	if err != nil {
 		return nil, invalid(pb.ErrorReason_ILLEGAL_ARGUMENT, fmt.Sprintf("replica %d's address %q: %v", id, addr, err))
 	}

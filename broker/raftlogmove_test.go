@@ -91,12 +91,7 @@ func TestAMovingGroupPausesWrites(t *testing.T) {
 		t.Fatalf("the move begun again answered index %d, first %d", again.MoveIndex, moved.MoveIndex)
 	}
 	g.waitMoving(moved.MoveIndex)
-	for i := range g.cfgs {
-		waitFor(t, 10*time.Second, func() bool {
-			snap, _ := strconv.ParseUint(g.brokers[i].Raft().Stats()["last_snapshot_index"], 10, 64)
-			return snap >= moved.MoveIndex
-		})
-	}
+	g.waitSnapshotsFrom(moved.MoveIndex)
 
 	// The master refuses writes; metadata goes on.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -208,6 +203,18 @@ func (g *group) moveRaftLog(i int, abort bool) *pb.MoveRaftLogResponse {
 	return resp
 }
 
+// waitSnapshotsFrom waits until every replica has a snapshot at or after
+// index, the move's entry it moves from.
+func (g *group) waitSnapshotsFrom(index uint64) {
+	g.t.Helper()
+	for i := range g.cfgs {
+		waitFor(g.t, 10*time.Second, func() bool {
+			d := g.describe(i)
+			return d != nil && d.SnapshotIndex >= index
+		})
+	}
+}
+
 // callMoveRaftLog calls MoveRaftLog on replica i, naming every replica's
 // address as the CLI does.
 func (g *group) callMoveRaftLog(i int, abort bool) (*pb.MoveRaftLogResponse, error) {
@@ -258,12 +265,7 @@ func TestAWALGroupMovesIntoTheCommitlog(t *testing.T) {
 	m := g.master()
 	moved := g.moveRaftLog(m, false)
 	g.waitMoving(moved.MoveIndex)
-	for i := range g.cfgs {
-		waitFor(t, 10*time.Second, func() bool {
-			snap, _ := strconv.ParseUint(g.brokers[i].Raft().Stats()["last_snapshot_index"], 10, 64)
-			return snap >= moved.MoveIndex
-		})
-	}
+	g.waitSnapshotsFrom(moved.MoveIndex)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	order := []int{(m + 1) % 3, (m + 2) % 3, m}

@@ -48,3 +48,9 @@ func (b *Broker) dialCreds(want cluster.Want) grpc.DialOption {
 	}
 	return grpc.WithTransportCredentials(credentials.NewTLS(b.cfg.TLS.ClientConfig(want)))
 }
+
+// groupReplicaCreds is dialCreds for a call only a replica of this group
+// may answer: its certificate says so.
+func (b *Broker) groupReplicaCreds() grpc.DialOption {
+	return b.dialCreds(cluster.Want{Cluster: b.cfg.Gossip.Cluster, Role: cluster.IdentityBroker, Group: b.cfg.Group})
+}

@@ -133,11 +133,7 @@ func RaftLogInCommitlog(dir string) (bool, error) {
 
 // markedInCommitlog says whether dir holds the commitlog's marker.
 func markedInCommitlog(dir string) (bool, error) {
-	_, err := os.Stat(filepath.Join(dir, inCommitlogMarker))
-	if err == nil || errors.Is(err, os.ErrNotExist) {
-		return err == nil, nil
-	}
-	return false, fmt.Errorf("cluster: raft log marker: %w", err)
+	return fileExists(filepath.Join(dir, inCommitlogMarker))
 }
 
 // holdsWALorBoltLog names what of a WAL member's dir holds: its WAL's
@@ -145,12 +141,8 @@ func markedInCommitlog(dir string) (bool, error) {
 // it made its WAL's directory). "" when neither is there.
 func holdsWALorBoltLog(dir string) (string, error) {
 	for _, name := range []string{walDirName, walMigratingName, boltFileName} {
-		_, err := os.Stat(filepath.Join(dir, name))
-		if err == nil {
-			return name, nil
-		}
-		if !errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("cluster: raft log dir: %w", err)
+		if held, err := fileExists(filepath.Join(dir, name)); err != nil || held {
+			return name, err
 		}
 	}
 	return "", nil

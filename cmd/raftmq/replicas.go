@@ -140,7 +140,11 @@ Prints GROUP RAFT_LOG MOVE_INDEX WAL_REPLICAS.`,
 					index = fmt.Sprint(resp.MoveIndex)
 				}
 				if len(resp.WalReplicas) > 0 {
-					wal = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(resp.WalReplicas)), ","), "[]")
+					ids := make([]string, len(resp.WalReplicas))
+					for i, id := range resp.WalReplicas {
+						ids[i] = fmt.Sprint(id)
+					}
+					wal = strings.Join(ids, ",")
 				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", group, place, index, wal)
 				return w.Flush()
