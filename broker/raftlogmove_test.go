@@ -130,7 +130,10 @@ func TestAMovingGroupPausesWrites(t *testing.T) {
 
 	// A follower restarted, then a new master: still moving. Started in
 	// the commitlog first, the follower refuses to move a WAL that holds
-	// that send entry after the move's, and starts on its WAL after.
+	// that send entry after the move's, and starts on its WAL after. It
+	// holds the entry once every replica applied it: a commit needs only
+	// one follower's.
+	g.quiesce()
 	follower := (m + 1) % 3
 	g.stop(follower)
 	inCommitlog := g.cfgs[follower]
