@@ -248,7 +248,8 @@ type listedQueues struct {
 
 // send tries a batch on a queue (chosen by pick, or round robin avoiding
 // the group that failed last) and retries retriable failures within the
-// send timeout: a NOT_LEADER answer redirects to the master it names.
+// send timeout: a NOT_LEADER answer redirects to the master it names,
+// within the same try.
 func (p *Producer) send(ctx context.Context, msgs []*Message, pick func([]MessageQueue) MessageQueue) ([]*SendResult, error) {
 	if err := p.state.running(); err != nil {
 		return nil, err
@@ -278,6 +279,7 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 		avoid     string
 		redirect  string
 		redirectQ MessageQueue
+		hopped    bool          // this try was redirected once already
 		stay      *MessageQueue // the queue of a try with an unknown outcome
 		numbers   *seqAssign    // the send's producer id and sequence on its queue (sequencer.go)
 	)
@@ -287,6 +289,7 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 		if addr != "" {
 			mq = redirectQ
 		} else {
+			hopped = false
 			queues, err := p.writeQueues(ctx, topic)
 			if err != nil {
 				return nil, err
@@ -372,8 +375,13 @@ func (p *Producer) sendTaken(ctx context.Context, msgs []*Message, pick func([]M
 			stay = &mq // the broker deduplicates within its group only
 		}
 		p.r.invalidate(topic)
-		if reason == pb.ErrorReason_NOT_LEADER && meta["leader"] != "" && meta["leader"] != addr {
-			redirect, redirectQ = meta["leader"], mq
+		if reason == pb.ErrorReason_NOT_LEADER && meta["leader"] != "" && meta["leader"] != addr && !hopped {
+			// A hop to the master it names, within this try: a send that
+			// fails ends on a master's answer, not on a slave's pointer
+			// to it (one hop a try, so two replicas naming each other
+			// still use the tries up).
+			redirect, redirectQ, hopped = meta["leader"], mq, true
+			attempt--
 			continue
 		}
 		if pick == nil && stay == nil {

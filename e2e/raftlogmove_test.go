@@ -41,7 +41,10 @@ func TestMoveRaftLogThroughTheCLI(t *testing.T) {
 	// address unchanged. A client asks a replica only when its route names
 	// no master, as right after a group starts until the name servers
 	// confirm the master's claim; in 27 runs since the command waits for
-	// the replicas' snapshots it did not recur. The test asks again.
+	// the replicas' snapshots it did not recur. And the SDK now ends a
+	// failed send on the master's answer, a slave's NOT_LEADER only a hop
+	// within the try (client's TestASendFailsWithTheMastersAnswerNotAHops).
+	// The test still asks again.
 	clustertest.WaitFor(t, 10*time.Second, "a send refused as paused", func() bool {
 		b, err := exec.Command(binPath, "produce", "--topic", "mv", "--body", "paused", "--timeout", "1s", "--namesrv", c.nsGRPC).CombinedOutput()
 		if err == nil {
