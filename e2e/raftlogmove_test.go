@@ -10,6 +10,7 @@ import (
 
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
+	"github.com/raftmq/raftmq/e2e/lazyfs"
 )
 
 // An operator moves a WAL group's Raft log into the commitlog with the
@@ -91,4 +92,117 @@ func TestMoveRaftLogThroughTheCLI(t *testing.T) {
 		t.Fatalf("cluster check after the move:\n%s", out)
 	}
 	t.Logf("cluster check after the move:\n%s", out)
+}
+
+// The move as a drill, under the drills' load: the group (broker
+// processes whose data dirs are lazyfs mounts) loses power, every replica
+// at once, right after the move begins, again once one replica has
+// moved, and again once the move has ended. After a cut every replica
+// starts with --raft-log auto, in the place its data dir holds, as an
+// operator's unchanged command line would start it. The move survives
+// each cut: still begun after the first two (the group paused, the moved
+// replica in the commitlog, the others on their WAL), ended after the
+// last; writes resume; no acknowledged message is lost and the
+// replicas' commitlogs are identical.
+func TestDrillGroupPowerLossDuringARaftLogMove(t *testing.T) {
+	if err := lazyfs.Available(); err != nil {
+		t.Skip(err.Error() + " (CI runs the power-loss drills as root)")
+	}
+	c := procClusterAddrs(t)
+	c.diskOpts = &lazyfs.Options{}
+	c.brokerFlags = []string{"--raft-log", "wal"}
+	c.run()
+	c.master()
+	places := func(group pb.RaftLogPlace, moved map[int]bool) string {
+		return fmt.Sprintf("the group %v, replicas %v in the commitlog, the others on their WAL", group, moved)
+	}
+	waitPlaces := func(group pb.RaftLogPlace, moved map[int]bool) {
+		t.Helper()
+		clustertest.WaitFor(t, 30*time.Second, places(group, moved), func() bool {
+			for i := range 3 {
+				d := c.describe(i)
+				want := pb.RaftLogPlace_RAFT_LOG_WAL
+				if moved[i] {
+					want = pb.RaftLogPlace_RAFT_LOG_COMMITLOG
+				}
+				if d == nil || d.GroupRaftLog != group || d.RaftLog != want {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	// cutAll cuts the group's power and starts it again, each replica in
+	// the place its data dir holds.
+	cutAll := func(when string, group pb.RaftLogPlace, moved map[int]bool) {
+		t.Helper()
+		c.brokerFlags = nil
+		c.powerLoss(true, 0, 1, 2)
+		c.startAll(0, 1, 2)
+		c.master()
+		waitPlaces(group, moved)
+		t.Logf("power cut %s: %s", when, places(group, moved))
+	}
+	move := func() string {
+		return c.raftmq("group", "move-raft-log", "--group", "broker-a")
+	}
+	// moveAt restarts replica i with --raft-log commitlog, moving it, and
+	// waits until it has caught up and the name servers list it again
+	// (the master asks it where it keeps its log at that address).
+	moveAt := func(i int) {
+		t.Helper()
+		c.brokerFlags = []string{"--raft-log", "commitlog"}
+		c.stop(i)
+		c.start(i)
+		c.brokerFlags = nil
+		clustertest.WaitFor(t, 30*time.Second, fmt.Sprintf("replica %d in the commitlog", i+1), func() bool {
+			d := c.describe(i)
+			return d != nil && d.RaftLog == pb.RaftLogPlace_RAFT_LOG_COMMITLOG
+		})
+		c.caughtUp(i)
+		clustertest.WaitFor(t, 30*time.Second, fmt.Sprintf("replica %d listed", i+1), func() bool {
+			return strings.Contains(c.raftmq("cluster", "list"), c.grpc[i])
+		})
+	}
+	moving := pb.RaftLogPlace_RAFT_LOG_MOVING
+	runDrillWith(t, "group power loss during a raft log move", c, func(h *History) {
+		begun := time.Now()
+		if out := move(); !strings.Contains(out, "moving") {
+			t.Fatalf("move-raft-log printed:\n%s", out)
+		}
+		cutAll("right after the move began", moving, nil)
+		first := (c.master() + 1) % 3
+		moveAt(first)
+		cutAll("after one replica moved", moving, map[int]bool{first: true})
+		// The other two, the master last (after the cut, the master may
+		// be the replica moved).
+		m := c.master()
+		rest := []int{(first + 1) % 3, (first + 2) % 3}
+		if rest[0] == m {
+			rest[0], rest[1] = rest[1], rest[0]
+		}
+		for _, i := range rest {
+			moveAt(i)
+		}
+		all := map[int]bool{0: true, 1: true, 2: true}
+		var last string
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("move-raft-log last printed:\n%s", last)
+			}
+		})
+		clustertest.WaitFor(t, 30*time.Second, "the move's end", func() bool {
+			last = move()
+			return regexp.MustCompile(`(?m)^broker-a\s+commitlog\s`).MatchString(last)
+		})
+		// The group takes no writes from the move's beginning until its
+		// end, by design: an outage of the drill's own, with the cuts.
+		ended := time.Now()
+		h.Outage(begun, ended)
+		clustertest.WaitFor(t, 10*time.Second, "an ack after the move's end", func() bool { return !h.FirstAckAfter(ended).IsZero() })
+		time.Sleep(time.Second) // load on the moved group before its cut: a chosen moment
+		cut := time.Now()
+		cutAll("after the move ended, under load", pb.RaftLogPlace_RAFT_LOG_COMMITLOG, all)
+		h.Outage(cut, time.Now())
+	})
 }
