@@ -62,20 +62,8 @@ func TestMoveRaftLogThroughTheCLI(t *testing.T) {
 	if m := moving.FindStringSubmatch(out); m == nil || m[1] != "1,2,3" {
 		t.Fatalf("move-raft-log printed:\n%s", out)
 	}
-	c.brokerFlags = []string{"--raft-log", "commitlog"}
 	for k, i := range []int{(c.master() + 1) % 3, (c.master() + 2) % 3, c.master()} {
-		c.stop(i)
-		c.start(i)
-		clustertest.WaitFor(t, 20*time.Second, fmt.Sprintf("replica %d in the commitlog", i+1), func() bool {
-			d := c.describe(i)
-			return d != nil && d.RaftLog == pb.RaftLogPlace_RAFT_LOG_COMMITLOG
-		})
-		c.caughtUp(i)
-		// The master asks it where it keeps its log at the address the
-		// name servers know, once they know it again.
-		clustertest.WaitFor(t, 20*time.Second, fmt.Sprintf("replica %d listed", i+1), func() bool {
-			return strings.Contains(c.raftmq("cluster", "list"), c.grpc[i])
-		})
+		c.moveReplica(i)
 		if k < 2 {
 			m := moving.FindStringSubmatch(move())
 			if m == nil || len(strings.Split(m[1], ",")) != 2-k {
@@ -146,24 +134,6 @@ func TestDrillGroupPowerLossDuringARaftLogMove(t *testing.T) {
 	move := func() string {
 		return c.raftmq("group", "move-raft-log", "--group", "broker-a")
 	}
-	// moveAt restarts replica i with --raft-log commitlog, moving it, and
-	// waits until it has caught up and the name servers list it again
-	// (the master asks it where it keeps its log at that address).
-	moveAt := func(i int) {
-		t.Helper()
-		c.brokerFlags = []string{"--raft-log", "commitlog"}
-		c.stop(i)
-		c.start(i)
-		c.brokerFlags = nil
-		clustertest.WaitFor(t, 30*time.Second, fmt.Sprintf("replica %d in the commitlog", i+1), func() bool {
-			d := c.describe(i)
-			return d != nil && d.RaftLog == pb.RaftLogPlace_RAFT_LOG_COMMITLOG
-		})
-		c.caughtUp(i)
-		clustertest.WaitFor(t, 30*time.Second, fmt.Sprintf("replica %d listed", i+1), func() bool {
-			return strings.Contains(c.raftmq("cluster", "list"), c.grpc[i])
-		})
-	}
 	moving := pb.RaftLogPlace_RAFT_LOG_MOVING
 	runDrillWith(t, "group power loss during a raft log move", c, func(h *History) {
 		begun := time.Now()
@@ -172,7 +142,7 @@ func TestDrillGroupPowerLossDuringARaftLogMove(t *testing.T) {
 		}
 		cutAll("right after the move began", moving, nil)
 		first := (c.master() + 1) % 3
-		moveAt(first)
+		c.moveReplica(first)
 		cutAll("after one replica moved", moving, map[int]bool{first: true})
 		// The other two, the master last (after the cut, the master may
 		// be the replica moved).
@@ -182,7 +152,7 @@ func TestDrillGroupPowerLossDuringARaftLogMove(t *testing.T) {
 			rest[0], rest[1] = rest[1], rest[0]
 		}
 		for _, i := range rest {
-			moveAt(i)
+			c.moveReplica(i)
 		}
 		all := map[int]bool{0: true, 1: true, 2: true}
 		var last string
@@ -204,5 +174,27 @@ func TestDrillGroupPowerLossDuringARaftLogMove(t *testing.T) {
 		cut := time.Now()
 		cutAll("after the move ended, under load", pb.RaftLogPlace_RAFT_LOG_COMMITLOG, all)
 		h.Outage(cut, time.Now())
+	})
+}
+
+// moveReplica restarts replica i with --raft-log commitlog, moving its
+// WAL as it starts, and waits until it serves in the commitlog, has
+// caught up, and the name servers list it again: the master asks it
+// where it keeps its log at that address. Later starts are with the
+// cluster's own flags.
+func (c *procCluster) moveReplica(i int) {
+	c.t.Helper()
+	flags := c.brokerFlags
+	c.brokerFlags = []string{"--raft-log", "commitlog"}
+	c.stop(i)
+	c.start(i)
+	c.brokerFlags = flags
+	clustertest.WaitFor(c.t, 30*time.Second, fmt.Sprintf("replica %d in the commitlog", i+1), func() bool {
+		d := c.describe(i)
+		return d != nil && d.RaftLog == pb.RaftLogPlace_RAFT_LOG_COMMITLOG
+	})
+	c.caughtUp(i)
+	clustertest.WaitFor(c.t, 30*time.Second, fmt.Sprintf("replica %d listed", i+1), func() bool {
+		return strings.Contains(c.raftmq("cluster", "list"), c.grpc[i])
 	})
 }
