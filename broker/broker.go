@@ -106,14 +106,8 @@ func Start(cfg Config) (*Broker, error) {
 	began := time.Now()
 	// The store recovers its commitlog by the rules of its Raft log's
 	// place: asked for the other place, refuse before it opens.
-	if cfg.Store.RaftLog {
-		if move, err := cluster.WALToMove(cfg.Raft.Dir); err != nil {
-			return nil, err
-		} else if move {
-			if err := moveIntoCommitlog(cfg); err != nil { // raftlogconvert.go
-				return nil, err
-			}
-		}
+	if cfg, err = moveIntoCommitlogIfDue(cfg); err != nil { // raftlogconvert.go
+		return nil, err
 	}
 	if _, err := cluster.CheckRaftLogPlace(cfg.Raft.Dir, cfg.Store.RaftLog); err != nil {
 		return nil, err

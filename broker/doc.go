@@ -44,7 +44,9 @@
 // gate and every replica's state machine refuse writes (WRITES_PAUSED)
 // and each replica snapshots; the move ends once every voter has moved,
 // or is aborted before one has (raftlogmove.go); a replica's own move as
-// it starts in the commitlog, from that snapshot (raftlogconvert.go), RocketMQ clients' sends, heartbeats, pulls, offsets and
+// it starts in the commitlog, from that snapshot, or under --raft-log
+// auto once its snapshot says its group moves (raftlogconvert.go),
+// RocketMQ clients' sends, heartbeats, pulls, offsets and
 // queue locks over the remoting protocol on the gRPC port (over TLS when
 // it has TLS), onto the native services, each call checked under access
 // control as the native RPC is (remoting.go), the clients that heartbeat

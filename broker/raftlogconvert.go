@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"errors"
 	"fmt"
 	"io"
 
@@ -28,18 +29,77 @@ import (
 // on the way leaves the move's marker, and the next start takes back what
 // was stored and moves again.
 
+// moveIntoCommitlogIfDue moves the replica's WAL into its commitlog as
+// it starts, before its store opens, when it is due: the replica is to
+// start in the commitlog (Store.RaftLog) and holds a WAL or a move begun;
+// or it lets its directory choose (RaftLogFromDir: --raft-log auto, the
+// default), holds a WAL, and its newest snapshot says its group is moving
+// from an entry at or before it, so that a plain restart moves it. It
+// returns cfg with Store.RaftLog saying where the replica keeps its log
+// then. Under auto, a move refused before it began (its marker unwritten:
+// see movable) leaves the replica on its WAL, with a warning saying why,
+// rather than not started.
+func moveIntoCommitlogIfDue(cfg Config) (Config, error) {
+	due, err := cluster.WALToMove(cfg.Raft.Dir)
+	if err != nil || !due {
+		return cfg, err
+	}
+	if cfg.Store.RaftLog {
+		return cfg, moveIntoCommitlog(cfg)
+	}
+	if !cfg.RaftLogFromDir {
+		return cfg, nil
+	}
+	snaps, err := snapshotStore(cfg)
+	if err != nil {
+		return cfg, err
+	}
+	if meta, snap, err := newestSnapshot(snaps); err != nil || !movesFrom(meta, snap) {
+		return cfg, err
+	}
+	cfg.Store.RaftLog = true
+	err = moveIntoCommitlog(cfg)
+	if err == nil {
+		return cfg, nil
+	}
+	// Only a move that left nothing behind (neither its marker nor the
+	// commitlog's) can be started on the WAL.
+	if inCommitlog, perr := cluster.RaftLogInCommitlog(cfg.Raft.Dir); perr != nil || inCommitlog {
+		return cfg, errors.Join(err, perr)
+	}
+	cfg.Logger.Warn("the group is moving its Raft log into the commitlog, and this replica cannot move yet: it starts on its WAL", "err", err)
+	cfg.Store.RaftLog = false
+	return cfg, nil
+}
+
+// snapshotStore opens the replica's Raft snapshots for its move.
+func snapshotStore(cfg Config) (*raft.FileSnapshotStore, error) {
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Raft.Dir, max(cfg.Raft.SnapshotsRetained, 2), hclog.NewNullLogger())
+	if err != nil {
+		return nil, fmt.Errorf("broker: move into the commitlog: %w", err)
+	}
+	return snaps, nil
+}
+
+// movesFrom says whether a replica's newest snapshot (nil: none) is one
+// its move starts from: taken while its group moves, at or after the
+// move's entry.
+func movesFrom(meta *raft.SnapshotMeta, snap *pb.BrokerSnapshot) bool {
+	return meta != nil && snap.GroupRaftLog == pb.RaftLogPlace_RAFT_LOG_MOVING && snap.RaftLogMoveIndex != 0 && meta.Index >= snap.RaftLogMoveIndex
+}
+
 // moveIntoCommitlog moves the replica's WAL into its commitlog, before
 // its store opens for serving.
 func moveIntoCommitlog(cfg Config) error {
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Raft.Dir, max(cfg.Raft.SnapshotsRetained, 2), hclog.NewNullLogger())
+	snaps, err := snapshotStore(cfg)
 	if err != nil {
-		return fmt.Errorf("broker: move into the commitlog: %w", err)
+		return err
 	}
 	meta, snap, err := newestSnapshot(snaps)
 	if err != nil {
 		return err
 	}
-	if meta == nil || snap.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_MOVING || snap.RaftLogMoveIndex == 0 || meta.Index < snap.RaftLogMoveIndex {
+	if !movesFrom(meta, snap) {
 		newest := "no snapshot taken since"
 		if meta != nil {
 			newest = fmt.Sprintf("its newest snapshot (Raft index %d) from before", meta.Index)

@@ -379,6 +379,59 @@ func TestAWALGroupMovesIntoTheCommitlog(t *testing.T) {
 	}
 }
 
+// A replica that lets its directory choose its Raft log's place
+// (RaftLogFromDir: --raft-log auto, the default) moves as it starts when
+// its newest snapshot says its group is moving, so a plain restart moves
+// it. One that cannot move yet starts on its WAL: restarted after an
+// abort its snapshot does not know of, it refuses the move (the abort's
+// entry is another step of a move) and starts on its WAL, without the
+// move's marker, and applies the abort. Begun again, every replica
+// restarted with auto moves, the move ends, and the commitlogs are
+// byte-identical.
+func TestARestartUnderAutoMovesAReplicaWhoseGroupIsMoving(t *testing.T) {
+	g := newGroup(t, 3, nil)
+	g.createTopic("mv", 2)
+	acks := g.sendBodies(g.master(), "mv", 2, "before", 0, 20)
+	g.quiesce()
+	restart := func(i int) {
+		t.Helper()
+		g.stop(i)
+		g.cfgs[i].Store.RaftLog, g.cfgs[i].RaftLogFromDir = false, true
+		g.start(i)
+	}
+	m := g.master()
+	g.moveRaftLog(m, false)
+	if aborted := g.moveRaftLog(m, true); aborted.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_WAL {
+		t.Fatalf("the abort answered %v", aborted)
+	}
+	f := (m + 1) % 3
+	restart(f)
+	waitFor(t, 10*time.Second, func() bool {
+		d := g.describe(f)
+		return d != nil && d.RaftLog == pb.RaftLogPlace_RAFT_LOG_WAL && d.GroupRaftLog == pb.RaftLogPlace_RAFT_LOG_WAL
+	})
+	if _, err := os.Stat(filepath.Join(g.cfgs[f].Dir, "raft", "raft-log-moving")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a replica that could not move left the move's marker: %v", err)
+	}
+	acks = append(acks, g.sendBodies(g.master(), "mv", 2, "aborted", 0, 20)...)
+	g.quiesce()
+
+	moved := g.moveRaftLog(g.master(), false)
+	for _, i := range []int{(g.master() + 1) % 3, (g.master() + 2) % 3, g.master()} {
+		restart(i)
+		waitFor(t, 10*time.Second, func() bool {
+			d := g.describe(i)
+			return d != nil && d.RaftLog == pb.RaftLogPlace_RAFT_LOG_COMMITLOG && d.GroupRaftLog == pb.RaftLogPlace_RAFT_LOG_MOVING && d.RaftLogMoveIndex == moved.MoveIndex
+		})
+	}
+	if done := g.moveRaftLog(g.master(), false); done.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_COMMITLOG {
+		t.Fatalf("the move's end answered %v", done)
+	}
+	restart(f) // in the commitlog now: auto keeps it there
+	acks = append(acks, g.sendBodies(g.master(), "mv", 2, "after", 0, 20)...)
+	g.checkIdentical(acks)
+}
+
 // Replicas as processes: the first to move is killed (SIGKILL, by itself)
 // after each step of its move, storing the WAL's entries and writing its
 // snapshot again, and started after each; it moves whole at its next

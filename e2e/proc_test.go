@@ -53,8 +53,10 @@ type procCluster struct {
 	// joining ones start with --join-group (membership_test.go).
 	ids     []int
 	joining map[int]bool
-	// brokerFlags are added to every broker's command line.
-	brokerFlags []string
+	// brokerFlags are added to every broker's command line; replicaFlags
+	// replace them for the replicas they name.
+	brokerFlags  []string
+	replicaFlags map[int][]string
 	// raftVia, when set, are the addresses the replicas advertise for
 	// Raft, each a proxy to its replica's Raft port (linkproxy_test.go).
 	raftVia []string
@@ -274,7 +276,11 @@ func (c *procCluster) command(i int) (wrap, args []string) {
 		"--join", c.nsGossip, "--segment-size", "8MiB", "--raft-timeout", "500ms", "--log-level", "error"}, append(membership, advertise...)...)
 	// RAFTMQ_E2E_BROKER_FLAGS adds flags to every broker, to compare a
 	// drill with a mechanism off (e.g. "--dedup-window off").
-	args = append(append(args, c.brokerFlags...), strings.Fields(os.Getenv("RAFTMQ_E2E_BROKER_FLAGS"))...)
+	flags := c.brokerFlags
+	if f, ok := c.replicaFlags[i]; ok {
+		flags = f
+	}
+	args = append(append(args, flags...), strings.Fields(os.Getenv("RAFTMQ_E2E_BROKER_FLAGS"))...)
 	return wrap, append(args, c.nodeFlags(fmt.Sprintf("broker-a-%d", c.id(i)))...)
 }
 

@@ -84,13 +84,13 @@ func TestMoveRaftLogThroughTheCLI(t *testing.T) {
 
 // The move as a drill, under the drills' load: the group (broker
 // processes whose data dirs are lazyfs mounts) loses power, every replica
-// at once, right after the move begins, again once one replica has
-// moved, and again once the move has ended. After a cut every replica
-// starts with --raft-log auto, in the place its data dir holds, as an
-// operator's unchanged command line would start it. The move survives
-// each cut: still begun after the first two (the group paused, the moved
-// replica in the commitlog, the others on their WAL), ended after the
-// last; writes resume; no acknowledged message is lost and the
+// at once, four times: right after the move begins, each replica started
+// again with --raft-log wal, as an operator who pinned it would; once one
+// replica has moved (restarted with --raft-log commitlog), it started
+// with --raft-log auto and the others with wal; then all started with
+// auto, the default, which moves the two still on their WAL as they
+// start; and a second after the move has ended. The move survives each
+// cut, ends, writes resume, no acknowledged message is lost and the
 // replicas' commitlogs are identical.
 func TestDrillGroupPowerLossDuringARaftLogMove(t *testing.T) {
 	if err := lazyfs.Available(); err != nil {
@@ -104,8 +104,19 @@ func TestDrillGroupPowerLossDuringARaftLogMove(t *testing.T) {
 	places := func(group pb.RaftLogPlace, moved map[int]bool) string {
 		return fmt.Sprintf("the group %v, replicas %v in the commitlog, the others on their WAL", group, moved)
 	}
-	waitPlaces := func(group pb.RaftLogPlace, moved map[int]bool) {
+	// cutAll cuts the group's power and starts it again, replica i with
+	// --raft-log wal if pinned[i] (else auto), and waits for the places
+	// of their Raft logs.
+	cutAll := func(when string, pinned map[int]bool, group pb.RaftLogPlace, moved map[int]bool) {
 		t.Helper()
+		c.powerLoss(true, 0, 1, 2)
+		c.brokerFlags, c.replicaFlags = nil, map[int][]string{}
+		for i := range pinned {
+			c.replicaFlags[i] = []string{"--raft-log", "wal"}
+		}
+		c.startAll(0, 1, 2)
+		c.replicaFlags = nil
+		c.master()
 		clustertest.WaitFor(t, 30*time.Second, places(group, moved), func() bool {
 			for i := range 3 {
 				d := c.describe(i)
@@ -119,48 +130,31 @@ func TestDrillGroupPowerLossDuringARaftLogMove(t *testing.T) {
 			}
 			return true
 		})
-	}
-	// cutAll cuts the group's power and starts it again, each replica in
-	// the place its data dir holds.
-	cutAll := func(when string, group pb.RaftLogPlace, moved map[int]bool) {
-		t.Helper()
-		c.brokerFlags = nil
-		c.powerLoss(true, 0, 1, 2)
-		c.startAll(0, 1, 2)
-		c.master()
-		waitPlaces(group, moved)
 		t.Logf("power cut %s: %s", when, places(group, moved))
 	}
 	move := func() string {
 		return c.raftmq("group", "move-raft-log", "--group", "broker-a")
 	}
 	moving := pb.RaftLogPlace_RAFT_LOG_MOVING
+	all := map[int]bool{0: true, 1: true, 2: true}
 	runDrillWith(t, "group power loss during a raft log move", c, func(h *History) {
 		begun := time.Now()
 		if out := move(); !strings.Contains(out, "moving") {
 			t.Fatalf("move-raft-log printed:\n%s", out)
 		}
-		cutAll("right after the move began", moving, nil)
+		cutAll("right after the move began (restarted on --raft-log wal)", all, moving, nil)
 		first := (c.master() + 1) % 3
 		c.moveReplica(first)
-		cutAll("after one replica moved", moving, map[int]bool{first: true})
-		// The other two, the master last (after the cut, the master may
-		// be the replica moved).
-		m := c.master()
-		rest := []int{(first + 1) % 3, (first + 2) % 3}
-		if rest[0] == m {
-			rest[0], rest[1] = rest[1], rest[0]
-		}
-		for _, i := range rest {
-			c.moveReplica(i)
-		}
-		all := map[int]bool{0: true, 1: true, 2: true}
+		cutAll("after one replica moved (restarted on auto, the others on wal)", map[int]bool{(first + 1) % 3: true, (first + 2) % 3: true}, moving, map[int]bool{first: true})
+		cutAll("once more (all restarted on auto: the two on their WAL move)", nil, moving, all)
 		var last string
 		t.Cleanup(func() {
 			if t.Failed() {
 				t.Logf("move-raft-log last printed:\n%s", last)
 			}
 		})
+		// The master asks each voter where it keeps its log at the
+		// address the name servers know, once they know it again.
 		clustertest.WaitFor(t, 30*time.Second, "the move's end", func() bool {
 			last = move()
 			return regexp.MustCompile(`(?m)^broker-a\s+commitlog\s`).MatchString(last)
@@ -172,7 +166,7 @@ func TestDrillGroupPowerLossDuringARaftLogMove(t *testing.T) {
 		clustertest.WaitFor(t, 10*time.Second, "an ack after the move's end", func() bool { return !h.FirstAckAfter(ended).IsZero() })
 		time.Sleep(time.Second) // load on the moved group before its cut: a chosen moment
 		cut := time.Now()
-		cutAll("after the move ended, under load", pb.RaftLogPlace_RAFT_LOG_COMMITLOG, all)
+		cutAll("after the move ended, under load", nil, pb.RaftLogPlace_RAFT_LOG_COMMITLOG, all)
 		h.Outage(cut, time.Now())
 	})
 }

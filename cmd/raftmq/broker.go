@@ -125,7 +125,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.RaftInFlight, "raft-in-flight", "1", "AppendEntries the master has in flight to each follower (1: no pipelining)")
 	fl.StringVar(&f.StreamWorkers, "stream-workers", "64", "goroutines kept to run RPCs on warm stacks (more RPCs at once get their own); 0: none")
 	fl.StringVar(&f.GroupCommitWait, "group-commit-wait", "2ms", "how long, at most, the next Raft entry waits for the senders of the last one to come back with their next sends rather than go out with fewer (a lone sender never waits, nor an entry that expects fewer than 4 sends), or off")
-	fl.StringVar(&f.RaftLog, "raft-log", "auto", "where the replica keeps its Raft log: commitlog (each entry in the commitlog, its messages written once), wal (raft-wal, beside the store), or auto: the one its data directory holds, and the commitlog for a new one. A replica keeps the one it began with, and a group's replicas keep it in one place")
+	fl.StringVar(&f.RaftLog, "raft-log", "auto", "where the replica keeps its Raft log: commitlog (each entry in the commitlog, its messages written once), wal (raft-wal, beside the store), or auto: the one its data directory holds, the commitlog for a new one, and the commitlog for one on a WAL whose group is moving its Raft log there (raftmq group move-raft-log), which it moves as it starts. A replica keeps the one it began with, and a group's replicas keep it in one place")
 	fl.StringVar(&f.GCPercent, "gc-percent", "100", "Go's GOGC for this process: the heap grows this much (in %) over what is live before a collection; the GOGC variable, when set, wins")
 	fl.StringVar(&f.Sysmon, "sysmon", "awake", sysmonUsage)
 	fl.StringVar(&f.GOMAXPROCS, "gomaxprocs", "auto", gomaxprocsUsage)

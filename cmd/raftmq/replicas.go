@@ -105,8 +105,10 @@ begins the move: from the move's entry on, the group refuses writes
 (sends, delayed messages' moves, transactions' ends, topic deletions)
 with WRITES_PAUSED, so that every replica's commitlog ends in the same
 place, and each replica takes a snapshot. Reads, consumer offsets and
-metadata go on. Then restart each replica with --raft-log commitlog: it
-moves its WAL into its commitlog as it starts. Run the command again: once
+metadata go on. Then restart each replica, with --raft-log auto (the
+default) or commitlog: it moves its WAL into its commitlog as it starts
+(auto leaves one that cannot move yet on its WAL, with a warning in its
+log; --raft-log wal keeps it there). Run the command again: once
 every voter keeps its log in the commitlog it ends the move, and writes
 resume; until then it lists the voters still on their WAL. --abort takes
 the group back to its WAL and resumes writes, while no voter has moved.
