@@ -118,6 +118,20 @@ func (h *History) FirstAckAfter(t time.Time) time.Time {
 	return first
 }
 
+// AcksOn counts the acknowledgements of sends stored on group's queues
+// between from and to.
+func (h *History) AcksOn(group string, from, to time.Time) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, s := range h.sends {
+		if s.Outcome == Acked && strings.HasPrefix(s.Queue, group+"/") && !s.At.Before(from) && !s.At.After(to) {
+			n++
+		}
+	}
+	return n
+}
+
 // AcksAround says, per producer, how long before cut its last
 // acknowledgement came and how long after restart its first one did
 // (negative: none yet).

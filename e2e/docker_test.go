@@ -108,9 +108,7 @@ func newDockerCluster(t *testing.T) *dockerCluster {
 
 func compose(t *testing.T, args ...string) {
 	t.Helper()
-	if out, err := exec.Command("docker-compose", append([]string{"-f", composeFile}, args...)...).CombinedOutput(); err != nil {
-		t.Fatalf("docker-compose %s: %v: %s", strings.Join(args, " "), err, out)
-	}
+	composeEnv(t, nil, args...)
 }
 
 // docker runs a docker command, failing the test if it fails.
@@ -437,4 +435,94 @@ func TestDockerDrillMasterPaused(t *testing.T) {
 		time.Sleep(5 * time.Second) // the freeze
 		dockerFreeze(t, "unpause", m, false)
 	})
+}
+
+// Drill 8: broker-a's Raft log moves from its replicas' WALs into their
+// commitlogs under load, the cluster having begun on WALs
+// (RAFTMQ_RAFT_LOG=wal, as clusters before 2026-12-04 did): the move
+// begins (writes to broker-a pause), each container is recreated under
+// the compose file's default, --raft-log auto, which moves it as it
+// starts (stopped with SIGTERM, the master last), and the move ends.
+// broker-a's orderly senders wait out the pause, an outage of the
+// drill's own; the round-robin sender's sends go to broker-b meanwhile,
+// which stays on its WALs. Nothing acknowledged is lost and each group's
+// replicas end identical.
+func TestDockerDrillRaftLogMove(t *testing.T) {
+	t.Setenv("RAFTMQ_RAFT_LOG", "wal")
+	c := newDockerCluster(t)
+	move := func() *pb.MoveRaftLogResponse {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := c.brokers[c.awaitMaster("broker-a")].MoveRaftLog(ctx, &pb.MoveRaftLogRequest{})
+		if err != nil {
+			t.Logf("move-raft-log: %v", err) // a master changing hands: asked again
+			return nil
+		}
+		return resp
+	}
+	var begun, ended time.Time
+	h := driveDrill(t, c, func(h *History) {
+		begun = time.Now()
+		if resp := move(); resp == nil || resp.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_MOVING {
+			t.Fatalf("the move's beginning answered %v", resp)
+		}
+		auto := append(os.Environ(), "RAFTMQ_RAFT_LOG=auto")
+		for range dockerGroups["broker-a"] {
+			name := ""
+			m := c.awaitMaster("broker-a")
+			for _, n := range dockerGroups["broker-a"] { // a follower on its WAL first, the master last
+				if d := c.describe(n); d != nil && d.RaftLog == pb.RaftLogPlace_RAFT_LOG_WAL && (name == "" || name == m) {
+					name = n
+				}
+			}
+			at := time.Now()
+			composeEnv(t, auto, "stop", "-t", "10", name)
+			stopped := time.Now()
+			composeEnv(t, auto, "rm", "-f", name)
+			composeEnv(t, auto, "up", "-d", "--no-deps", name)
+			created := time.Now()
+			clustertest.WaitFor(t, 60*time.Second, name+" in the commitlog", func() bool {
+				d := c.describe(name)
+				return d != nil && d.RaftLog == pb.RaftLogPlace_RAFT_LOG_COMMITLOG
+			})
+			serving := time.Now()
+			c.caughtUp(name, "broker-a")
+			t.Logf("%s moved: stopped in %v, recreated in %v, serving in the commitlog %v later, caught up %v later", name,
+				stopped.Sub(at).Round(time.Millisecond), created.Sub(stopped).Round(time.Millisecond),
+				serving.Sub(created).Round(time.Millisecond), time.Since(serving).Round(time.Millisecond))
+		}
+		clustertest.WaitFor(t, 60*time.Second, "the move's end", func() bool {
+			resp := move()
+			return resp != nil && resp.GroupRaftLog == pb.RaftLogPlace_RAFT_LOG_COMMITLOG
+		})
+		ended = time.Now()
+		h.Outage(begun, ended)
+	})
+	r := checkDrill(t, "docker raft log move", c, h)
+	for _, g := range r.RecoveryGaps {
+		if g > 10*time.Second {
+			t.Fatalf("a write gap of %v besides the move's pause (the limit is 10 s)", g)
+		}
+	}
+	t.Logf("broker-a's writes paused %v; broker-b acknowledged %d sends meanwhile", ended.Sub(begun).Round(time.Millisecond), h.AcksOn("broker-b", begun, ended))
+	if h.AcksOn("broker-b", begun, ended) == 0 {
+		t.Error("broker-b acknowledged no send while broker-a's writes paused")
+	}
+	for _, name := range dockerGroups["broker-b"] {
+		if d := c.describe(name); d == nil || d.RaftLog != pb.RaftLogPlace_RAFT_LOG_WAL || d.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_WAL {
+			t.Errorf("%s, not moved, describes itself as %v", name, d)
+		}
+	}
+}
+
+// composeEnv runs docker-compose with env as its environment (nil: the
+// test's).
+func composeEnv(t *testing.T, env []string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("docker-compose", append([]string{"-f", composeFile}, args...)...)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docker-compose %s: %v: %s", strings.Join(args, " "), err, out)
+	}
 }
