@@ -41,24 +41,25 @@ import (
 // rather than not started.
 func moveIntoCommitlogIfDue(cfg Config) (Config, error) {
 	due, err := cluster.WALToMove(cfg.Raft.Dir)
-	if err != nil || !due {
+	if err != nil || !due || !cfg.Store.RaftLog && !cfg.RaftLogFromDir {
 		return cfg, err
 	}
-	if cfg.Store.RaftLog {
-		return cfg, moveIntoCommitlog(cfg)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Raft.Dir, max(cfg.Raft.SnapshotsRetained, 2), hclog.NewNullLogger())
+	if err != nil {
+		return cfg, fmt.Errorf("broker: move into the commitlog: %w", err)
 	}
-	if !cfg.RaftLogFromDir {
-		return cfg, nil
-	}
-	snaps, err := snapshotStore(cfg)
+	meta, snap, err := newestSnapshot(snaps)
 	if err != nil {
 		return cfg, err
 	}
-	if meta, snap, err := newestSnapshot(snaps); err != nil || !movesFrom(meta, snap) {
-		return cfg, err
+	if cfg.Store.RaftLog {
+		return cfg, moveIntoCommitlog(cfg, snaps, meta, snap)
+	}
+	if !movesFrom(meta, snap) { // auto, its group not moving as its snapshot knows
+		return cfg, nil
 	}
 	cfg.Store.RaftLog = true
-	err = moveIntoCommitlog(cfg)
+	err = moveIntoCommitlog(cfg, snaps, meta, snap)
 	if err == nil {
 		return cfg, nil
 	}
@@ -72,15 +73,6 @@ func moveIntoCommitlogIfDue(cfg Config) (Config, error) {
 	return cfg, nil
 }
 
-// snapshotStore opens the replica's Raft snapshots for its move.
-func snapshotStore(cfg Config) (*raft.FileSnapshotStore, error) {
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Raft.Dir, max(cfg.Raft.SnapshotsRetained, 2), hclog.NewNullLogger())
-	if err != nil {
-		return nil, fmt.Errorf("broker: move into the commitlog: %w", err)
-	}
-	return snaps, nil
-}
-
 // movesFrom says whether a replica's newest snapshot (nil: none) is one
 // its move starts from: taken while its group moves, at or after the
 // move's entry.
@@ -89,16 +81,9 @@ func movesFrom(meta *raft.SnapshotMeta, snap *pb.BrokerSnapshot) bool {
 }
 
 // moveIntoCommitlog moves the replica's WAL into its commitlog, before
-// its store opens for serving.
-func moveIntoCommitlog(cfg Config) error {
-	snaps, err := snapshotStore(cfg)
-	if err != nil {
-		return err
-	}
-	meta, snap, err := newestSnapshot(snaps)
-	if err != nil {
-		return err
-	}
+// its store opens for serving, from its newest snapshot (meta and snap,
+// in snaps).
+func moveIntoCommitlog(cfg Config, snaps *raft.FileSnapshotStore, meta *raft.SnapshotMeta, snap *pb.BrokerSnapshot) error {
 	if !movesFrom(meta, snap) {
 		newest := "no snapshot taken since"
 		if meta != nil {

@@ -94,7 +94,7 @@ func CheckRaftLogPlace(dir string, inCommitlog bool) (marked bool, err error) {
 		return false, err
 	}
 	if !inCommitlog {
-		if moving, err := fileExists(filepath.Join(dir, movingMarker)); err != nil {
+		if moving, err := moveBegun(dir); err != nil {
 			return marked, err
 		} else if moving {
 			return marked, fmt.Errorf("cluster: %s began moving its Raft log into the commitlog (%s): start it with its log in the commitlog to finish the move", dir, movingMarker)
@@ -124,7 +124,7 @@ func RaftLogInCommitlog(dir string) (bool, error) {
 	if err != nil || marked {
 		return marked, err
 	}
-	if moving, err := fileExists(filepath.Join(dir, movingMarker)); err != nil || moving {
+	if moving, err := moveBegun(dir); err != nil || moving {
 		return moving, err // a move to finish (walmove.go)
 	}
 	held, err := holdsWALorBoltLog(dir)

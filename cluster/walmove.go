@@ -29,7 +29,7 @@ const movingMarker = "raft-log-moving"
 // Raft log in the commitlog, first moves its WAL there: dir holds a WAL
 // and not the commitlog's marker, or a move that did not finish.
 func WALToMove(dir string) (bool, error) {
-	moving, err := fileExists(filepath.Join(dir, movingMarker))
+	moving, err := moveBegun(dir)
 	if err != nil || moving {
 		return moving, err
 	}
@@ -137,6 +137,12 @@ func removeMovedWAL(dir string) error {
 		return fmt.Errorf("cluster: remove the moved WAL: %w", err)
 	}
 	return nil
+}
+
+// moveBegun says whether dir holds the marker of a move begun and not
+// finished: the member starts in the commitlog only, to finish it.
+func moveBegun(dir string) (bool, error) {
+	return fileExists(filepath.Join(dir, movingMarker))
 }
 
 func fileExists(path string) (bool, error) {
