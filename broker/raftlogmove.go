@@ -249,7 +249,7 @@ func (b *Broker) abortMove(ctx context.Context, addrs map[int32]string) (*pb.Mov
 			}
 		}
 		if len(moved) > 0 {
-			return nil, conflict(fmt.Sprintf("replicas %v moved into the commitlog, so the move can only end: restart the others with --raft-log commitlog, then move-raft-log again", moved))
+			return nil, conflict(fmt.Sprintf("replicas %v moved into the commitlog, so the move can only end: restart the others (--raft-log auto or commitlog), then move-raft-log again", moved))
 		}
 		if _, err := b.propose(ctx, moveCommand(pb.RaftLogMoveStep_RAFT_LOG_MOVE_ABORT)); err != nil {
 			return nil, err
