@@ -24,7 +24,9 @@
 #           machine's loopback round trip between two processes and 1 KiB fdatasync (alone and
 #           three at once), and the floor of a lone sync send (2 round trips + 1 sync), which
 #           sync1's p50 is reported against: figures of different sittings' machines compare
-#           through it (the same build's sync1 p50 was 0.58 ms on one VM, 1.26 ms on another)
+#           through it (the same build's sync1 p50 was 0.58 ms on one VM, 1.26 ms on another);
+#           and the floor with the group's replicas on this one disk (2 round trips + the later
+#           of 2 syncs started together: a commit waits for the master's sync and a follower's)
 # then reads each broker's peak RSS (VmHWM) and GOMAXPROCS (its /metrics) and stops the cluster. A fresh cluster for each run.
 # VmHWM counts the resident pages of the commitlog segments the broker maps (1 GiB each by
 # default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
@@ -534,7 +536,7 @@ start_profile() {
 }
 
 # host_floor DIR: `raftmq bench host` in DIR (the brokers' disk) while nothing else runs:
-# adds host.rtt, host.sync, host.sync3 and host.floor (p50s, ms)
+# adds host.rtt, host.sync, host.sync3, host.floor, host.commit2 and host.floor_disk (p50s, ms)
 host_floor() {
 	local d=$1
 	mkdir -p "$d"
@@ -544,7 +546,9 @@ host_floor() {
 	add host.sync "$(jget "$d/host.json" sync_p50_ms)"
 	add host.sync3 "$(jget "$d/host.json" sync3_p50_ms)"
 	add host.floor "$(jget "$d/host.json" floor_ms)"
-	say "  this machine: loopback round trip p50 ${V[host.rtt]##* } ms, 1 KiB fdatasync p50 ${V[host.sync]##* } ms alone, ${V[host.sync3]##* } ms three at once; a lone sync send's floor ${V[host.floor]##* } ms"
+	add host.commit2 "$(jget "$d/host.json" commit_sync2_p50_ms)"
+	add host.floor_disk "$(jget "$d/host.json" floor_one_disk_ms)"
+	say "  this machine: loopback round trip p50 ${V[host.rtt]##* } ms, 1 KiB fdatasync p50 ${V[host.sync]##* } ms alone, ${V[host.sync3]##* } ms three at once, the later of two started together ${V[host.commit2]##* } ms; a lone sync send's floor ${V[host.floor]##* } ms, ${V[host.floor_disk]##* } ms with the group on this one disk"
 }
 
 # ---- one run ---------------------------------------------------------------------------
@@ -600,6 +604,7 @@ run_raftmq() { # R
 	done
 	add consume.count "$total"
 	add ratio.sync1_floor "$(ratio "${V[sync1.p50]##* }" "${V[host.floor]##* }")"
+	add ratio.sync1_floor_disk "$(ratio "${V[sync1.p50]##* }" "${V[host.floor_disk]##* }")"
 	for i in 1 2 3; do
 		add "rss.$i" "$(awk '/^VmHWM:/ {printf "%.1f", $2 / 1024}' "/proc/${pids[$i]}/status" 2>/dev/null || echo null)"
 		add "anon.$i" "$(awk -v kb="${anon[$i]:-}" 'BEGIN {if (kb == "") print "null"; else printf "%.1f", kb / 1024}')"
@@ -686,7 +691,7 @@ echo "$line"
 line="consume, 4 clients, $(fmt "$(g consume.count)") messages from the first:  $(kfmt "$(g consume.mps)") msgs/s (bench consume records no latency)"
 [ "$nats" = 1 ] && line="$line | NATS 300000 messages $(kfmt "$(g nats.consume)") ($(xfmt "$(g ratio.consume)"))"
 echo "$line"
-echo "this machine (raftmq bench host, before each run): loopback round trip p50 $(fmt "$(g host.rtt)" 3) ms, 1 KiB fdatasync p50 $(fmt "$(g host.sync)" 3) ms alone, $(fmt "$(g host.sync3)" 3) ms three at once; a lone sync send's floor (2 round trips + 1 sync) $(fmt "$(g host.floor)" 3) ms: sync1's p50 is $(xfmt "$(g ratio.sync1_floor)") it"
+echo "this machine (raftmq bench host, before each run): loopback round trip p50 $(fmt "$(g host.rtt)" 3) ms, 1 KiB fdatasync p50 $(fmt "$(g host.sync)" 3) ms alone, $(fmt "$(g host.sync3)" 3) ms three at once; a lone sync send's floor (2 round trips + 1 sync) $(fmt "$(g host.floor)" 3) ms: sync1's p50 is $(xfmt "$(g ratio.sync1_floor)") it; with the group's replicas on this one disk (2 round trips + the later of 2 syncs started together, $(fmt "$(g host.commit2)" 3) ms) $(fmt "$(g host.floor_disk)" 3) ms: sync1's p50 is $(xfmt "$(g ratio.sync1_floor_disk)") it"
 echo "send to receive, 4 producers at 1000 msgs/s, 10s:   p50 $(fmt "$(g e2e.p50)" 2) ms, p99 $(fmt "$(g e2e.p99)" 2) ms, $(kfmt "$(g e2e.mps)") msgs/s received (a push consumer; born time to receive, the born time in ms)"
 if [ "$rocketmq" = 1 ]; then
 	echo "RocketMQ's official Go client, same cluster and topic (ratio to raftmq's SDK):"
@@ -704,7 +709,7 @@ echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss
 if [ "$runs" -gt 1 ]; then
 	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in host.floor ratio.sync1_floor batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches sync16.client_ms "${round_keys[@]/#/sync16.}" sync1.client_ms "${round_keys[@]/#/sync1.}" nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in host.floor ratio.sync1_floor host.floor_disk ratio.sync1_floor_disk batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches sync16.client_ms "${round_keys[@]/#/sync16.}" sync1.client_ms "${round_keys[@]/#/sync1.}" nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi
@@ -716,7 +721,7 @@ if [ "$json" = 1 ]; then
 		printf '{"msgs_per_sec":%s,"p50_ms":%s,"p99_ms":%s}' "$(g "$1.mps")" "$(g "$1.p50")" "$(g "$1.p99")"
 	}
 	out="{\"commit\":\"$commit\",\"runs\":$runs,\"tls\":$([ "$tls" = 1 ] && echo true || echo false),\"seconds\":$elapsed,\"raftmq\":{\"batch\":$(fig batch),\"sync16\":$(fig sync16),\"sync1\":$(fig sync1)"
-	out="$out,\"host\":{\"round_trip_p50_ms\":$(g host.rtt),\"sync_p50_ms\":$(g host.sync),\"sync3_p50_ms\":$(g host.sync3),\"floor_ms\":$(g host.floor),\"sync1_p50_vs_floor\":$(g ratio.sync1_floor)}"
+	out="$out,\"host\":{\"round_trip_p50_ms\":$(g host.rtt),\"sync_p50_ms\":$(g host.sync),\"sync3_p50_ms\":$(g host.sync3),\"floor_ms\":$(g host.floor),\"sync1_p50_vs_floor\":$(g ratio.sync1_floor),\"commit_sync2_p50_ms\":$(g host.commit2),\"floor_one_disk_ms\":$(g host.floor_disk),\"sync1_p50_vs_floor_one_disk\":$(g ratio.sync1_floor_disk)}"
 	out="$out,\"consume\":{\"msgs_per_sec\":$(g consume.mps),\"messages\":$(g consume.count),\"p99_ms\":null},\"e2e_low_load\":$(fig e2e)"
 	[ "$long" = 1 ] && out="$out,\"batch_long\":$(fig long)"
 	[ "$timers" = 1 ] && out="$out,\"timers\":{\"acked\":$(g timers.timers_acked),\"fired\":$(g timers.timers_fired),\"duplicates\":$(g timers.timer_duplicates),\"early\":$(g timers.timers_early),\"fire_late_p50_ms\":$(g timers.fire_late_p50_ms),\"fire_late_p99_ms\":$(g timers.fire_late_p99_ms),\"fire_late_max_ms\":$(g timers.fire_late_max_ms),\"sends_while_firing\":$(fig timers),\"sends_without_timers\":$(fig timers_base)}"

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -35,6 +36,14 @@ import (
 // definition). The other replicas sync the same entry on the same disk at
 // about the same time, so the sync among three writers is reported too:
 // what sharing the disk adds, not part of the floor.
+//
+// No acknowledged write of a group whose replicas share one disk makes
+// that floor: the master applies an entry once its own log and a
+// follower's hold it, two syncs on the one device queue. So the bench also
+// starts syncs together in rounds, as a commit's replicas do, and times
+// the later of two (the leader's and one follower's, the third a round
+// behind: broker/README.md, 2026-12-05 eighth sitting) and the second of
+// three; the floor on one disk is two round trips and the later of two.
 
 // hostBench is what `raftmq bench host` adds to the shared flags.
 type hostBench struct {
@@ -54,6 +63,12 @@ type hostFloor struct {
 	Sync3P50     float64 `json:"sync3_p50_ms"`
 	Sync3P90     float64 `json:"sync3_p90_ms"`
 	Floor        float64 `json:"floor_ms"` // 2 round trips + a sync, p50s
+	// A commit's syncs on one disk: rounds of syncs started together, the
+	// later of two and the second of three.
+	Commit2P50 float64 `json:"commit_sync2_p50_ms"`
+	Commit3P50 float64 `json:"commit_sync3_p50_ms"`
+	// FloorOneDisk is 2 round trips + the later of two syncs together, p50s.
+	FloorOneDisk float64 `json:"floor_one_disk_ms"`
 }
 
 // The sizes a lone sync send moves: a 1 KiB message out, a short answer back.
@@ -61,6 +76,10 @@ const (
 	hostSendBytes   = 1024
 	hostAnswerBytes = 64
 	hostSyncWriters = 3 // a group's replicas on one disk
+
+	// hostRoundPause is between rounds of syncs started together, so
+	// that a round starts on a quiet disk, as a lone sender's commit does.
+	hostRoundPause = 200 * time.Microsecond
 
 	// The limits: the round trips' times are kept in memory, and each
 	// writer's file is written whole with zeros first.
@@ -78,11 +97,15 @@ func benchHostCommand(f *benchFlags) *cobra.Command {
   them, --pause apart so that both processes go idle in between, as a sync sender's hops do;
 - a 1 KiB append and its fdatasync into a file written with zeros first (as the commitlog's
   segments are), --syncs of them in --dir: one writer alone, then three at once (the three
-  replicas of a group on one disk).
-The floor of a lone sync send is two round trips and one sync (p50s). With --json
+  replicas of a group on one disk);
+- a commit's syncs: --syncs rounds of syncs started together, the later of two (the master's
+  and a follower's, which a commit waits for) and the second of three.
+The floor of a lone sync send is two round trips and one sync (p50s); with the group's
+replicas on this one disk, two round trips and the later of two syncs together. With --json
 the summary is one JSON object on the last line: round_trip_p50_ms, round_trip_p90_ms,
-sync_p50_ms, sync_p90_ms, sync3_p50_ms, sync3_p90_ms, floor_ms. --dir must be on the disk the
-brokers use: on a tmpfs the sync costs nothing.`,
+sync_p50_ms, sync_p90_ms, sync3_p50_ms, sync3_p90_ms, floor_ms, commit_sync2_p50_ms,
+commit_sync3_p50_ms, floor_one_disk_ms. --dir must be on the disk the brokers use: on a
+tmpfs the sync costs nothing.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if hb.echo {
 				return runEcho(cmd.Context(), os.Stdin, os.Stdout)
@@ -120,17 +143,31 @@ func runHostBench(ctx context.Context, f benchFlags, hb hostBench) error {
 	if err != nil {
 		return err
 	}
+	commit2, err := commitSyncs(ctx, hb.dir, 2, 2, hb.syncs)
+	if err != nil {
+		return err
+	}
+	commit3, err := commitSyncs(ctx, hb.dir, 3, 2, hb.syncs)
+	if err != nil {
+		return err
+	}
 	var s hostFloor
 	s.RoundTripP50, s.RoundTripP90 = p50p90(trips)
 	s.SyncP50, s.SyncP90 = p50p90(alone)
 	s.Sync3P50, s.Sync3P90 = p50p90(three)
 	s.Floor = math.Round((2*s.RoundTripP50+s.SyncP50)*1000) / 1000
+	s.Commit2P50, _ = p50p90(commit2)
+	s.Commit3P50, _ = p50p90(commit3)
+	s.FloorOneDisk = math.Round((2*s.RoundTripP50+s.Commit2P50)*1000) / 1000
 	fmt.Printf("loopback round trip between 2 processes, %d B out, %d B back (%d, %v apart): p50 %.3f ms, p90 %.3f ms\n",
 		hostSendBytes, hostAnswerBytes, hb.roundTrips, hb.pause, s.RoundTripP50, s.RoundTripP90)
 	fmt.Printf("%d B append + fdatasync into a zero-filled file in %s, 1 writer (%d): p50 %.3f ms, p90 %.3f ms\n",
 		hostSendBytes, hb.dir, hb.syncs, s.SyncP50, s.SyncP90)
 	fmt.Printf("  %d writers at once (%d each): p50 %.3f ms, p90 %.3f ms\n", hostSyncWriters, hb.syncs, s.Sync3P50, s.Sync3P90)
+	fmt.Printf("  a commit's syncs, started together (%d rounds): the later of 2 p50 %.3f ms, the second of 3 p50 %.3f ms\n",
+		hb.syncs, s.Commit2P50, s.Commit3P50)
 	fmt.Printf("a lone sync send's floor here (2 round trips + 1 sync): %.3f ms\n", s.Floor)
+	fmt.Printf("  with its group's replicas on this one disk (2 round trips + the later of 2 syncs together): %.3f ms\n", s.FloorOneDisk)
 	if f.json {
 		b, _ := json.Marshal(s)
 		fmt.Println(string(b))
@@ -246,30 +283,10 @@ func runEcho(ctx context.Context, in io.Reader, out io.Writer) error {
 // half of one into a growing file, storage/preallocate.go). The files are
 // removed.
 func appendSyncs(ctx context.Context, dir string, writers, n int) ([]time.Duration, error) {
-	files := make([]*os.File, writers)
-	defer func() {
-		for _, f := range files {
-			if f != nil {
-				f.Close()
-				os.Remove(f.Name())
-			}
-		}
-	}()
-	for i := range files {
-		f, err := os.CreateTemp(dir, "raftmq-bench-host-*")
-		if err != nil {
-			return nil, fmt.Errorf("bench host: --dir: %w", err)
-		}
-		files[i] = f
-		zeros := make([]byte, 1<<20)
-		for left := n * hostSendBytes; left > 0; left -= len(zeros) {
-			if _, err := f.Write(zeros[:min(left, len(zeros))]); err != nil {
-				return nil, fmt.Errorf("bench host: %w", err)
-			}
-		}
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
-			return nil, fmt.Errorf("bench host: fdatasync %s: %w", filepath.Base(f.Name()), err)
-		}
+	files, err := zeroFilledFiles(dir, writers, n)
+	defer removeFiles(files)
+	if err != nil {
+		return nil, err
 	}
 	times := make([][]time.Duration, writers)
 	errs := make([]error, writers)
@@ -284,6 +301,90 @@ func appendSyncs(ctx context.Context, dir string, writers, n int) ([]time.Durati
 	return slices.Concat(times...), nil
 }
 
+// commitSyncs times rounds of syncs started together, as a commit's
+// replicas start theirs: n rounds, hostRoundPause apart, in which each of
+// writers goroutines appends hostSendBytes to a zero-filled file of its
+// own in dir and fdatasyncs it. A round's time is its nth to finish
+// (nth from 1), from the round's start.
+func commitSyncs(ctx context.Context, dir string, writers, nth, n int) ([]time.Duration, error) {
+	files, err := zeroFilledFiles(dir, writers, n)
+	defer removeFiles(files)
+	if err != nil {
+		return nil, err
+	}
+	// Each replica is a process with a thread of Go code of its own: here
+	// a writer in its sync must not hold the P another writer waits for
+	// (Go hands a P on from a system call late: broker/README.md,
+	// 2026-12-05 eighth sitting).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(writers + 1))
+	rec := make([]byte, hostSendBytes)
+	times := make([]time.Duration, 0, n)
+	done := make([]time.Duration, writers)
+	errs := make([]error, writers)
+	for round := range n {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i, f := range files {
+			wg.Go(func() {
+				errs[i] = appendSync(f, rec, int64(round*hostSendBytes))
+				done[i] = time.Since(start)
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		slices.Sort(done)
+		times = append(times, done[nth-1])
+		time.Sleep(hostRoundPause)
+	}
+	return times, nil
+}
+
+func appendSync(f *os.File, rec []byte, at int64) error {
+	if _, err := f.WriteAt(rec, at); err != nil {
+		return fmt.Errorf("bench host: %w", err)
+	}
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return fmt.Errorf("bench host: fdatasync %s: %w", filepath.Base(f.Name()), err)
+	}
+	return nil
+}
+
+// zeroFilledFiles creates writers files in dir, each of n appends'
+// bytes written with zeros and synced. The files made so far come back
+// with an error too, for removeFiles.
+func zeroFilledFiles(dir string, writers, n int) ([]*os.File, error) {
+	files := make([]*os.File, 0, writers)
+	zeros := make([]byte, 1<<20)
+	for range writers {
+		f, err := os.CreateTemp(dir, "raftmq-bench-host-*")
+		if err != nil {
+			return files, fmt.Errorf("bench host: --dir: %w", err)
+		}
+		files = append(files, f)
+		for left := n * hostSendBytes; left > 0; left -= len(zeros) {
+			if _, err := f.Write(zeros[:min(left, len(zeros))]); err != nil {
+				return files, fmt.Errorf("bench host: %w", err)
+			}
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return files, fmt.Errorf("bench host: fdatasync %s: %w", filepath.Base(f.Name()), err)
+		}
+	}
+	return files, nil
+}
+
+func removeFiles(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+		os.Remove(f.Name())
+	}
+}
+
 func timeSyncs(ctx context.Context, f *os.File, n int) ([]time.Duration, error) {
 	rec := make([]byte, hostSendBytes)
 	times := make([]time.Duration, 0, n)
@@ -292,11 +393,8 @@ func timeSyncs(ctx context.Context, f *os.File, n int) ([]time.Duration, error) 
 			return nil, err
 		}
 		start := time.Now()
-		if _, err := f.WriteAt(rec, int64(i*hostSendBytes)); err != nil {
-			return nil, fmt.Errorf("bench host: %w", err)
-		}
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
-			return nil, fmt.Errorf("bench host: fdatasync %s: %w", filepath.Base(f.Name()), err)
+		if err := appendSync(f, rec, int64(i*hostSendBytes)); err != nil {
+			return nil, err
 		}
 		times = append(times, time.Since(start))
 	}

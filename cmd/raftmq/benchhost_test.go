@@ -13,9 +13,10 @@ import (
 	"time"
 )
 
-// `raftmq bench host` times round trips to a second process and synced
-// appends in --dir, reports the floor as two round trips and a sync, and
-// leaves nothing behind in --dir.
+// `raftmq bench host` times round trips to a second process, synced
+// appends in --dir and rounds of them started together, reports the floor
+// as two round trips and a sync (and on one disk, two round trips and the
+// later of two syncs together), and leaves nothing behind in --dir.
 func TestBenchHostMeasuresTheFloor(t *testing.T) {
 	dir := t.TempDir()
 	out, err := exec.Command(binPath, "bench", "host", "--json", "--dir", dir,
@@ -39,6 +40,12 @@ func TestBenchHostMeasuresTheFloor(t *testing.T) {
 	}
 	if want := 2*s.RoundTripP50 + s.SyncP50; math.Abs(s.Floor-want) > 0.0015 {
 		t.Errorf("floor %v ms, want 2 round trips and a sync, %v ms", s.Floor, want)
+	}
+	if s.Commit2P50 <= 0 || s.Commit3P50 <= 0 {
+		t.Errorf("a commit's syncs: the later of 2 p50 %v ms, the second of 3 %v ms; want both positive", s.Commit2P50, s.Commit3P50)
+	}
+	if want := 2*s.RoundTripP50 + s.Commit2P50; math.Abs(s.FloorOneDisk-want) > 0.0015 {
+		t.Errorf("floor on one disk %v ms, want 2 round trips and the later of 2 syncs, %v ms", s.FloorOneDisk, want)
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Errorf("--dir holds %d files after the bench, want none", len(left))
