@@ -1,19 +1,24 @@
 // Package clustertest holds what tests that run raftmq nodes on loopback
-// share: free addresses, polling with a deadline, and building the raftmq
-// binary for tests that run it as a process (clustertest.go); every method
+// share: free addresses (claimed across test processes), polling with a
+// deadline, and building the raftmq binary for tests that run it as a
+// process (clustertest.go); every method
 // of the contract's services called by name, signed with a test access key
 // or not, for access-control tests (signed.go); records as a producer
 // encodes them (records.go). Only tests import it.
 package clustertest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -26,6 +31,16 @@ import (
 // at a random point, so packages testing in parallel rarely meet, and a
 // port is checked free (TCP and UDP, as memberlist binds both) before it
 // is given.
+//
+// Rarely is not never: two packages' test processes that reached the same
+// port at the same moment both found it free, and the second to bind it
+// failed (CI on 2026-12-05: client's TestDialerGetsAdvertisedAddresses,
+// "bind: address already in use" on a gossip port). So a port is also
+// claimed across processes before it is given: an exclusive flock on a
+// file named for it in os.TempDir()/raftmq-test-ports, held until the
+// process exits, when the kernel lets it go however the process ended.
+// A process reuses its own claims when its walk comes round again, as
+// before.
 const (
 	portLow   = 10000
 	portCount = 10000
@@ -35,8 +50,43 @@ var nextPort atomic.Int32
 
 func init() { nextPort.Store(int32(rand.IntN(portCount))) }
 
+// claims are the ports this process holds against other processes, each
+// by its locked file (opened close-on-exec: the nodes a test starts as
+// processes do not inherit them).
+var claims = struct {
+	sync.Mutex
+	held map[int]*os.File
+}{held: map[int]*os.File{}}
+
+// claim takes port for this process unless another holds it.
+func claim(port int) (bool, error) {
+	claims.Lock()
+	defer claims.Unlock()
+	if _, ok := claims.held[port]; ok {
+		return true, nil
+	}
+	dir := filepath.Join(os.TempDir(), "raftmq-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return false, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return false, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return false, nil
+		}
+		return false, err
+	}
+	claims.held[port] = f
+	return true, nil
+}
+
 // FreeAddrs returns n loopback addresses whose ports were free for TCP and
-// UDP a moment ago and that no other call in this process returned.
+// UDP a moment ago, that no other call in this process returned, and that
+// no other process using this package has been given.
 func FreeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	var out []string
@@ -44,7 +94,13 @@ func FreeAddrs(t testing.TB, n int) []string {
 		if tries > portCount {
 			t.Fatal("clustertest: no free loopback port")
 		}
-		addr := fmt.Sprintf("127.0.0.1:%d", portLow+int(nextPort.Add(1))%portCount)
+		port := portLow + int(nextPort.Add(1))%portCount
+		if ok, err := claim(port); err != nil {
+			t.Fatalf("clustertest: claim port %d: %v", port, err)
+		} else if !ok {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			continue

@@ -2,7 +2,11 @@ package clustertest
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -49,5 +53,46 @@ func TestWaitForStateNamesWhatItLastSaw(t *testing.T) {
 	<-done
 	if f.msg != "never: not within 20ms" {
 		t.Fatalf("WaitFor failed with %q", f.msg)
+	}
+}
+
+// A port another process has claimed is not given, though it is free to
+// bind: two packages' tests walking the range at once once both bound one
+// (clustertest.go). The other process is played by a second open file
+// description of the port's file, whose flock conflicts as another
+// process's does.
+func TestFreeAddrsSkipsAPortAnotherProcessClaimed(t *testing.T) {
+	dir := filepath.Join(os.TempDir(), "raftmq-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	// Claim as another process the walk's first port that no process
+	// holds, and point the walk at it.
+	var other *os.File
+	k := int(nextPort.Load())
+	for other == nil {
+		k++
+		port := portLow + k%portCount
+		claims.Lock()
+		_, mine := claims.held[port]
+		claims.Unlock()
+		if mine {
+			continue
+		}
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+			f.Close() // a real other process holds it
+			continue
+		}
+		other = f
+	}
+	defer other.Close()
+	nextPort.Store(int32(k - 1))
+	taken := fmt.Sprintf("127.0.0.1:%d", portLow+k%portCount)
+	if got := FreeAddrs(t, 1)[0]; got == taken {
+		t.Fatalf("FreeAddrs gave %s, which another process holds", got)
 	}
 }
