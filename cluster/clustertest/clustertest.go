@@ -37,7 +37,7 @@ import (
 // failed (CI on 2026-12-05: client's TestDialerGetsAdvertisedAddresses,
 // "bind: address already in use" on a gossip port). So a port is also
 // claimed across processes before it is given: an exclusive flock on a
-// file named for it in os.TempDir()/raftmq-test-ports, held until the
+// file named for it in os.TempDir()/raftmq-test-ports-UID, held until the
 // process exits, when the kernel lets it go however the process ended.
 // A process reuses its own claims when its walk comes round again, as
 // before.
@@ -58,6 +58,12 @@ var claims = struct {
 	held map[int]*os.File
 }{held: map[int]*os.File{}}
 
+// claimsDir holds the claims' files: one a user, whose files another
+// user could not open (a claim then between two users' tests is not made).
+func claimsDir() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("raftmq-test-ports-%d", os.Getuid()))
+}
+
 // claim takes port for this process unless another holds it.
 func claim(port int) (bool, error) {
 	claims.Lock()
@@ -65,11 +71,11 @@ func claim(port int) (bool, error) {
 	if _, ok := claims.held[port]; ok {
 		return true, nil
 	}
-	dir := filepath.Join(os.TempDir(), "raftmq-test-ports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	dir := claimsDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return false, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return false, err
 	}

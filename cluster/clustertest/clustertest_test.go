@@ -62,8 +62,8 @@ func TestWaitForStateNamesWhatItLastSaw(t *testing.T) {
 // description of the port's file, whose flock conflicts as another
 // process's does.
 func TestFreeAddrsSkipsAPortAnotherProcessClaimed(t *testing.T) {
-	dir := filepath.Join(os.TempDir(), "raftmq-test-ports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	dir := claimsDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	// Claim as another process the walk's first port that no process
@@ -79,7 +79,7 @@ func TestFreeAddrsSkipsAPortAnotherProcessClaimed(t *testing.T) {
 		if mine {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
 			t.Fatal(err)
 		}
