@@ -1,10 +1,10 @@
 // Package clustertest holds what tests that run raftmq nodes on loopback
 // share: free addresses (claimed across test processes), polling with a
 // deadline, and building the raftmq binary for tests that run it as a
-// process (clustertest.go); every method
-// of the contract's services called by name, signed with a test access key
-// or not, for access-control tests (signed.go); records as a producer
-// encodes them (records.go). Only tests import it.
+// process (clustertest.go); every method of the contract's services called
+// by name, signed with a test access key or not, for access-control tests
+// (signed.go); records as a producer encodes them (records.go). Only tests
+// import it.
 package clustertest
 
 import (
