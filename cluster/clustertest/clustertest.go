@@ -71,23 +71,32 @@ func claim(port int) (bool, error) {
 	if _, ok := claims.held[port]; ok {
 		return true, nil
 	}
+	f, err := lockPortFile(port)
+	if f != nil {
+		claims.held[port] = f
+	}
+	return f != nil, err
+}
+
+// lockPortFile opens port's file in claimsDir and locks it: nil, and no
+// error, when another open file of it (another process's) holds the lock.
+func lockPortFile(port int) (*os.File, error) {
 	dir := claimsDir()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return false, err
+		return nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return false, nil
+			return nil, nil
 		}
-		return false, err
+		return nil, err
 	}
-	claims.held[port] = f
-	return true, nil
+	return f, nil
 }
 
 // FreeAddrs returns n loopback addresses whose ports were free for TCP and

@@ -3,10 +3,7 @@ package clustertest
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -62,12 +59,9 @@ func TestWaitForStateNamesWhatItLastSaw(t *testing.T) {
 // description of the port's file, whose flock conflicts as another
 // process's does.
 func TestFreeAddrsSkipsAPortAnotherProcessClaimed(t *testing.T) {
-	dir := claimsDir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	// Claim as another process the walk's first port that no process
-	// holds, and point the walk at it.
+	// holds (a real other process may hold some), and point the walk at
+	// it.
 	var other *os.File
 	k := int(nextPort.Load())
 	for other == nil {
@@ -79,15 +73,10 @@ func TestFreeAddrsSkipsAPortAnotherProcessClaimed(t *testing.T) {
 		if mine {
 			continue
 		}
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o600)
-		if err != nil {
+		var err error
+		if other, err = lockPortFile(port); err != nil {
 			t.Fatal(err)
 		}
-		if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-			f.Close() // a real other process holds it
-			continue
-		}
-		other = f
 	}
 	defer other.Close()
 	nextPort.Store(int32(k - 1))

@@ -143,11 +143,11 @@ func runHostBench(ctx context.Context, f benchFlags, hb hostBench) error {
 	if err != nil {
 		return err
 	}
-	commit2, err := commitSyncs(ctx, hb.dir, 2, 2, hb.syncs)
+	commit2, err := commitSyncs(ctx, hb.dir, 2, hb.syncs)
 	if err != nil {
 		return err
 	}
-	commit3, err := commitSyncs(ctx, hb.dir, 3, 2, hb.syncs)
+	commit3, err := commitSyncs(ctx, hb.dir, 3, hb.syncs)
 	if err != nil {
 		return err
 	}
@@ -304,9 +304,10 @@ func appendSyncs(ctx context.Context, dir string, writers, n int) ([]time.Durati
 // commitSyncs times rounds of syncs started together, as a commit's
 // replicas start theirs: n rounds, hostRoundPause apart, in which each of
 // writers goroutines appends hostSendBytes to a zero-filled file of its
-// own in dir and fdatasyncs it. A round's time is its nth to finish
-// (nth from 1), from the round's start.
-func commitSyncs(ctx context.Context, dir string, writers, nth, n int) ([]time.Duration, error) {
+// own in dir and fdatasyncs it. A round's time is its second to finish,
+// from the round's start: a commit waits for the master's sync and one
+// follower's.
+func commitSyncs(ctx context.Context, dir string, writers, n int) ([]time.Duration, error) {
 	files, err := zeroFilledFiles(dir, writers, n)
 	defer removeFiles(files)
 	if err != nil {
@@ -338,7 +339,7 @@ func commitSyncs(ctx context.Context, dir string, writers, nth, n int) ([]time.D
 			return nil, err
 		}
 		slices.Sort(done)
-		times = append(times, done[nth-1])
+		times = append(times, done[1])
 		time.Sleep(hostRoundPause)
 	}
 	return times, nil
