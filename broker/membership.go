@@ -197,10 +197,8 @@ func (s *service) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequ
 		return b.membership()
 	}
 	b.offsets.flush(ctx) // as TransferLeadership does
-	var f raft.Future
-	if req.ToId == 0 {
-		f = b.node.Raft.LeadershipTransfer()
-	} else {
+	transfer := func() error { return b.node.Raft.LeadershipTransfer().Error() }
+	if req.ToId != 0 {
 		servers, err := b.servers()
 		if err != nil {
 			return nil, err
@@ -215,9 +213,10 @@ func (s *service) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequ
 		if addr == "" {
 			return nil, conflict(fmt.Sprintf("replica %d is not a voter of the group", req.ToId))
 		}
-		f = b.node.Raft.LeadershipTransferToServer(to, addr)
+		transfer = func() error { return b.node.Raft.LeadershipTransferToServer(to, addr).Error() }
 	}
-	if err := f.Error(); err != nil {
+	leading := func() bool { return b.node.Raft.State() == raft.Leader }
+	if err := retryTransfer(leading, transfer); err != nil {
 		return nil, b.membershipError("transfer the leadership", err)
 	}
 	// The new master is known to this replica once it has heard from it.

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -180,5 +181,34 @@ func TestRemoveReplicaAndTransferLeader(t *testing.T) {
 	}
 	if d := g.describe(slave); d == nil || !d.Master || len(d.Replicas) != 2 {
 		t.Fatalf("the group after the removal: %v", d)
+	}
+}
+
+// A failed transfer is tried again while this replica leads, up to
+// transferTries times; one that cannot succeed by trying again is not.
+func TestRetryTransferTriesAFailedTransferAgain(t *testing.T) {
+	stale := errors.New("failed to make TimeoutNow RPC to 3: EOF")
+	cases := []struct {
+		name    string
+		results []error // what each try returns
+		leadFor int     // tries before leading turns false
+		want    error
+		tries   int
+	}{
+		{"a stale connection, then a fresh one", []error{stale, nil}, 9, nil, 2},
+		{"never succeeds", []error{stale, stale, stale, nil}, 9, stale, transferTries},
+		{"leadership went during the tries", []error{stale, stale}, 1, nil, 1},
+		{"not the leader", []error{raft.ErrNotLeader, nil}, 9, raft.ErrNotLeader, 1},
+		{"a transfer in progress", []error{raft.ErrLeadershipTransferInProgress, nil}, 9, raft.ErrLeadershipTransferInProgress, 1},
+	}
+	for _, c := range cases {
+		tries := 0
+		err := retryTransfer(func() bool { return tries < c.leadFor }, func() error {
+			tries++
+			return c.results[tries-1]
+		})
+		if !errors.Is(err, c.want) || (c.want == nil && err != nil) || tries != c.tries {
+			t.Errorf("%s: %v after %d tries, want %v after %d", c.name, err, tries, c.want, c.tries)
+		}
 	}
 }

@@ -401,20 +401,22 @@ func TestARestartUnderAutoMovesAReplicaWhoseGroupIsMoving(t *testing.T) {
 	}
 	m := g.master()
 	g.moveRaftLog(m, false)
+	begun := g.describe(m).AppliedIndex
 	if aborted := g.moveRaftLog(m, true); aborted.GroupRaftLog != pb.RaftLogPlace_RAFT_LOG_WAL {
 		t.Fatalf("the abort answered %v", aborted)
 	}
+	// The abort commits on a majority, and a follower learns of the
+	// commit at the next AppendEntries: the abort answers only once every
+	// voter has applied it (votersApplied), so a follower restarted at
+	// once holds it. Without that wait this fails at once in most runs,
+	// and the restart below failed in CI on 2026-12-05: the follower a
+	// round behind moved as it started, then stopped at the abort.
+	for i := range g.brokers {
+		if d := g.describe(i); d == nil || d.AppliedIndex <= begun {
+			t.Fatalf("replica %d when the abort answered: %v, want the abort after entry %d applied", i+1, d, begun)
+		}
+	}
 	f := (m + 1) % 3
-	// The abort commits on a majority: f may not hold it yet (a follower
-	// can run a round behind, broker/README.md 2026-12-05 eighth sitting),
-	// and one that does not moves as it starts, then stops at the abort as
-	// a replica in the other place does (before this wait: a CI run on
-	// 2026-12-05, and 40 runs in a loop not all passing; 0 of 48 after).
-	// The case here is an abort f holds but its snapshot does not know of.
-	waitFor(t, 10*time.Second, func() bool {
-		d := g.describe(f)
-		return d != nil && d.GroupRaftLog == pb.RaftLogPlace_RAFT_LOG_WAL
-	})
 	restart(f)
 	waitFor(t, 10*time.Second, func() bool {
 		d := g.describe(f)

@@ -111,7 +111,8 @@ default) or commitlog: it moves its WAL into its commitlog as it starts
 log; --raft-log wal keeps it there). Run the command again: once
 every voter keeps its log in the commitlog it ends the move, and writes
 resume; until then it lists the voters still on their WAL. --abort takes
-the group back to its WAL and resumes writes, while no voter has moved.
+the group back to its WAL and resumes writes, while no voter has moved; it
+answers once every voter has applied the abort.
 Prints GROUP RAFT_LOG MOVE_INDEX WAL_REPLICAS.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if group == "" {
