@@ -236,10 +236,10 @@ func (b *Broker) endMoveOnceMoved(ctx context.Context, addrs map[int32]string) (
 }
 
 // abortMove proposes the move's abort while no voter has moved, and
-// answers once every voter has applied it (asked again after the abort,
-// once every voter has applied what this replica has).
+// answers once every voter has applied it. Asked when the group is not
+// moving, it only reopens the gate.
 func (b *Broker) abortMove(ctx context.Context, addrs map[int32]string) (*pb.MoveRaftLogResponse, error) {
-	applied := b.node.Raft.AppliedIndex()
+	var aborted uint64 // this replica's applied index once the abort applied here
 	if b.fsm.moving() {
 		logs, err := b.voterLogs(ctx, addrs)
 		if err != nil {
@@ -257,17 +257,19 @@ func (b *Broker) abortMove(ctx context.Context, addrs map[int32]string) (*pb.Mov
 		if _, err := b.propose(ctx, moveCommand(pb.RaftLogMoveStep_RAFT_LOG_MOVE_ABORT)); err != nil {
 			return nil, err
 		}
-		applied = b.node.Raft.AppliedIndex()
+		aborted = b.node.Raft.AppliedIndex()
 	}
 	b.gate.reopen() // a begin whose entry never made it pauses no more
-	if err := b.votersApplied(ctx, addrs, applied); err != nil {
-		return nil, err
+	if aborted > 0 {
+		if err := b.votersApplied(ctx, addrs, aborted); err != nil {
+			return nil, err
+		}
 	}
 	return b.moveState(), nil
 }
 
-// votersApplied returns once every voter has applied entry x, or fails
-// when ctx ends first. An abort commits on a majority, and a follower
+// votersApplied returns once every voter has applied entry x (the
+// abort's, or a later one), or fails when ctx ends first. An abort commits on a majority, and a follower
 // can run a round behind (broker/README.md, 2026-12-05 eighth sitting):
 // one that lacks the abort and restarts under --raft-log auto moves as it
 // starts, then stops at the abort as a replica in the other place does
@@ -276,7 +278,7 @@ func (b *Broker) abortMove(ctx context.Context, addrs map[int32]string) (*pb.Mov
 // its WAL. So the abort answers only once no voter can move.
 func (b *Broker) votersApplied(ctx context.Context, addrs map[int32]string, x uint64) error {
 	_, err := b.awaitVoters(ctx, addrs, func(v voterLog) bool { return v.applied < x }, func(behind []int32) string {
-		return fmt.Sprintf("the abort (entry %d) is committed and writes resumed, but replicas %v have not applied it yet: until they have, restart them only with --raft-log wal; ask again to wait for them", x, behind)
+		return fmt.Sprintf("the abort is committed and writes resumed, but replicas %v have not yet applied up to entry %d (the abort or after it): until their APPLIED (raftmq cluster list) reaches %d, restart them only with --raft-log wal", behind, x, x)
 	})
 	return err
 }
