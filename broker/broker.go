@@ -336,7 +336,7 @@ func (b *Broker) TransferLeadership() error {
 		// next master would answer the group with older offsets.
 		b.offsets.flush(b.ctx)
 	}
-	err := retryTransfer(func() bool { return b.node.Raft.State() == raft.Leader }, func() error {
+	err := retryTransfer(b.transferTries(), func() bool { return b.node.Raft.State() == raft.Leader }, func() error {
 		return b.node.Raft.LeadershipTransfer().Error()
 	})
 	if errors.Is(err, raft.ErrNotLeader) {
@@ -345,19 +345,20 @@ func (b *Broker) TransferLeadership() error {
 	return err
 }
 
-// retryTransfer runs transfer, a leadership transfer, up to transferTries
-// times while leading says this replica still leads. Besides a follower too
+// retryTransfer runs transfer, a leadership transfer, up to tries times
+// while leading says this replica still leads. Besides a follower too
 // busy to win within the transfer's election timeout, a transfer fails when
 // its TimeoutNow goes out on a pooled connection to a replica that has
 // restarted since: hashicorp/raft's NetworkTransport finds a stale
 // connection only by using it ("failed to make TimeoutNow RPC to 3: EOF",
-// TestProducerSequencesSurviveSnapshotsAndRestarts in CI on 1e643f6, about
-// 1 run in 40 in a loop), and drops it, so the next try dials afresh.
+// TestProducerSequencesSurviveSnapshotsAndRestarts in CI on 1e643f6, and in
+// 7 of 200 runs in a loop; 0 of 250 with the tries), and drops it, so the
+// next try takes another pooled connection or dials afresh.
 // ErrNotLeader and ErrLeadershipTransferInProgress end it at once: no try
 // of this replica's can change those.
-func retryTransfer(leading func() bool, transfer func() error) error {
+func retryTransfer(tries int, leading func() bool, transfer func() error) error {
 	var err error
-	for range transferTries {
+	for range tries {
 		if !leading() {
 			return nil
 		}
@@ -369,8 +370,11 @@ func retryTransfer(leading func() bool, transfer func() error) error {
 	return err
 }
 
-// transferTries bounds retryTransfer's attempts.
-const transferTries = 3
+// transferTries bounds a leadership transfer's attempts: one more than
+// the connections the transport pools per peer (3 by default), so that
+// the last dials afresh even if every pooled one went stale, and at least
+// 3 for a follower that is slow to win.
+func (b *Broker) transferTries() int { return max(3, b.node.PooledConns()+1) }
 
 // leaderLoop is the only reader of Raft's leadership notifications. A new
 // leader first waits on a Barrier (every earlier entry applied: the store

@@ -216,7 +216,7 @@ func (s *service) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequ
 		transfer = func() error { return b.node.Raft.LeadershipTransferToServer(to, addr).Error() }
 	}
 	leading := func() bool { return b.node.Raft.State() == raft.Leader }
-	if err := retryTransfer(leading, transfer); err != nil {
+	if err := retryTransfer(b.transferTries(), leading, transfer); err != nil {
 		return nil, b.membershipError("transfer the leadership", err)
 	}
 	// The new master is known to this replica once it has heard from it.

@@ -184,8 +184,8 @@ func TestRemoveReplicaAndTransferLeader(t *testing.T) {
 	}
 }
 
-// A failed transfer is tried again while this replica leads, up to
-// transferTries times; one that cannot succeed by trying again is not.
+// A failed transfer is tried again while this replica leads, up to the
+// tries given; one that cannot succeed by trying again is not.
 func TestRetryTransferTriesAFailedTransferAgain(t *testing.T) {
 	stale := errors.New("failed to make TimeoutNow RPC to 3: EOF")
 	cases := []struct {
@@ -196,14 +196,14 @@ func TestRetryTransferTriesAFailedTransferAgain(t *testing.T) {
 		tries   int
 	}{
 		{"a stale connection, then a fresh one", []error{stale, nil}, 9, nil, 2},
-		{"never succeeds", []error{stale, stale, stale, nil}, 9, stale, transferTries},
+		{"never succeeds", []error{stale, stale, stale, stale, nil}, 9, stale, 4},
 		{"leadership went during the tries", []error{stale, stale}, 1, nil, 1},
 		{"not the leader", []error{raft.ErrNotLeader, nil}, 9, raft.ErrNotLeader, 1},
 		{"a transfer in progress", []error{raft.ErrLeadershipTransferInProgress, nil}, 9, raft.ErrLeadershipTransferInProgress, 1},
 	}
 	for _, c := range cases {
 		tries := 0
-		err := retryTransfer(func() bool { return tries < c.leadFor }, func() error {
+		err := retryTransfer(4, func() bool { return tries < c.leadFor }, func() error {
 			tries++
 			return c.results[tries-1]
 		})

@@ -217,6 +217,7 @@ type RaftNode struct {
 	LeaderChanges <-chan bool
 
 	transport *raft.NetworkTransport
+	pool      int // TransportPool: connections pooled per peer
 	logStore  memberLog
 	log       *leaderLog  // logStore as Raft writes it (leaderlog.go)
 	checked   *checkedLog // logStore as replication reads it (entrychecksum.go)
@@ -427,7 +428,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	if !cfg.SerialLeaderLog {
 		log.lead(leading)
 	}
-	return &RaftNode{Raft: r, LeaderChanges: notify, transport: transport, logStore: logStore, log: log, checked: checked, boltStore: bolt, stable: stable, Started: times}, nil
+	return &RaftNode{Raft: r, LeaderChanges: notify, transport: transport, pool: cfg.TransportPool, logStore: logStore, log: log, checked: checked, boltStore: bolt, stable: stable, Started: times}, nil
 }
 
 // timedRestore times the state machine's restores (StartTimes.Restore),
@@ -511,6 +512,11 @@ func (n *RaftNode) LogHolds(index uint64) bool {
 	var l raft.Log
 	return n.logStore.GetLog(index, &l) == nil
 }
+
+// PooledConns is how many connections to each peer the transport keeps
+// (RaftConfig.TransportPool). A call on one that went stale (the peer
+// restarted) fails once and drops it; the next call may take another.
+func (n *RaftNode) PooledConns() int { return n.pool }
 
 // Stop shuts Raft down, then the transport: the member leaves its group
 // (which still counts it as a voter) as a stopped process would, and its

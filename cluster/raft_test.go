@@ -57,6 +57,16 @@ func TestPipelinedReplicationIsOffByDefault(t *testing.T) {
 	}
 }
 
+// PooledConns is the transport's pool per peer, 3 unless configured.
+func TestPooledConnsIsTheTransportPool(t *testing.T) {
+	if got := startOne(t, RaftConfig{}).PooledConns(); got != 3 {
+		t.Errorf("default: %d pooled connections a peer, want 3", got)
+	}
+	if got := startOne(t, RaftConfig{TransportPool: 5}).PooledConns(); got != 5 {
+		t.Errorf("TransportPool 5: %d pooled connections a peer", got)
+	}
+}
+
 func TestLogLinesKeepTheirLevel(t *testing.T) {
 	for line, want := range map[string]struct {
 		level slog.Level
