@@ -336,13 +336,18 @@ func (b *Broker) TransferLeadership() error {
 		// next master would answer the group with older offsets.
 		b.offsets.flush(b.ctx)
 	}
-	err := retryTransfer(b.transferTries(), func() bool { return b.node.Raft.State() == raft.Leader }, func() error {
-		return b.node.Raft.LeadershipTransfer().Error()
-	})
+	err := b.handOver(b.node.Raft.LeadershipTransfer)
 	if errors.Is(err, raft.ErrNotLeader) {
 		return nil
 	}
 	return err
+}
+
+// handOver runs the leadership transfer start begins, tried again as
+// retryTransfer says while this replica leads, up to transferTries times.
+func (b *Broker) handOver(start func() raft.Future) error {
+	leading := func() bool { return b.node.Raft.State() == raft.Leader }
+	return retryTransfer(b.transferTries(), leading, func() error { return start().Error() })
 }
 
 // retryTransfer runs transfer, a leadership transfer, up to tries times

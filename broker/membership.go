@@ -197,7 +197,7 @@ func (s *service) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequ
 		return b.membership()
 	}
 	b.offsets.flush(ctx) // as TransferLeadership does
-	transfer := func() error { return b.node.Raft.LeadershipTransfer().Error() }
+	start := b.node.Raft.LeadershipTransfer
 	if req.ToId != 0 {
 		servers, err := b.servers()
 		if err != nil {
@@ -213,10 +213,9 @@ func (s *service) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequ
 		if addr == "" {
 			return nil, conflict(fmt.Sprintf("replica %d is not a voter of the group", req.ToId))
 		}
-		transfer = func() error { return b.node.Raft.LeadershipTransferToServer(to, addr).Error() }
+		start = func() raft.Future { return b.node.Raft.LeadershipTransferToServer(to, addr) }
 	}
-	leading := func() bool { return b.node.Raft.State() == raft.Leader }
-	if err := retryTransfer(b.transferTries(), leading, transfer); err != nil {
+	if err := b.handOver(start); err != nil {
 		return nil, b.membershipError("transfer the leadership", err)
 	}
 	// The new master is known to this replica once it has heard from it.

@@ -245,13 +245,7 @@ func (b *Broker) abortMove(ctx context.Context, addrs map[int32]string) (*pb.Mov
 		if err != nil {
 			return nil, err
 		}
-		var moved []int32
-		for _, v := range logs {
-			if v.place == pb.RaftLogPlace_RAFT_LOG_COMMITLOG {
-				moved = append(moved, v.id)
-			}
-		}
-		if len(moved) > 0 {
+		if moved := voterIDs(logs, func(v voterLog) bool { return !onWAL(v) }); len(moved) > 0 {
 			return nil, conflict(fmt.Sprintf("replicas %v moved into the commitlog, so the move can only end: restart the others (--raft-log auto or commitlog), then move-raft-log again", moved))
 		}
 		if _, err := b.propose(ctx, moveCommand(pb.RaftLogMoveStep_RAFT_LOG_MOVE_ABORT)); err != nil {
@@ -336,20 +330,27 @@ func (b *Broker) voterLogs(ctx context.Context, addrs map[int32]string) ([]voter
 // snapshots (the state machines ask for them as they apply x) until ctx
 // ends.
 func (b *Broker) votersOnWAL(ctx context.Context, addrs map[int32]string, x uint64) ([]int32, error) {
-	onWAL := func(v voterLog) bool { return v.place != pb.RaftLogPlace_RAFT_LOG_COMMITLOG }
 	logs, err := b.awaitVoters(ctx, addrs, func(v voterLog) bool { return onWAL(v) && v.snapshot < x }, func(behind []int32) string {
 		return fmt.Sprintf("replicas %v have no snapshot since the move's entry %d, which they move from: ask again", behind, x)
 	})
 	if err != nil {
 		return nil, err
 	}
-	var wal []int32
+	return voterIDs(logs, onWAL), nil
+}
+
+// onWAL reports whether voter v keeps its Raft log in a WAL.
+func onWAL(v voterLog) bool { return v.place != pb.RaftLogPlace_RAFT_LOG_COMMITLOG }
+
+// voterIDs returns the ids of the voters in logs that keep says to.
+func voterIDs(logs []voterLog, keep func(voterLog) bool) []int32 {
+	var ids []int32
 	for _, v := range logs {
-		if onWAL(v) {
-			wal = append(wal, v.id)
+		if keep(v) {
+			ids = append(ids, v.id)
 		}
 	}
-	return wal, nil
+	return ids
 }
 
 // awaitVoters asks the voters (voterLogs) every 20 ms until none is
@@ -361,12 +362,7 @@ func (b *Broker) awaitVoters(ctx context.Context, addrs map[int32]string, isBehi
 		if err != nil {
 			return nil, err
 		}
-		var behind []int32
-		for _, v := range logs {
-			if isBehind(v) {
-				behind = append(behind, v.id)
-			}
-		}
+		behind := voterIDs(logs, isBehind)
 		if len(behind) == 0 {
 			return logs, nil
 		}
