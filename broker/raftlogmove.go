@@ -263,8 +263,9 @@ func (b *Broker) abortMove(ctx context.Context, addrs map[int32]string) (*pb.Mov
 }
 
 // votersApplied returns once every voter has applied entry x (the
-// abort's, or a later one), or fails when ctx ends first. An abort commits on a majority, and a follower
-// can run a round behind (broker/README.md, 2026-12-05 eighth sitting):
+// abort's, or a later one), or fails when ctx ends first. An abort commits
+// on a majority, and a follower can run a round behind (broker/README.md,
+// 2026-12-05 eighth sitting):
 // one that lacks the abort and restarts under --raft-log auto moves as it
 // starts, then stops at the abort as a replica in the other place does
 // (TestARestartUnderAutoMovesAReplicaWhoseGroupIsMoving met it in CI on
