@@ -45,8 +45,8 @@ import (
 //
 // It needs of its replica only what it is given: a proposer for its
 // entries, the caps of an entry and of the entries in flight, how long Raft
-// may take to accept one (SendTimeout), and the two histograms it observes
-// each entry in.
+// may take to accept one (SendTimeout), the two histograms it observes
+// each entry in, and the one it observes each wait for company in.
 type batcher struct {
 	proposer    proposer
 	caps        entryCaps
@@ -56,6 +56,9 @@ type batcher struct {
 	// applySeconds and applyMessages observe each entry: its time from
 	// Apply to applied here, and its messages (metrics.go).
 	applySeconds, applyMessages prometheus.Observer
+	// waitedForCompany and waitedInVain observe each wait for company
+	// that ended with the company come, or with the wait run out.
+	waitedForCompany, waitedInVain prometheus.Observer
 
 	reqs     chan *sendReq
 	inflight atomic.Int32
@@ -115,15 +118,17 @@ type entryCaps struct {
 
 func newBatcher(cfg Config, p proposer, m *metrics) *batcher {
 	return &batcher{
-		proposer:      p,
-		caps:          entryCaps{messages: cfg.EntryMaxMessages, bytes: cfg.EntryMaxBytes},
-		maxInflight:   int32(cfg.MaxInflightEntries),
-		timeout:       cfg.SendTimeout,
-		companyWait:   cfg.GroupCommitWait,
-		applySeconds:  m.applySeconds,
-		applyMessages: m.applyMessages,
-		reqs:          make(chan *sendReq, cfg.MaxPendingSends),
-		released:      make(chan struct{}, 1),
+		proposer:         p,
+		caps:             entryCaps{messages: cfg.EntryMaxMessages, bytes: cfg.EntryMaxBytes},
+		maxInflight:      int32(cfg.MaxInflightEntries),
+		timeout:          cfg.SendTimeout,
+		companyWait:      cfg.GroupCommitWait,
+		applySeconds:     m.applySeconds,
+		applyMessages:    m.applyMessages,
+		waitedForCompany: m.companyWaits.WithLabelValues("company"),
+		waitedInVain:     m.companyWaits.WithLabelValues("timeout"),
+		reqs:             make(chan *sendReq, cfg.MaxPendingSends),
+		released:         make(chan struct{}, 1),
 	}
 }
 
@@ -259,6 +264,9 @@ func (bt *batcher) claim(limit int32) bool {
 func (bt *batcher) run(ctx context.Context) {
 	defer bt.wg.Wait()
 	var next entryBuild
+	// waitingSince is when next, free to go but for company, began to
+	// wait for it; zero while it has not.
+	var waitingSince time.Time
 	lingers := time.NewTimer(time.Hour) // reset before each use: Go 1.23 timers keep no stale tick
 	lingers.Stop()
 	for {
@@ -282,7 +290,14 @@ func (bt *batcher) run(ctx context.Context) {
 			}
 		}
 		wait := bt.companyLeft(&next)
+		if wait > 0 && waitingSince.IsZero() && bt.inflight.Load() < eagerEntries {
+			waitingSince = time.Now()
+		}
 		if (wait <= 0 && bt.claim(eagerEntries)) || (next.full(bt.caps) && bt.claim(bt.maxInflight)) {
+			if !waitingSince.IsZero() {
+				bt.observeWait(&next, time.Since(waitingSince))
+				waitingSince = time.Time{}
+			}
 			bt.queued.Add(-int32(len(next.batch)))
 			bt.propose(next.batch, next.n, next.bytes)
 			next = next.rest()
@@ -308,6 +323,16 @@ func (bt *batcher) run(ctx context.Context) {
 			bt.failQueued(next.all())
 			return
 		}
+	}
+}
+
+// observeWait observes the wait for company of next, which lasted d and
+// is over: ended by the company come (or next full), or run out.
+func (bt *batcher) observeWait(next *entryBuild, d time.Duration) {
+	if len(next.batch) >= int(bt.company.Load()) || next.full(bt.caps) {
+		bt.waitedForCompany.Observe(d.Seconds())
+	} else {
+		bt.waitedInVain.Observe(d.Seconds())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/raftmq/raftmq/cluster/clustertest"
 	"github.com/raftmq/raftmq/cluster/pb"
@@ -127,6 +128,7 @@ func newTestBatcher(t *testing.T, r *fakeRaft, tweak func(*Config)) *batcher {
 	m := &metrics{
 		applySeconds:  prometheus.NewHistogram(prometheus.HistogramOpts{Name: "s"}),
 		applyMessages: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "m"}),
+		companyWaits:  prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "w"}, []string{"ended"}),
 	}
 	p := proposer{apply: r.apply, calls: &raftCalls{}, replicationError: func(err error) error { return fmt.Errorf("replication: %w", err) }}
 	return newBatcher(cfg, p, m)
@@ -311,6 +313,29 @@ func TestBatcherWaitsForTheLastEntrysSenders(t *testing.T) {
 			t.Fatalf("a send of the merged entry: %d results, %v", len(o.res), o.err)
 		}
 	}
+	// The wait, of about the 50 ms the test took to send again, ended with
+	// the company come.
+	if n, sum := waitsEnded(t, bt, "company"); n != 1 || sum < 0.04 {
+		t.Errorf("waits ended by company: %d, %.3f s in all; want 1 of at least 0.04 s", n, sum)
+	}
+	if n, _ := waitsEnded(t, bt, "timeout"); n != 0 {
+		t.Errorf("waits run out: %d, want 0", n)
+	}
+}
+
+// waitsEnded is how many waits for company the batcher observed ending
+// as ended says (raftmq_group_commit_wait_seconds), and their seconds.
+func waitsEnded(t *testing.T, bt *batcher, ended string) (uint64, float64) {
+	t.Helper()
+	o := bt.waitedForCompany
+	if ended == "timeout" {
+		o = bt.waitedInVain
+	}
+	var m dto.Metric
+	if err := o.(prometheus.Metric).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
 // Company that does not come back is waited for GroupCommitWait after the
@@ -328,6 +353,12 @@ func TestBatcherWaitsForCompanyNoLongerThanGroupCommitWait(t *testing.T) {
 	e2.future.let <- nil
 	for _, s := range queued {
 		outcome(t, s)
+	}
+	if n, sum := waitsEnded(t, bt, "timeout"); n != 1 || sum < 0.05 || sum > 0.5 {
+		t.Errorf("waits run out: %d, %.3f s in all; want 1 of about GroupCommitWait, 0.1 s from the entry's end (0.05-0.5 s)", n, sum)
+	}
+	if n, _ := waitsEnded(t, bt, "company"); n != 0 {
+		t.Errorf("waits ended by company: %d, want 0", n)
 	}
 }
 

@@ -26,6 +26,9 @@ type metrics struct {
 	// the master, a quorum's fsync included (the commit latency).
 	applySeconds  prometheus.Histogram
 	applyMessages prometheus.Histogram // messages per Raft entry (group commit)
+	// companyWaits: how long a send entry that could have gone waited for
+	// company (batcher.go), by how the wait ended.
+	companyWaits *prometheus.HistogramVec
 	// Transactions: check-backs by result (sent to a producer, or none of
 	// its group connected), and half messages ended by outcome.
 	transactionChecks *prometheus.CounterVec
@@ -51,6 +54,11 @@ func newMetrics(b *Broker) *metrics {
 			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		applyMessages: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "raftmq_raft_entry_messages",
 			Help: "Messages per send Raft entry (group commit).", ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(1, 2, 12)}),
+		companyWaits: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "raftmq_group_commit_wait_seconds",
+			Help: "How long a send entry that could have gone waited for the senders of the last entry to come back (--group-commit-wait), by how the wait ended: " +
+				"company (as many sends came as it expected, or it filled) or timeout (the wait ran out). Long waits that end in timeout mean senders that do not come back at once, " +
+				"such as producers at a steady rate, who pay the wait for nothing: --group-commit-wait off may serve them better.",
+			ConstLabels: labels, Buckets: prometheus.ExponentialBuckets(0.00005, 2, 10)}, []string{"ended"}),
 		transactionChecks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "raftmq_transaction_checks_total",
 			Help: "Check-backs of open half messages made by this replica as master, by result: sent (to a producer of the half's group) or no_producer (none connected; counted all the same, as RocketMQ does).", ConstLabels: labels}, []string{"result"}),
 		transactionEnds: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "raftmq_transaction_ends_total",
@@ -113,7 +121,7 @@ func newMetrics(b *Broker) *metrics {
 	})
 	m.reg.MustRegister(lagCollector{meta: b.meta, queues: b.store, labels: labels})
 	m.reg.MustRegister(m.transactionChecks, m.transactionEnds)
-	m.reg.MustRegister(m.sendMessages, m.sendDuplicates, m.sendSeconds, m.pulls, m.pullSeconds, m.applySeconds, m.applyMessages,
+	m.reg.MustRegister(m.sendMessages, m.sendDuplicates, m.sendSeconds, m.pulls, m.pullSeconds, m.applySeconds, m.applyMessages, m.companyWaits,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

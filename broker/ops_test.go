@@ -54,6 +54,9 @@ func TestMetricsAndHealth(t *testing.T) {
 		`raftmq_raft_state{group="broker-a",replica="` + string(rune('1'+m)) + `"} 2`,
 		"raftmq_held_pulls", "raftmq_commitlog_max_offset", "raftmq_send_seconds_bucket", "raftmq_raft_applied_index",
 		"raftmq_raft_commit_seconds_count{group=\"broker-a\",replica=\"" + string(rune('1'+m)) + "\"} 1", "raftmq_raft_entry_messages_bucket", "raftmq_commitlog_bytes",
+		// No wait yet (one lone send), but both of its series are there.
+		`raftmq_group_commit_wait_seconds_count{ended="company",group="broker-a",replica="` + string(rune('1'+m)) + `"} 0`,
+		`raftmq_group_commit_wait_seconds_count{ended="timeout",group="broker-a",replica="` + string(rune('1'+m)) + `"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("metrics lack %q:\n%s", want, body)
