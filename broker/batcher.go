@@ -329,7 +329,7 @@ func (bt *batcher) run(ctx context.Context) {
 // observeWait observes the wait for company of next, which lasted d and
 // is over: ended by the company come (or next full), or run out.
 func (bt *batcher) observeWait(next *entryBuild, d time.Duration) {
-	if len(next.batch) >= int(bt.company.Load()) || next.full(bt.caps) {
+	if bt.companyCame(next) {
 		bt.waitedForCompany.Observe(d.Seconds())
 	} else {
 		bt.waitedInVain.Observe(d.Seconds())
@@ -346,10 +346,16 @@ func (bt *batcher) alone() bool {
 // once it holds as many sends as company expects, is full, or the wait
 // since the last entry finished is over.
 func (bt *batcher) companyLeft(next *entryBuild) time.Duration {
-	if len(next.batch) >= int(bt.company.Load()) || next.full(bt.caps) {
+	if bt.companyCame(next) {
 		return 0
 	}
 	return bt.companyWaitLeft()
+}
+
+// companyCame says next waits for no more company: it holds as many sends
+// as company expects, or is full.
+func (bt *batcher) companyCame(next *entryBuild) bool {
+	return len(next.batch) >= int(bt.company.Load()) || next.full(bt.caps)
 }
 
 // companyWaitLeft is what is left of GroupCommitWait since the last entry

@@ -327,9 +327,14 @@ func TestBatcherWaitsForTheLastEntrysSenders(t *testing.T) {
 // as ended says (raftmq_group_commit_wait_seconds), and their seconds.
 func waitsEnded(t *testing.T, bt *batcher, ended string) (uint64, float64) {
 	t.Helper()
-	o := bt.waitedForCompany
-	if ended == "timeout" {
+	var o prometheus.Observer
+	switch ended {
+	case "company":
+		o = bt.waitedForCompany
+	case "timeout":
 		o = bt.waitedInVain
+	default:
+		t.Fatalf("no wait ends as %q", ended)
 	}
 	var m dto.Metric
 	if err := o.(prometheus.Metric).Write(&m); err != nil {
