@@ -301,7 +301,8 @@ var (
 // capped at what its log holds durably (see leaderLog).
 type durableCommits struct {
 	*heartbeatGate
-	log *leaderLog
+	log    *leaderLog
+	spares *spareFollowers // nil: every follower gets each entry at once
 }
 
 func (t durableCommits) capped(args *raft.AppendEntriesRequest) *raft.AppendEntriesRequest {
@@ -315,7 +316,20 @@ func (t durableCommits) capped(args *raft.AppendEntriesRequest) *raft.AppendEntr
 }
 
 func (t durableCommits) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	return t.NetworkTransport.AppendEntries(id, target, t.capped(args), resp)
+	if t.spares == nil || len(args.Entries) == 0 {
+		return t.NetworkTransport.AppendEntries(id, target, t.capped(args), resp)
+	}
+	last := args.Entries[len(args.Entries)-1].Index
+	t.spares.hold(id, args.Term, last, func() uint64 { // sparefollowers.go
+		l, err := t.log.LastIndex()
+		if err != nil {
+			return last + 1 // the follower goes at once
+		}
+		return l
+	})
+	err := t.NetworkTransport.AppendEntries(id, target, t.capped(args), resp)
+	t.spares.answered(id, args.Term, last, err == nil && resp.Success)
+	return err
 }
 
 func (t durableCommits) AppendEntriesPipeline(id raft.ServerID, target raft.ServerAddress) (raft.AppendPipeline, error) {

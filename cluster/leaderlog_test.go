@@ -80,6 +80,30 @@ func (g *gateStore) written() [][]uint64 {
 	return slices.Clone(g.writes)
 }
 
+// gatedGroup is a group of three whose members' logs are gateStores, with
+// SpareFollowerInterval every (0: off); gate(i) is member i's.
+func gatedGroup(t *testing.T, every time.Duration) (*testGroup, func(member int) *gateStore) {
+	t.Helper()
+	var mu sync.Mutex
+	gates := map[string]*gateStore{}
+	g := newTestGroup(t, 3, 100*time.Millisecond, func(c *RaftConfig) {
+		c.SpareFollowerInterval = every
+		id := c.ID
+		c.wrapLog = func(inner raft.LogStore) raft.LogStore {
+			gs := newGateStore(inner)
+			mu.Lock()
+			gates[id] = gs
+			mu.Unlock()
+			return gs
+		}
+	})
+	return g, func(member int) *gateStore {
+		mu.Lock()
+		defer mu.Unlock()
+		return gates[strconv.Itoa(member+1)]
+	}
+}
+
 // memLog is a log store in memory.
 type memLog struct {
 	mu   sync.Mutex
@@ -389,23 +413,12 @@ func errorsContain(err error, parts ...string) bool {
 // cap on the commit index sent (durableCommits) the followers apply it
 // early; without durableFSM the leader does.
 func TestLeaderCommitsBesideItsOwnWrite(t *testing.T) {
-	gates := map[string]*gateStore{}
-	var mu sync.Mutex
-	g := newTestGroup(t, 3, 100*time.Millisecond, func(c *RaftConfig) {
-		id := c.ID
-		c.wrapLog = func(inner raft.LogStore) raft.LogStore {
-			gs := newGateStore(inner)
-			mu.Lock()
-			gates[id] = gs
-			mu.Unlock()
-			return gs
-		}
-	})
+	g, gates := gatedGroup(t, 0)
 	leader := g.leader()
 	before := g.apply(leader, "before", 3)
 	g.converge(before)
 
-	gate := gates[strconv.Itoa(leader+1)]
+	gate := gates(leader)
 	gate.shut()
 	defer gate.open()
 	prev := lastLogIndex(g.nodes[leader])

@@ -120,6 +120,16 @@ type RaftConfig struct {
 	// beyond the runs' ±30%). Earlier, before the leader's log was
 	// written beside replication, 2 gave 38.7k against 33.2k.
 	MaxRPCsInFlight int
+	// SpareFollowerInterval, when positive, is how often a follower that a
+	// commit does not wait for (in a group of three, the follower behind
+	// the other) gets the entries that came since it was last sent some,
+	// in one request (sparefollowers.go). Default 0, off: every follower
+	// gets each entry at once, as hashicorp/raft sends them; the
+	// measurements so far disagree (broker/README.md, twelfth sitting).
+	// Off with SerialLeaderLog, and for requests that go through a
+	// pipeline (MaxRPCsInFlight over 1). A leader that steps down or shuts
+	// down lets a held request go within sparePatience.
+	SpareFollowerInterval time.Duration
 	// AppliedIndex is the index of the last entry the state machine holds
 	// on its own disk. A log that, with its newest snapshot, ends before
 	// it lost entries it had synced, and the member refuses to start
@@ -400,7 +410,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	}
 	stable := newClosingStable(bolt, bolt.Close)
 	gate := newHeartbeatGate(transport) // heartbeatgate.go
-	var trans raft.Transport = durableCommits{heartbeatGate: gate, log: log}
+	var trans raft.Transport = durableCommits{heartbeatGate: gate, log: log, spares: newSpareFollowers(cfg.SpareFollowerInterval, gate.leading)}
 	failer, _ := fsm.(LogFailer)
 	if cfg.SerialLeaderLog {
 		trans = steadyTransport{gate}

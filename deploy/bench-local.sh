@@ -32,8 +32,13 @@
 # default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
 # while the benches run and reports its peak.
 #
-# Usage: deploy/bench-local.sh [--runs N] [--long] [--timers] [--nats] [--rocketmq] [--profile | --profile-bench NAME] [--json] [--keep] [--tls]
+# Usage: deploy/bench-local.sh [--runs N] [--only NAMES] [--bin PATH] [--long] [--timers] [--nats] [--rocketmq] [--profile | --profile-bench NAME] [--json] [--keep] [--tls]
 #   --runs N   N runs (default 1); the figures reported are the medians
+#   --only NAMES  just these of batch, sync16, sync1, consume and e2e (a comma-separated list;
+#              consume reads what the produce benches run before it sent, so it needs one); the
+#              figures of the others print as ?
+#   --bin PATH run this raftmq executable (a build, or a script that execs one with variables
+#              set) instead of building the checkout; the figures are labelled with PATH
 #   --long     add the 120 s batched publish
 #   --timers   add the timer bench (and create topic bench-timers)
 #   --nats     after each raftmq run, ../shared/tools/nats-r3-bench (3-server JetStream R3 on
@@ -70,11 +75,16 @@ set -euo pipefail
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
 runs=1 long=0 timers=0 nats=0 rocketmq=0 profile=0 profile_bench=batch json=0 keep=0 tls=0
+only=batch,sync16,sync1,consume,e2e given_bin=""
 master="" prof="" run_no=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--runs) runs=${2:-}; shift 2 || shift ;;
 	--runs=*) runs=${1#*=}; shift ;;
+	--only) only=${2:-}; shift 2 || shift ;;
+	--only=*) only=${1#*=}; shift ;;
+	--bin) given_bin=${2:-}; shift 2 || shift ;;
+	--bin=*) given_bin=${1#*=}; shift ;;
 	--long) long=1; shift ;;
 	--timers) timers=1; shift ;;
 	--nats) nats=1; shift ;;
@@ -89,6 +99,21 @@ while [ $# -gt 0 ]; do
 	esac
 done
 case $runs in '' | *[!0-9]* | 0) echo "bench-local: --runs wants a positive number" >&2; exit 2 ;; esac
+IFS=, read -r -a only_list <<<"$only"
+[ ${#only_list[@]} -gt 0 ] || { echo "bench-local: --only wants a list of batch, sync16, sync1, consume, e2e" >&2; exit 2; }
+for i in "${only_list[@]}"; do
+	case $i in batch | sync16 | sync1 | consume | e2e) ;; *) echo "bench-local: --only: no bench named '$i' (batch, sync16, sync1, consume, e2e)" >&2; exit 2 ;; esac
+done
+if [[ ",$only," == *,consume,* && ! ",$only," =~ ,(batch|sync16|sync1), ]]; then
+	echo "bench-local: --only consume reads what a produce bench sent: add batch, sync16 or sync1" >&2
+	exit 2
+fi
+# wanted NAME: whether --only lists the bench NAME
+wanted() { [[ ",$only," == *",$1,"* ]]; }
+if [ -n "$given_bin" ]; then
+	[ -x "$given_bin" ] || { echo "bench-local: --bin: $given_bin is not an executable" >&2; exit 2; }
+	given_bin=$(cd "$(dirname "$given_bin")" && pwd)/$(basename "$given_bin")
+fi
 if [ "$rocketmq" = 1 ] && [ "$tls" = 1 ]; then
 	echo "bench-local: --rocketmq and --tls: the remoting protocol is off on nodes with TLS" >&2
 	exit 2
@@ -102,6 +127,7 @@ if [ "$nats" = 1 ] && [ ! -x "$natsbench" ]; then
 fi
 commit=$(git -C "$root" rev-parse --short HEAD)
 git -C "$root" diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
+[ -z "$given_bin" ] || commit=$given_bin
 
 base=${RAFTMQ_BENCH_PORT:-29900}
 read -r -a broker_extra <<<"${RAFTMQ_BENCH_BROKER_FLAGS:-}"
@@ -563,16 +589,17 @@ run_raftmq() { # R
 	create_topic
 	say "  master is replica $master; topic bench has 8 queues"
 
-	bench "$d" batch 120 produce --clients 16 --size 1024 --mode batch --batch 64 --duration 15s
-	bench "$d" sync16 120 produce --clients 16 --size 1024 --mode sync --duration 15s
-	bench "$d" sync1 120 produce --clients 1 --size 1024 --mode sync --duration 10s
+	! wanted batch || bench "$d" batch 120 produce --clients 16 --size 1024 --mode batch --batch 64 --duration 15s
+	! wanted sync16 || bench "$d" sync16 120 produce --clients 16 --size 1024 --mode sync --duration 15s
+	! wanted sync1 || bench "$d" sync1 120 produce --clients 1 --size 1024 --mode sync --duration 10s
 	total=0
 	for i in batch sync16 sync1; do
+		[ -f "$d/$i.json" ] || continue
 		sent=$(jget "$d/$i.json" sent)
 		total=$((total + ${sent:-0}))
 	done
-	bench "$d" consume 300 consume --clients 4 --size 1024 --group bench-consume --count "$total"
-	bench "$d" e2e 120 e2e --clients 4 --size 1024 --mode sync --rate 1000 --duration 10s --group bench-e2e
+	! wanted consume || bench "$d" consume 300 consume --clients 4 --size 1024 --group bench-consume --count "$total"
+	! wanted e2e || bench "$d" e2e 120 e2e --clients 4 --size 1024 --mode sync --rate 1000 --duration 10s --group bench-e2e
 	if [ "$rocketmq" = 1 ]; then
 		bench "$d" rmq.batch 120 produce --clients 16 --size 1024 --mode batch --batch 64 --duration 15s
 		bench "$d" rmq.sync16 120 produce --clients 16 --size 1024 --mode sync --duration 15s
@@ -597,7 +624,14 @@ run_raftmq() { # R
 	fi
 
 	for i in batch sync16 sync1 consume e2e long timers_base timers rmq.batch rmq.sync16 rmq.sync1 rmq.consume; do
-		[ -f "$d/$i.json" ] || continue
+		if [ ! -f "$d/$i.json" ]; then
+			# one left out by --only still has its figures, as null: the ratios read them
+			if wanted "$i" || [[ ! $i =~ ^(batch|sync16|sync1|consume|e2e)$ ]]; then continue; fi
+			add "$i.mps" null
+			add "$i.p50" null
+			add "$i.p99" null
+			continue
+		fi
 		add "$i.mps" "$(jget "$d/$i.json" msgs_per_sec)"
 		add "$i.p50" "$(jget "$d/$i.json" p50_ms)"
 		add "$i.p99" "$(jget "$d/$i.json" p99_ms)"
@@ -646,8 +680,13 @@ run_nats() { # R
 work=$(mktemp -d "${TMPDIR:-/tmp}/raftmq-bench-XXXXXX")
 case $(stat -f -c %T "$work") in tmpfs | ramfs) say "warning: $work is on $(stat -f -c %T "$work"): fsync costs nothing there (set TMPDIR to a disk)" ;; esac
 bin="$work/raftmq"
-say "building raftmq at $commit"
-run - - go build -C "$root" -o "$bin" ./cmd/raftmq || fail "go build"
+if [ -n "$given_bin" ]; then
+	bin=$given_bin
+	say "raftmq: $bin"
+else
+	say "building raftmq at $commit"
+	run - - go build -C "$root" -o "$bin" ./cmd/raftmq || fail "go build"
+fi
 rmqbin="$work/rmqbench"
 if [ "$rocketmq" = 1 ]; then
 	say "building rmqbench (RocketMQ's official Go client)"

@@ -221,6 +221,8 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--timer-horizon", "a week"}, `--timer-horizon "a week": want a positive duration`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--timer-precision", "10us"}, `--timer-precision "10us": want a duration of at least 1ms`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--raft-in-flight", "0"}, `--raft-in-flight "0": want a number of requests, 1 to 64`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--raft-spare-followers", "0s"}, `--raft-spare-followers "0s": want a duration up to 100ms, or off`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--raft-spare-followers", "soon"}, `--raft-spare-followers "soon": want a duration up to 100ms, or off`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--gc-percent", "off"}, `--gc-percent "off": want a percentage, 25 to 10000`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--group-commit-wait", "0"}, `--group-commit-wait "0": want a duration up to 1s, or off`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--group-commit-wait", "2s"}, `--group-commit-wait "2s": want a duration up to 1s, or off`},

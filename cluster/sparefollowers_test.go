@@ -1,0 +1,127 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftmq/raftmq/cluster/clustertest"
+)
+
+// writesOf counts the log writes of member's gate that hold any of the
+// indexes from first on.
+func writesOf(gate *gateStore, first uint64) int {
+	n := 0
+	for _, w := range gate.written() {
+		if len(w) > 0 && w[len(w)-1] >= first {
+			n++
+		}
+	}
+	return n
+}
+
+// The follower a commit waits for gets each entry as it comes; the spare
+// gets what came in one request an interval.
+func TestSpareFollowerGetsEntriesTogether(t *testing.T) {
+	g, gate := gatedGroup(t, time.Second)
+	leader := g.leader()
+	warm := g.apply(leader, "warm", 3)
+	g.converge(warm)
+	first := lastLogIndex(g.nodes[leader]) + 1
+
+	burst := g.apply(leader, "burst", 20)
+	g.converge(append(warm, burst...))
+	var counts []int
+	for i := range g.nodes {
+		if i != leader {
+			counts = append(counts, writesOf(gate(i), first))
+		}
+	}
+	lo, hi := min(counts[0], counts[1]), max(counts[0], counts[1])
+	// Each Apply waited for its commit, so the follower it waited for
+	// wrote the entries about one at a time.
+	if hi < 10 {
+		t.Errorf("the followers wrote the 20 entries in %v writes: neither got them one at a time", counts)
+	}
+	// The spare: the first at once (its last request was long ago), the
+	// rest an interval later, the 20 Applies taking less than that; a few
+	// more when a commit took over sparePatience. Every follower at once:
+	// 19-20 writes each.
+	if lo > 10 {
+		t.Errorf("the followers wrote the 20 entries in %v writes: no follower got them together", counts)
+	}
+}
+
+// When the follower ahead stops answering, the spare gets the entries
+// after sparePatience rather than its interval, and the group commits.
+func TestSpareTakesOverFromAStalledFollower(t *testing.T) {
+	const every = 10 * time.Second
+	g, gate := gatedGroup(t, every)
+	leader := g.leader()
+	g.apply(leader, "warm", 5)
+	last := lastLogIndex(g.nodes[leader])
+	ahead, spare := -1, -1
+	clustertest.WaitFor(t, 5*time.Second, "a follower holding every entry", func() bool {
+		for i, n := range g.nodes {
+			if i != leader && lastLogIndex(n) >= last {
+				ahead = i
+				return true
+			}
+		}
+		return false
+	})
+	for i := range g.nodes {
+		if i != leader && i != ahead {
+			spare = i
+		}
+	}
+	if got := lastLogIndex(g.nodes[spare]); got >= last {
+		t.Fatalf("the spare holds index %d of %d already: it got each entry, not one request an interval", got, last)
+	}
+
+	stalled := gate(ahead)
+	stalled.shut()
+	defer stalled.open()
+	began := time.Now()
+	if err := g.nodes[leader].Raft.Apply([]byte(entry("held", 0)), 5*time.Second).Error(); err != nil {
+		t.Fatalf("apply with the follower ahead stalled: %v", err)
+	}
+	if took := time.Since(began); took >= every/2 {
+		t.Errorf("the commit took %v with the follower ahead stalled: the spare waited its interval (%v)", took, every)
+	}
+	if got := lastLogIndex(g.nodes[spare]); got <= last {
+		t.Errorf("the spare holds index %d, want past %d: the entry committed without it?", got, last)
+	}
+}
+
+// Who goes at once and who waits, and for how long, from what the
+// followers acknowledged.
+func TestSpareFollowersHoldUntil(t *testing.T) {
+	if s := newSpareFollowers(0, nil); s != nil {
+		t.Fatalf("no interval paces followers every %v", s.every)
+	}
+	s := newSpareFollowers(5*time.Millisecond, func() bool { return true })
+	now := time.Unix(100, 0)
+	s.inTerm(2)
+	s.peer("1").acked = 10
+	s.peer("2").acked, s.peer("2").lastSent = 8, now.Add(-time.Millisecond)
+	for _, c := range []struct {
+		what   string
+		id     raft.ServerID
+		newest uint64
+		want   time.Time
+	}{
+		{"the follower ahead", "1", 11, time.Time{}},
+		{"the spare, the leader's entries held by the one ahead", "2", 10, now.Add(4 * time.Millisecond)},
+		{"the spare, an entry the one ahead does not hold", "2", 11, now.Add(sparePatience)},
+	} {
+		if got := s.holdUntil(c.id, c.newest, now); !got.Equal(c.want) {
+			t.Errorf("%s: held until %v, want %v", c.what, got.Sub(now), c.want.Sub(now))
+		}
+	}
+	s.inTerm(3) // a new term's leader knows nothing of its followers yet
+	if got := s.holdUntil("2", 11, now); !got.IsZero() {
+		t.Errorf("in a new term the former spare is held until %v", got.Sub(now))
+	}
+}
