@@ -48,12 +48,6 @@ func newHeartbeatGate(t *raft.NetworkTransport) *heartbeatGate {
 	return &heartbeatGate{NetworkTransport: t}
 }
 
-// leading reports whether the member's Raft leads, or has not started.
-func (g *heartbeatGate) leading() bool {
-	r := g.raft.Load()
-	return r == nil || r.State() == raft.Leader
-}
-
 // SetHeartbeatHandler gives the transport Raft's handler behind the gate.
 func (g *heartbeatGate) SetHeartbeatHandler(handle func(raft.RPC)) {
 	if handle == nil {

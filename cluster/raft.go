@@ -410,7 +410,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	}
 	stable := newClosingStable(bolt, bolt.Close)
 	gate := newHeartbeatGate(transport) // heartbeatgate.go
-	var trans raft.Transport = durableCommits{heartbeatGate: gate, log: log, spares: newSpareFollowers(cfg.SpareFollowerInterval, gate.leading)}
+	var trans raft.Transport = durableCommits{heartbeatGate: gate, log: log, spares: newSpareFollowers(cfg.SpareFollowerInterval, log.isLeading)}
 	failer, _ := fsm.(LogFailer)
 	if cfg.SerialLeaderLog {
 		trans = steadyTransport{gate}

@@ -79,18 +79,13 @@ func newSpareFollowers(every time.Duration, leading func() bool) *spareFollowers
 // hold an entry that came meanwhile within sparePatience, so it looks
 // again at least that often.
 func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast func() uint64) {
-	asked := time.Now()
-	newest := leaderLast()
+	newest, seen := leaderLast(), time.Now() // the leader's last index, and when first seen
 	if last < newest {
 		return // behind the leader: catching up
 	}
-	seen := asked // when newest was first seen
 	for {
 		if !s.leading() {
 			return // stepped down or shut down: Raft stops this replicator
-		}
-		if l := leaderLast(); l > newest {
-			newest, seen = l, time.Now()
 		}
 		s.mu.Lock()
 		s.inTerm(term)
@@ -109,6 +104,9 @@ func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast fu
 		case <-t.C:
 		}
 		t.Stop()
+		if l := leaderLast(); l > newest {
+			newest, seen = l, time.Now()
+		}
 	}
 }
 

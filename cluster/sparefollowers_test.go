@@ -1,12 +1,11 @@
 package cluster
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/raftmq/raftmq/cluster/clustertest"
 )
 
 // writesOf counts the log writes of member's gate that hold any of the
@@ -59,25 +58,27 @@ func TestSpareTakesOverFromAStalledFollower(t *testing.T) {
 	const every = 10 * time.Second
 	g, gate := gatedGroup(t, every)
 	leader := g.leader()
-	g.apply(leader, "warm", 5)
-	last := lastLogIndex(g.nodes[leader])
+	// Entries one at a time until a follower lags the leader: the spare,
+	// which got the first at once and then waits its interval (or, when a
+	// commit took over sparePatience, went again and waits anew). Each
+	// Apply returns once a follower holds its entry: the one ahead.
+	var last uint64
 	ahead, spare := -1, -1
-	clustertest.WaitFor(t, 5*time.Second, "a follower holding every entry", func() bool {
+	for k := 0; k < 20 && spare < 0; k++ {
+		g.apply(leader, fmt.Sprintf("warm%d", k), 1)
+		last = lastLogIndex(g.nodes[leader])
 		for i, n := range g.nodes {
-			if i != leader && lastLogIndex(n) >= last {
+			switch {
+			case i == leader:
+			case lastLogIndex(n) >= last:
 				ahead = i
-				return true
+			default:
+				spare = i
 			}
 		}
-		return false
-	})
-	for i := range g.nodes {
-		if i != leader && i != ahead {
-			spare = i
-		}
 	}
-	if got := lastLogIndex(g.nodes[spare]); got >= last {
-		t.Fatalf("the spare holds index %d of %d already: it got each entry, not one request an interval", got, last)
+	if spare < 0 || ahead < 0 {
+		t.Fatalf("after 20 entries no follower lags the leader's index %d: every follower got each entry, not one request an interval", last)
 	}
 
 	stalled := gate(ahead)
