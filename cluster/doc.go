@@ -55,10 +55,11 @@
 //     segment) and where a leader reads one to replicate it (never sent;
 //     the leader stops);
 //   - sparefollowers.go: when RaftConfig.SpareFollowerInterval is set
-//     (off by default), the leader's entries sent at once only to the
-//     followers a commit waits for; a spare (in a group of three, the
-//     follower behind) gets what came in one request every interval, and
-//     at once when those ahead of it stop holding new entries;
+//     (raftmq broker sets it for a group on one host), the leader's
+//     entries sent at once only to the followers a commit waits for; a
+//     spare (in a group of three, the follower behind) gets what came in
+//     one request every interval, and as soon as an entry has waited 2 ms
+//     for those ahead of it;
 //   - heartbeatgate.go: Raft's heartbeat fast path only for a follower of
 //     the heartbeat's own term: one of a newer term, handled beside the
 //     Raft loop, made a leader append entries in a term it never led

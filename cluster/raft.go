@@ -124,8 +124,9 @@ type RaftConfig struct {
 	// commit does not wait for (in a group of three, the follower behind
 	// the other) gets the entries that came since it was last sent some,
 	// in one request (sparefollowers.go). Default 0, off: every follower
-	// gets each entry at once, as hashicorp/raft sends them; the
-	// measurements so far disagree (broker/README.md, twelfth sitting).
+	// gets each entry at once, as hashicorp/raft sends them. raftmq broker
+	// sets 5ms where the group's replicas all run on one host
+	// (--raft-spare-followers auto, cmd/raftmq/sparefollowers.go).
 	// Off with SerialLeaderLog, and for requests that go through a
 	// pipeline (MaxRPCsInFlight over 1). A leader that steps down or shuts
 	// down lets a held request go within sparePatience.

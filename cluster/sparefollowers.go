@@ -19,11 +19,15 @@ import (
 // docker-compose cluster on one host, deploy/bench-local.sh) that third
 // fsync of each entry queues on the device with the two the commit waits
 // for, and on two vCPUs its thread wake-ups with theirs. Sent every few
-// milliseconds instead, a spare syncs a few entries at a time. It is off
-// by default: alternated pairs against every follower at once disagreed
-// (broker/README.md, 2026-12-06, twelfth sitting; deploy/bench-pairs.sh
-// with RAFTMQ_BENCH_BROKER_FLAGS_B="--raft-spare-followers 5ms" measures
-// it again).
+// milliseconds instead, a spare syncs a few entries at a time: a lone
+// sync sender's p50 0.90x with the rule below, ahead in 8 alternated
+// pairs of 8, and no change for 16 sync senders, batched publish or send
+// to receive (broker/README.md, 2026-12-06, thirteenth sitting;
+// deploy/bench-pairs.sh with RAFTMQ_BENCH_BROKER_FLAGS_B=
+// "--raft-spare-followers 5ms" measures it again). Where each replica has
+// a disk of its own there is nothing to gain, and a commit that can take
+// the faster of two followers is the better hedge, so raftmq broker paces
+// spares only for a group on one host (cmd/raftmq/sparefollowers.go).
 //
 // Which followers are spares is decided per request, from what each
 // follower acknowledged in the leader's term: a follower goes at once
@@ -74,15 +78,18 @@ func newSpareFollowers(every time.Duration, leading func() bool) *spareFollowers
 }
 
 // hold returns when id's request in term carrying entries up to last may
-// go; answered must follow it. leaderLast reads the leader's last index:
-// a spare held for its interval goes as soon as those ahead of it fail to
-// hold an entry that came meanwhile within sparePatience, so it looks
-// again at least that often.
+// go; answered must follow it. leaderLast reads the leader's last index.
+// A spare held for its interval goes as soon as an entry that came
+// meanwhile waits sparePatience for those ahead of it, so it looks again
+// at least that often. It watches one entry at a time, the oldest those
+// ahead may lack, and moves to the newest only once they hold it: entries
+// that keep coming (batched senders) do not keep moving its deadline.
 func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast func() uint64) {
-	newest, seen := leaderLast(), time.Now() // the leader's last index, and when first seen
-	if last < newest {
+	watched, seen := leaderLast(), time.Now() // the entry watched, and when first seen
+	if last < watched {
 		return // behind the leader: catching up
 	}
+	newest, newestSeen := watched, seen
 	for {
 		if !s.leading() {
 			return // stepped down or shut down: Raft stops this replicator
@@ -90,7 +97,12 @@ func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast fu
 		s.mu.Lock()
 		s.inTerm(term)
 		now := time.Now()
-		until := s.holdUntil(id, newest, seen)
+		if newest > watched {
+			if _, holding := s.ahead(id, watched); holding >= s.need() {
+				watched, seen = newest, newestSeen
+			}
+		}
+		until := s.holdUntil(id, watched, seen)
 		if !until.After(now) {
 			s.peer(id).lastSent = now
 			s.mu.Unlock()
@@ -105,36 +117,46 @@ func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast fu
 		}
 		t.Stop()
 		if l := leaderLast(); l > newest {
-			newest, seen = l, time.Now()
+			newest, newestSeen = l, time.Now()
 		}
 	}
 }
 
-// holdUntil is when id's request may go, newest the leader's last index,
-// first seen at seen: zero, at once. Called locked.
-func (s *spareFollowers) holdUntil(id raft.ServerID, newest uint64, seen time.Time) time.Time {
+// holdUntil is when id's request may go, watched the entry its hold
+// watches, first seen at seen: zero, at once. Called locked.
+func (s *spareFollowers) holdUntil(id raft.ServerID, watched uint64, seen time.Time) time.Time {
+	ahead, holding := s.ahead(id, watched)
+	switch {
+	case ahead < s.need():
+		return time.Time{} // one a commit waits for
+	case holding >= s.need():
+		return s.peer(id).lastSent.Add(s.every) // a spare: entries every interval
+	default:
+		return seen.Add(sparePatience) // those ahead do not hold watched yet
+	}
+}
+
+// ahead counts the followers ahead of id, those that acknowledged more (of
+// two that acknowledged as much, the lower id), and of them those that
+// hold index. Called locked.
+func (s *spareFollowers) ahead(id raft.ServerID, index uint64) (ahead, holding int) {
 	me := s.peer(id)
-	ahead, aheadHold := 0, 0 // followers that acknowledged more; of them, those holding newest
 	for other, p := range s.peers {
 		if other == id || !(p.acked > me.acked || (p.acked == me.acked && other < id)) {
 			continue
 		}
 		ahead++
-		if p.acked >= newest {
-			aheadHold++
+		if p.acked >= index {
+			holding++
 		}
 	}
-	// A majority's worth of followers: the followers a commit waits for,
-	// besides the leader, of len(s.peers) known.
-	need := (len(s.peers) + 1) / 2
-	switch {
-	case ahead < need:
-		return time.Time{} // one a commit waits for
-	case aheadHold >= need:
-		return me.lastSent.Add(s.every) // a spare: entries every interval
-	default:
-		return seen.Add(sparePatience) // those ahead do not hold newest yet
-	}
+	return ahead, holding
+}
+
+// need is how many followers a commit waits for besides the leader, of
+// the followers known this term: a majority's worth. Called locked.
+func (s *spareFollowers) need() int {
+	return (len(s.peers) + 1) / 2
 }
 
 // answered records the end of id's request carrying entries up to last.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,5 +125,36 @@ func TestSpareFollowersHoldUntil(t *testing.T) {
 	s.inTerm(3) // a new term's leader knows nothing of its followers yet
 	if got := s.holdUntil("2", 11, now); !got.IsZero() {
 		t.Errorf("in a new term the former spare is held until %v", got.Sub(now))
+	}
+}
+
+// Entries that keep coming while the follower ahead does not acknowledge
+// them do not keep a spare waiting: it goes once the first of them has
+// waited sparePatience, whatever came since.
+func TestSpareGoesWhileEntriesKeepComing(t *testing.T) {
+	var leading atomic.Bool
+	leading.Store(true)
+	s := newSpareFollowers(time.Hour, leading.Load)
+	s.inTerm(2)
+	s.peer("1").acked = 10 // ahead on the tie, and never acknowledges more
+	s.peer("2").acked, s.peer("2").lastSent = 10, time.Now()
+	newest := uint64(10)
+	leaderLast := func() uint64 { newest++; return newest } // an entry more at every look
+	done := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		s.hold("2", 2, 11, leaderLast)
+		done <- time.Since(start)
+	}()
+	limit := 50 * sparePatience
+	select {
+	case took := <-done:
+		if took < sparePatience {
+			t.Errorf("the spare went after %v, before sparePatience (%v): the follower ahead may still have answered", took, sparePatience)
+		}
+	case <-time.After(limit):
+		leading.Store(false) // ends the hold
+		<-done
+		t.Errorf("the spare was still held after %v while entries kept coming and the follower ahead held none of them", limit)
 	}
 }

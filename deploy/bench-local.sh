@@ -32,7 +32,7 @@
 # default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
 # while the benches run and reports its peak.
 #
-# Usage: deploy/bench-local.sh [--runs N] [--only NAMES] [--bin PATH] [--long] [--timers] [--nats] [--rocketmq] [--profile | --profile-bench NAME] [--json] [--keep] [--tls]
+# Usage: deploy/bench-local.sh [--runs N] [--only NAMES] [--bin PATH] [--long] [--timers] [--nats] [--nats-always] [--rocketmq] [--profile | --profile-bench NAME] [--json] [--keep] [--tls]
 #   --runs N   N runs (default 1); the figures reported are the medians
 #   --only NAMES  just these of batch, sync16, sync1, consume and e2e (a comma-separated list;
 #              consume reads what the produce benches run before it sent, so it needs one); the
@@ -43,6 +43,9 @@
 #   --timers   add the timer bench (and create topic bench-timers)
 #   --nats     after each raftmq run, ../shared/tools/nats-r3-bench (3-server JetStream R3 on
 #              127.0.0.1) and the ratios raftmq/NATS; with N runs, the median of the N paired ratios
+#   --nats-always  after each raftmq run (and NATS's, with --nats), deploy/nats-r3-always.sh: NATS's
+#              sync publish, 16 clients and 1 client's p50, with fsync on every write, as raftmq
+#              acknowledges (nats-r3-bench measures them with lazy fsync only), and the ratios
 #   --rocketmq after raftmq's own benches, the same four with RocketMQ's official Go client
 #              (e2e/rocketmq/rmqbench, over the remoting protocol) on the same cluster and topic,
 #              and the ratios official/raftmq SDK (its consume reads the same backlog)
@@ -58,7 +61,8 @@
 # of the three brokers' threads (/proc/PID/task/*/status), as NAME.switches, and where a send's
 # time went, means over the run in ms: NAME.client_ms (the bench's, send to answer),
 # NAME.server_ms (the master's send service), NAME.commit_ms (Apply to applied), NAME.ae_ms
-# (the master's AppendEntries round trip), NAME.follower_ae_ms (a follower's handling of one)
+# (the master's AppendEntries round trip; with spare followers, the default for a group on one
+# host, it counts a spare's wait for its interval too, so it no longer bounds the commit), NAME.follower_ae_ms (a follower's handling of one)
 # and NAME.store_ms (its log write), from the brokers' /metrics histograms.
 #   --keep     keep the temp dir (binary, logs, data) and print its path
 #   --tls      a secured cluster: certificates from `raftmq certs`, TLS 1.3 on every gRPC
@@ -74,7 +78,7 @@ set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
-runs=1 long=0 timers=0 nats=0 rocketmq=0 profile=0 profile_bench=batch json=0 keep=0 tls=0
+runs=1 long=0 timers=0 nats=0 nats_always=0 rocketmq=0 profile=0 profile_bench=batch json=0 keep=0 tls=0
 only=batch,sync16,sync1,consume,e2e given_bin=""
 master="" prof="" run_no=1
 while [ $# -gt 0 ]; do
@@ -88,6 +92,7 @@ while [ $# -gt 0 ]; do
 	--long) long=1; shift ;;
 	--timers) timers=1; shift ;;
 	--nats) nats=1; shift ;;
+	--nats-always) nats_always=1; shift ;;
 	--rocketmq) rocketmq=1; shift ;;
 	--profile) profile=1; shift ;;
 	--profile-bench) profile=1 profile_bench=${2:-}; shift 2 || shift ;;
@@ -125,6 +130,11 @@ if [ "$nats" = 1 ] && [ ! -x "$natsbench" ]; then
 	echo "bench-local: --nats: $natsbench is not there" >&2
 	exit 2
 fi
+natsalways="$root/deploy/nats-r3-always.sh"
+if [ "$nats_always" = 1 ] && [ ! -r "$root/../shared/tools/natscluster.sh" ]; then
+	echo "bench-local: --nats-always: $root/../shared/tools/natscluster.sh is not there" >&2
+	exit 2
+fi
 commit=$(git -C "$root" rev-parse --short HEAD)
 git -C "$root" diff --quiet HEAD -- 2>/dev/null || commit="$commit-dirty"
 [ -z "$given_bin" ] || commit=$given_bin
@@ -144,7 +154,7 @@ work=""
 pids=()      # namesrv and brokers of the current cluster
 dead=""      # set by alive
 child=""     # the foreground command being waited for (run in the background so traps fire)
-natspid=""   # nats-r3-bench, in its own session
+natspid=""   # nats-r3-bench or nats-r3-always.sh, in its own session
 profpid=""   # the profile download
 
 # tree PID...: the PIDs and all their descendants
@@ -653,14 +663,20 @@ run_raftmq() { # R
 	rm -rf "$d"/b[123] # the data; the logs stay for --keep
 }
 
+# run_peer SCRIPT OUT: a NATS script in its own session (stop_nats stops what it leaves), its
+# output to OUT and, indented, to stderr
+run_peer() {
+	setsid "$1" >"$2" 2>&1 &
+	natspid=$!
+	wait "$natspid" || say "  $(basename "$1") exited $?"
+	stop_nats
+	sed 's/^/  /' "$2" >&2
+}
+
 run_nats() { # R
 	local r=$1 out="$work/nats$1.txt" l1 l2
 	say "run $r/$runs: NATS, $natsbench"
-	setsid "$natsbench" >"$out" 2>&1 &
-	natspid=$!
-	wait "$natspid" || say "  nats-r3-bench exited $?"
-	stop_nats
-	sed 's/^/  /' "$out" >&2
+	run_peer "$natsbench" "$out"
 	l1=$(grep 'batched async publish' "$out" || true)
 	l2=$(grep 'sync publish 16 clients' "$out" || true)
 	add nats.lazy "$(sed -n 's/.*lazy fsync \([0-9][0-9]*\) msgs\/s.*/\1/p' <<<"$l1")"
@@ -674,6 +690,17 @@ run_nats() { # R
 	add ratio.sync16 "$(ratio "${V[sync16.mps]##* }" "${V[nats.sync16]##* }")"
 	add ratio.p50 "$(ratio "${V[sync1.p50]##* }" "${V[nats.p50]##* }")"
 	add ratio.consume "$(ratio "${V[consume.mps]##* }" "${V[nats.consume]##* }")"
+}
+
+run_nats_always() { # R
+	local r=$1 out="$work/nats-always$1.txt" l
+	say "run $r/$runs: NATS with fsync always, $natsalways"
+	run_peer "$natsalways" "$out"
+	l=$(grep 'fsync always: sync publish 16 clients' "$out" || true)
+	add nats.sync16_always "$(sed -n 's/.*sync publish 16 clients \([0-9][0-9]*\) msgs\/s.*/\1/p' <<<"$l")"
+	add nats.p50_always "$(to_ms "$(sed -n 's/.*1 client p50 \([^;]*\)$/\1/p' <<<"$l")")"
+	add ratio.sync16_always "$(ratio "${V[sync16.mps]##* }" "${V[nats.sync16_always]##* }")"
+	add ratio.p50_always "$(ratio "${V[sync1.p50]##* }" "${V[nats.p50_always]##* }")"
 }
 
 # ---- main ------------------------------------------------------------------------------
@@ -695,6 +722,7 @@ fi
 for ((r = 1; r <= runs; r++)); do
 	run_raftmq "$r"
 	if [ "$nats" = 1 ]; then run_nats "$r"; fi
+	if [ "$nats_always" = 1 ]; then run_nats_always "$r"; fi
 done
 elapsed=$SECONDS # the whole script, the build too
 
@@ -723,9 +751,11 @@ if [ "$timers" = 1 ]; then
 fi
 line="sync publish, 16 clients, 15s:                    $(kfmt "$(g sync16.mps)") msgs/s, p50 $(fmt "$(g sync16.p50)" 2) ms, p99 $(fmt "$(g sync16.p99)" 2) ms"
 [ "$nats" = 1 ] && line="$line | NATS lazy $(kfmt "$(g nats.sync16)") ($(xfmt "$(g ratio.sync16)"))"
+[ "$nats_always" = 1 ] && line="$line | NATS fsync-always $(kfmt "$(g nats.sync16_always)") ($(xfmt "$(g ratio.sync16_always)"))"
 echo "$line"
 line="sync publish, 1 client, 10s:                      p50 $(fmt "$(g sync1.p50)" 2) ms, p99 $(fmt "$(g sync1.p99)" 2) ms, $(kfmt "$(g sync1.mps)") msgs/s"
 [ "$nats" = 1 ] && line="$line | NATS lazy p50 $(fmt "$(g nats.p50)" 2) ms (raftmq's is $(xfmt "$(g ratio.p50)"))"
+[ "$nats_always" = 1 ] && line="$line | NATS fsync-always p50 $(fmt "$(g nats.p50_always)" 2) ms (raftmq's is $(xfmt "$(g ratio.p50_always)"))"
 echo "$line"
 line="consume, 4 clients, $(fmt "$(g consume.count)") messages from the first:  $(kfmt "$(g consume.mps)") msgs/s (bench consume records no latency)"
 [ "$nats" = 1 ] && line="$line | NATS 300000 messages $(kfmt "$(g nats.consume)") ($(xfmt "$(g ratio.consume)"))"
@@ -746,9 +776,9 @@ echo "where a send's time went (means): sync16: $(round_line sync16 median); syn
 echo "the brokers' GOMAXPROCS (threads running Go code at once): $(g procs.1), $(g procs.2), $(g procs.3)"
 echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB; anonymous (heap, stacks): $(fmt "$(g anon.1)"), $(fmt "$(g anon.2)"), $(fmt "$(g anon.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
 if [ "$runs" -gt 1 ]; then
-	[ "$nats" = 0 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
+	[ "$nats$nats_always" = 00 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in host.floor ratio.sync1_floor host.floor_disk ratio.sync1_floor_disk batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches sync16.client_ms "${round_keys[@]/#/sync16.}" sync1.client_ms "${round_keys[@]/#/sync1.}" nats.lazy nats.always nats.sync16 nats.p50 nats.consume rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in host.floor ratio.sync1_floor host.floor_disk ratio.sync1_floor_disk batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches sync16.client_ms "${round_keys[@]/#/sync16.}" sync1.client_ms "${round_keys[@]/#/sync1.}" nats.lazy nats.always nats.sync16 nats.p50 nats.consume nats.sync16_always nats.p50_always rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi
@@ -772,6 +802,9 @@ if [ "$json" = 1 ]; then
 	if [ "$nats" = 1 ]; then
 		out="$out,\"nats\":{\"batch_lazy_msgs_per_sec\":$(g nats.lazy),\"batch_always_msgs_per_sec\":$(g nats.always),\"sync16_msgs_per_sec\":$(g nats.sync16),\"sync1_p50_ms\":$(g nats.p50),\"consume_msgs_per_sec\":$(g nats.consume)}"
 		out="$out,\"ratios\":{\"batch_vs_lazy\":$(g ratio.batch_lazy),\"batch_vs_always\":$(g ratio.batch_always),\"sync16_vs_lazy\":$(g ratio.sync16),\"sync1_p50\":$(g ratio.p50),\"consume\":$(g ratio.consume)}"
+	fi
+	if [ "$nats_always" = 1 ]; then
+		out="$out,\"nats_fsync_always\":{\"sync16_msgs_per_sec\":$(g nats.sync16_always),\"sync1_p50_ms\":$(g nats.p50_always),\"sync16_ratio\":$(g ratio.sync16_always),\"sync1_p50_ratio\":$(g ratio.p50_always)}"
 	fi
 	per=""
 	for k in $(printf '%s\n' "${!V[@]}" | sort); do

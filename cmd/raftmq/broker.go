@@ -124,7 +124,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.TxCheckMax, "transaction-check-max", "15", "a half message still open after this many check-backs is rolled back (a copy goes to TRANS_CHECK_MAX_TIME_TOPIC)")
 	fl.StringVar(&f.TimerPrecision, "timer-precision", "100ms", "a timer message is delivered at its time or up to this much later (the timer ladder's first step)")
 	fl.StringVar(&f.RaftInFlight, "raft-in-flight", "1", "AppendEntries the master has in flight to each follower (1: no pipelining)")
-	fl.StringVar(&f.SpareFollowers, "raft-spare-followers", "off", "how often the master sends a follower that commits do not wait for (in a group of 3, the one behind) the entries that came meanwhile, in one request (a duration up to 100ms), or off (every follower gets each entry at once)")
+	fl.StringVar(&f.SpareFollowers, "raft-spare-followers", "auto", spareFollowersUsage)
 	fl.StringVar(&f.StreamWorkers, "stream-workers", "64", "goroutines kept to run RPCs on warm stacks (more RPCs at once get their own); 0: none")
 	fl.StringVar(&f.GroupCommitWait, "group-commit-wait", "2ms", "how long, at most, the next Raft entry waits for the senders of the last one to come back with their next sends rather than go out with fewer (a lone sender never waits, nor an entry that expects fewer than 4 sends), or off; raftmq_group_commit_wait_seconds shows the waits and how they ended")
 	fl.StringVar(&f.RaftLog, "raft-log", "auto", "where the replica keeps its Raft log: commitlog (each entry in the commitlog, its messages written once), wal (raft-wal, beside the store), or auto: the one its data directory holds, the commitlog for a new one, and the commitlog for one on a WAL whose group is moving its Raft log there (raftmq group move-raft-log), which it moves as it starts. A replica keeps the one it began with, and a group's replicas keep it in one place")
@@ -352,10 +352,11 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		return fmt.Errorf("--raft-in-flight %q: want a number of requests, 1 to 64", f.RaftInFlight)
 	}
 	cfg.Raft.MaxRPCsInFlight = inFlight
-	if f.SpareFollowers != "off" {
-		if cfg.Raft.SpareFollowerInterval, err = time.ParseDuration(f.SpareFollowers); err != nil || cfg.Raft.SpareFollowerInterval <= 0 || cfg.Raft.SpareFollowerInterval > 100*time.Millisecond {
-			return fmt.Errorf("--raft-spare-followers %q: want a duration up to 100ms, or off", f.SpareFollowers)
-		}
+	if cfg.Raft.SpareFollowerInterval, err = spareFollowerInterval(f.SpareFollowers, firstNonEmpty(f.AdvertiseRaft, f.Raft), peers); err != nil {
+		return err
+	}
+	if cfg.Raft.SpareFollowerInterval > 0 {
+		log.Info("spare followers paced", "interval", cfg.Raft.SpareFollowerInterval, "mode", f.SpareFollowers)
 	}
 	if err := setGCPercent(f.GCPercent); err != nil {
 		return err

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# deploy/nats-r3-always.sh — the peer's synchronous publish with raftmq's promise: NATS JetStream
+# 2.15, 3 servers on 127.0.0.1, replicas 3, `sync_interval: always` (fsync on every write), 1 KiB.
+#
+# ../shared/tools/nats-r3-bench measures NATS's synchronous publish with lazy fsync only (NATS's
+# default, which acknowledges a message before any disk holds it). raftmq acknowledges after a
+# quorum's fsync, so this measures the same two sync figures with NATS fsyncing every write: the
+# comparison of like with like beside the issue's goals against lazy fsync. It prints one line:
+#   NATS JetStream R3, 1 KiB, fsync always: sync publish 16 clients N msgs/s; sync publish 1 client p50 T
+# It uses the cluster helpers of ../shared/tools/natscluster.sh (which install nats-server and
+# nats with `go install` the first time) and stops its servers when it exits.
+# Usage: deploy/nats-r3-always.sh
+set -u
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+helpers="$root/../shared/tools/natscluster.sh"
+[ -r "$helpers" ] || { echo "nats-r3-always: $helpers is not there" >&2; exit 2; }
+# shellcheck source=/dev/null
+. "$helpers"
+ensure_nats || { echo "nats-r3-always: cannot install nats-server/nats from the Go module proxy" >&2; exit 1; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/nats-always-XXXX")
+trap 'stop_nats; rm -rf "$T"' EXIT
+start_nats3 "$T/always" always
+s16=$(nats_sync_rate "$NURL" 16 60000)
+p50=$(nats_sync_p50 "$NURL")
+echo "NATS JetStream R3, 1 KiB, fsync always: sync publish 16 clients ${s16:-?} msgs/s; sync publish 1 client p50 ${p50:-?}"
