@@ -38,8 +38,12 @@ import (
 // sparePatience from when it saw that entry, then goes: when the follower
 // a commit waited for stops answering, the next commit waits
 // sparePatience more, once, and the spare, having acknowledged more, is
-// from then on one of those a commit waits for. A follower behind the
-// leader's log
+// from then on one of those a commit waits for. Only voters of the
+// group's latest configuration count (all followers until it is known): a
+// non-voter (a replica being added) never ranks ahead of a voter, since
+// in a group of two voters a caught-up non-voter ranked ahead would make
+// every commit wait an interval for the one voting follower; a caught-up
+// non-voter is a spare. A follower behind the leader's log
 // (catching up, or one request of many) goes at once. Raft's safety does
 // not depend on when a follower receives entries: the leader still counts
 // an entry committed only on a majority of disks.
@@ -59,6 +63,7 @@ type spareFollowers struct {
 	leading func() bool   // whether this member still leads: a hold ends when not
 
 	mu      sync.Mutex
+	servers func() []raft.Server // the latest configuration; nil: every follower votes
 	term    uint64
 	peers   map[raft.ServerID]*followerProgress // this term's
 	changed chan struct{}                       // closed when a request ends
@@ -97,10 +102,8 @@ func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast fu
 		s.mu.Lock()
 		s.inTerm(term)
 		now := time.Now()
-		if newest > watched {
-			if _, holding := s.ahead(id, watched); holding >= s.need() {
-				watched, seen = newest, newestSeen
-			}
+		if newest > watched && s.aheadHold(id, watched) {
+			watched, seen = newest, newestSeen
 		}
 		until := s.holdUntil(id, watched, seen)
 		if !until.After(now) {
@@ -125,24 +128,38 @@ func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast fu
 // holdUntil is when id's request may go, watched the entry its hold
 // watches, first seen at seen: zero, at once. Called locked.
 func (s *spareFollowers) holdUntil(id raft.ServerID, watched uint64, seen time.Time) time.Time {
-	ahead, holding := s.ahead(id, watched)
+	voters := s.voters()
+	ahead, holding := s.ahead(id, watched, voters)
+	need := s.need(voters)
 	switch {
-	case ahead < s.need():
+	case ahead < need:
 		return time.Time{} // one a commit waits for
-	case holding >= s.need():
+	case holding >= need:
 		return s.peer(id).lastSent.Add(s.every) // a spare: entries every interval
 	default:
 		return seen.Add(sparePatience) // those ahead do not hold watched yet
 	}
 }
 
-// ahead counts the followers ahead of id, those that acknowledged more (of
-// two that acknowledged as much, the lower id), and of them those that
-// hold index. Called locked.
-func (s *spareFollowers) ahead(id raft.ServerID, index uint64) (ahead, holding int) {
-	me := s.peer(id)
+// aheadHold says whether enough of the followers ahead of id hold index
+// for a commit. Called locked.
+func (s *spareFollowers) aheadHold(id raft.ServerID, index uint64) bool {
+	voters := s.voters()
+	_, holding := s.ahead(id, index, voters)
+	return holding >= s.need(voters)
+}
+
+// ahead counts the voting followers ahead of id, those that acknowledged
+// more (of two that acknowledged as much, the lower id; every voter is
+// ahead of a non-voter), and of them those that hold index. voters is
+// s.voters(). Called locked.
+func (s *spareFollowers) ahead(id raft.ServerID, index uint64, voters map[raft.ServerID]bool) (ahead, holding int) {
+	me, iVote := s.peer(id), voters == nil || voters[id]
 	for other, p := range s.peers {
-		if other == id || !(p.acked > me.acked || (p.acked == me.acked && other < id)) {
+		if other == id || (voters != nil && !voters[other]) {
+			continue
+		}
+		if iVote && !(p.acked > me.acked || (p.acked == me.acked && other < id)) {
 			continue
 		}
 		ahead++
@@ -154,9 +171,48 @@ func (s *spareFollowers) ahead(id raft.ServerID, index uint64) (ahead, holding i
 }
 
 // need is how many followers a commit waits for besides the leader, of
-// the followers known this term: a majority's worth. Called locked.
-func (s *spareFollowers) need() int {
-	return (len(s.peers) + 1) / 2
+// the voting followers known this term: a majority's worth. voters is
+// s.voters(). Called locked.
+func (s *spareFollowers) need(voters map[raft.ServerID]bool) int {
+	n := 0
+	for id := range s.peers {
+		if voters == nil || voters[id] {
+			n++
+		}
+	}
+	return (n + 1) / 2
+}
+
+// voters are the servers with a vote in the group's latest configuration;
+// nil, every follower counted as one, while that is not known. Called
+// locked.
+func (s *spareFollowers) voters() map[raft.ServerID]bool {
+	if s.servers == nil {
+		return nil
+	}
+	servers := s.servers()
+	if len(servers) == 0 {
+		return nil
+	}
+	out := make(map[raft.ServerID]bool, len(servers))
+	for _, srv := range servers {
+		if srv.Suffrage == raft.Voter {
+			out[srv.ID] = true
+		}
+	}
+	return out
+}
+
+// knowServers gives the pacer the group's latest configuration, so that
+// it tells voters from non-voters (the member's Raft starts after its
+// transport, which holds the pacer). A nil pacer (spares off) ignores it.
+func (s *spareFollowers) knowServers(servers func() []raft.Server) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.servers = servers
 }
 
 // answered records the end of id's request carrying entries up to last.

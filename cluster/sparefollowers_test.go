@@ -108,20 +108,11 @@ func TestSpareFollowersHoldUntil(t *testing.T) {
 	s.inTerm(2)
 	s.peer("1").acked = 10
 	s.peer("2").acked, s.peer("2").lastSent = 8, now.Add(-time.Millisecond)
-	for _, c := range []struct {
-		what   string
-		id     raft.ServerID
-		newest uint64
-		want   time.Time
-	}{
-		{"the follower ahead", "1", 11, time.Time{}},
-		{"the spare, the leader's entries held by the one ahead", "2", 10, now.Add(4 * time.Millisecond)},
-		{"the spare, an entry the one ahead does not hold", "2", 11, now.Add(sparePatience)},
-	} {
-		if got := s.holdUntil(c.id, c.newest, now); !got.Equal(c.want) {
-			t.Errorf("%s: held until %v, want %v", c.what, got.Sub(now), c.want.Sub(now))
-		}
-	}
+	expectHolds(t, s, now,
+		holdCase{"the follower ahead", "1", 11, time.Time{}},
+		holdCase{"the spare, the leader's entries held by the one ahead", "2", 10, now.Add(4 * time.Millisecond)},
+		holdCase{"the spare, an entry the one ahead does not hold", "2", 11, now.Add(sparePatience)},
+	)
 	s.inTerm(3) // a new term's leader knows nothing of its followers yet
 	if got := s.holdUntil("2", 11, now); !got.IsZero() {
 		t.Errorf("in a new term the former spare is held until %v", got.Sub(now))
@@ -156,5 +147,45 @@ func TestSpareGoesWhileEntriesKeepComing(t *testing.T) {
 		leading.Store(false) // ends the hold
 		<-done
 		t.Errorf("the spare was still held after %v while entries kept coming and the follower ahead held none of them", limit)
+	}
+}
+
+// Only voters count: a voting follower goes at once beside a non-voter
+// that acknowledged more (a group of two voters replacing a dead replica
+// would otherwise wait an interval for its one voting follower), and a
+// caught-up non-voter is a spare.
+func TestSpareFollowersCountVotersOnly(t *testing.T) {
+	s := newSpareFollowers(5*time.Millisecond, func() bool { return true })
+	servers := []raft.Server{{ID: "0", Suffrage: raft.Voter}, {ID: "1", Suffrage: raft.Voter}, {ID: "2", Suffrage: raft.Nonvoter}}
+	s.knowServers(func() []raft.Server { return servers })
+	now := time.Unix(100, 0)
+	s.inTerm(2)
+	s.peer("1").acked, s.peer("1").lastSent = 10, now.Add(-time.Millisecond)
+	s.peer("2").acked, s.peer("2").lastSent = 12, now.Add(-time.Millisecond)
+	expectHolds(t, s, now,
+		holdCase{"the voter, behind the non-voter", "1", 11, time.Time{}},
+		holdCase{"the non-voter, an entry the voter does not hold", "2", 13, now.Add(sparePatience)},
+	)
+	s.peer("1").acked = 13
+	expectHolds(t, s, now, holdCase{"the non-voter, the voter holding the entry", "2", 13, now.Add(4 * time.Millisecond)})
+	servers = nil // a configuration not known yet: every follower counts
+	s.peer("1").acked, s.peer("2").acked = 12, 13
+	expectHolds(t, s, now, holdCase{"no configuration known, the follower behind", "1", 13, now.Add(4 * time.Millisecond)})
+}
+
+// holdCase is a follower's request and when holdUntil should let it go.
+type holdCase struct {
+	what    string
+	id      raft.ServerID
+	watched uint64
+	want    time.Time
+}
+
+func expectHolds(t *testing.T, s *spareFollowers, now time.Time, cases ...holdCase) {
+	t.Helper()
+	for _, c := range cases {
+		if got := s.holdUntil(c.id, c.watched, now); !got.Equal(c.want) {
+			t.Errorf("%s: held until %v, want %v", c.what, got.Sub(now), c.want.Sub(now))
+		}
 	}
 }
