@@ -63,7 +63,8 @@
 //   - heartbeatgate.go: Raft's heartbeat fast path only for a follower of
 //     the heartbeat's own term: one of a newer term, handled beside the
 //     Raft loop, made a leader append entries in a term it never led
-//     (hashicorp/raft #695);
+//     (hashicorp/raft #695); the gate holds the member's Raft, and hands
+//     its latest configuration to the spare pacer;
 //   - pipeline.go: pipelined replication (RaftConfig.MaxRPCsInFlight, off
 //     by default) that cannot wedge when a follower fails a request,
 //     as hashicorp/raft's own pipeline can;

@@ -73,3 +73,14 @@ func (g *heartbeatGate) follows(rpc raft.RPC) bool {
 
 // running tells the gate which Raft it guards.
 func (g *heartbeatGate) running(r *raft.Raft) { g.raft.Store(r) }
+
+// servers are the group's latest configuration (an atomic read in
+// hashicorp/raft); none before Raft runs. The spare followers' pacer,
+// which the member's transport holds, ranks only voters by it.
+func (g *heartbeatGate) servers() []raft.Server {
+	r := g.raft.Load()
+	if r == nil {
+		return nil
+	}
+	return r.GetConfiguration().Configuration().Servers
+}

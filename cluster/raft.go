@@ -411,7 +411,7 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	}
 	stable := newClosingStable(bolt, bolt.Close)
 	gate := newHeartbeatGate(transport) // heartbeatgate.go
-	spares := newSpareFollowers(cfg.SpareFollowerInterval, log.isLeading)
+	spares := newSpareFollowers(cfg.SpareFollowerInterval, log.isLeading, gate.servers)
 	var trans raft.Transport = durableCommits{heartbeatGate: gate, log: log, spares: spares}
 	failer, _ := fsm.(LogFailer)
 	if cfg.SerialLeaderLog {
@@ -430,7 +430,6 @@ func StartRaft(cfg RaftConfig, fsm raft.FSM) (*RaftNode, error) {
 	step(&times.NewRaft)
 	times.Restore = timed.took()
 	gate.running(r)
-	spares.knowServers(func() []raft.Server { return r.GetConfiguration().Configuration().Servers })
 	if last, err := logStore.LastIndex(); err == nil {
 		// What NewRaft restored (an older snapshot when the newest failed).
 		snap, _ := strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,11 +61,11 @@ const sparePatience = 2 * time.Millisecond
 
 // spareFollowers paces the leader's AppendEntries that carry entries.
 type spareFollowers struct {
-	every   time.Duration // RaftConfig.SpareFollowerInterval
-	leading func() bool   // whether this member still leads: a hold ends when not
+	every   time.Duration        // RaftConfig.SpareFollowerInterval
+	leading func() bool          // whether this member still leads: a hold ends when not
+	servers func() []raft.Server // the group's latest configuration; none: every follower votes
 
 	mu      sync.Mutex
-	servers func() []raft.Server // the latest configuration; nil: every follower votes
 	term    uint64
 	peers   map[raft.ServerID]*followerProgress // this term's
 	changed chan struct{}                       // closed when a request ends
@@ -75,11 +77,11 @@ type followerProgress struct {
 	lastSent time.Time // when its last request with entries went
 }
 
-func newSpareFollowers(every time.Duration, leading func() bool) *spareFollowers {
+func newSpareFollowers(every time.Duration, leading func() bool, servers func() []raft.Server) *spareFollowers {
 	if every <= 0 {
 		return nil
 	}
-	return &spareFollowers{every: every, leading: leading, peers: map[raft.ServerID]*followerProgress{}, changed: make(chan struct{})}
+	return &spareFollowers{every: every, leading: leading, servers: servers, peers: map[raft.ServerID]*followerProgress{}, changed: make(chan struct{})}
 }
 
 // hold returns when id's request in term carrying entries up to last may
@@ -102,10 +104,11 @@ func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast fu
 		s.mu.Lock()
 		s.inTerm(term)
 		now := time.Now()
-		if newest > watched && s.aheadHold(id, watched) {
-			watched, seen = newest, newestSeen
+		acked, spare := s.commitAcked(id)
+		if spare && acked >= watched {
+			watched, seen = newest, newestSeen // those ahead hold it: watch the newest
 		}
-		until := s.holdUntil(id, watched, seen)
+		until := s.until(id, acked, spare, watched, seen)
 		if !until.After(now) {
 			s.peer(id).lastSent = now
 			s.mu.Unlock()
@@ -125,71 +128,55 @@ func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast fu
 	}
 }
 
-// holdUntil is when id's request may go, watched the entry its hold
-// watches, first seen at seen: zero, at once. Called locked.
-func (s *spareFollowers) holdUntil(id raft.ServerID, watched uint64, seen time.Time) time.Time {
-	voters := s.voters()
-	ahead, holding := s.ahead(id, watched, voters)
-	need := s.need(voters)
+// until is when id's request may go, acked and spare what commitAcked
+// says of it, watched the entry its hold watches, first seen at seen:
+// zero, at once. Called locked.
+func (s *spareFollowers) until(id raft.ServerID, acked uint64, spare bool, watched uint64, seen time.Time) time.Time {
 	switch {
-	case ahead < need:
+	case !spare:
 		return time.Time{} // one a commit waits for
-	case holding >= need:
+	case acked >= watched:
 		return s.peer(id).lastSent.Add(s.every) // a spare: entries every interval
 	default:
 		return seen.Add(sparePatience) // those ahead do not hold watched yet
 	}
 }
 
-// aheadHold says whether enough of the followers ahead of id hold index
-// for a commit. Called locked.
-func (s *spareFollowers) aheadHold(id raft.ServerID, index uint64) bool {
+// commitAcked ranks id among the voting followers this term (by what each
+// acknowledged; of two that acknowledged as much, the lower id; every
+// voter ahead of a non-voter). A commit waits, besides the leader, for a
+// majority's worth of them: when that many are ahead of id, id is a spare,
+// and acked is the highest index that many of those ahead hold. Called
+// locked.
+func (s *spareFollowers) commitAcked(id raft.ServerID) (acked uint64, spare bool) {
 	voters := s.voters()
-	_, holding := s.ahead(id, index, voters)
-	return holding >= s.need(voters)
-}
-
-// ahead counts the voting followers ahead of id, those that acknowledged
-// more (of two that acknowledged as much, the lower id; every voter is
-// ahead of a non-voter), and of them those that hold index. voters is
-// s.voters(). Called locked.
-func (s *spareFollowers) ahead(id raft.ServerID, index uint64, voters map[raft.ServerID]bool) (ahead, holding int) {
-	me, iVote := s.peer(id), voters == nil || voters[id]
+	votes := func(f raft.ServerID) bool { return voters == nil || voters[f] }
+	me, known := s.peer(id), 0
+	var ahead []uint64 // what each voting follower ahead of id acknowledged
 	for other, p := range s.peers {
-		if other == id || (voters != nil && !voters[other]) {
+		if !votes(other) {
 			continue
 		}
-		if iVote && !(p.acked > me.acked || (p.acked == me.acked && other < id)) {
-			continue
-		}
-		ahead++
-		if p.acked >= index {
-			holding++
+		known++
+		if other != id && (!votes(id) || p.acked > me.acked || (p.acked == me.acked && other < id)) {
+			ahead = append(ahead, p.acked)
 		}
 	}
-	return ahead, holding
-}
-
-// need is how many followers a commit waits for besides the leader, of
-// the voting followers known this term: a majority's worth. voters is
-// s.voters(). Called locked.
-func (s *spareFollowers) need(voters map[raft.ServerID]bool) int {
-	n := 0
-	for id := range s.peers {
-		if voters == nil || voters[id] {
-			n++
-		}
+	need := (known + 1) / 2
+	switch {
+	case len(ahead) < need:
+		return 0, false
+	case need == 0:
+		return math.MaxUint64, true // no voting follower known: a commit waits for none
 	}
-	return (n + 1) / 2
+	slices.Sort(ahead)
+	return ahead[len(ahead)-need], true
 }
 
 // voters are the servers with a vote in the group's latest configuration;
 // nil, every follower counted as one, while that is not known. Called
 // locked.
 func (s *spareFollowers) voters() map[raft.ServerID]bool {
-	if s.servers == nil {
-		return nil
-	}
 	servers := s.servers()
 	if len(servers) == 0 {
 		return nil
@@ -201,18 +188,6 @@ func (s *spareFollowers) voters() map[raft.ServerID]bool {
 		}
 	}
 	return out
-}
-
-// knowServers gives the pacer the group's latest configuration, so that
-// it tells voters from non-voters (the member's Raft starts after its
-// transport, which holds the pacer). A nil pacer (spares off) ignores it.
-func (s *spareFollowers) knowServers(servers func() []raft.Server) {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.servers = servers
 }
 
 // answered records the end of id's request carrying entries up to last.

@@ -100,10 +100,10 @@ func TestSpareTakesOverFromAStalledFollower(t *testing.T) {
 // Who goes at once and who waits, and for how long, from what the
 // followers acknowledged.
 func TestSpareFollowersHoldUntil(t *testing.T) {
-	if s := newSpareFollowers(0, nil); s != nil {
+	if s := newSpareFollowers(0, nil, nil); s != nil {
 		t.Fatalf("no interval paces followers every %v", s.every)
 	}
-	s := newSpareFollowers(5*time.Millisecond, func() bool { return true })
+	s := newSpareFollowers(5*time.Millisecond, func() bool { return true }, noConfiguration)
 	now := time.Unix(100, 0)
 	s.inTerm(2)
 	s.peer("1").acked = 10
@@ -114,7 +114,7 @@ func TestSpareFollowersHoldUntil(t *testing.T) {
 		holdCase{"the spare, an entry the one ahead does not hold", "2", 11, now.Add(sparePatience)},
 	)
 	s.inTerm(3) // a new term's leader knows nothing of its followers yet
-	if got := s.holdUntil("2", 11, now); !got.IsZero() {
+	if got := holdUntil(s, "2", 11, now); !got.IsZero() {
 		t.Errorf("in a new term the former spare is held until %v", got.Sub(now))
 	}
 }
@@ -125,7 +125,7 @@ func TestSpareFollowersHoldUntil(t *testing.T) {
 func TestSpareGoesWhileEntriesKeepComing(t *testing.T) {
 	var leading atomic.Bool
 	leading.Store(true)
-	s := newSpareFollowers(time.Hour, leading.Load)
+	s := newSpareFollowers(time.Hour, leading.Load, noConfiguration)
 	s.inTerm(2)
 	s.peer("1").acked = 10 // ahead on the tie, and never acknowledges more
 	s.peer("2").acked, s.peer("2").lastSent = 10, time.Now()
@@ -155,9 +155,8 @@ func TestSpareGoesWhileEntriesKeepComing(t *testing.T) {
 // would otherwise wait an interval for its one voting follower), and a
 // caught-up non-voter is a spare.
 func TestSpareFollowersCountVotersOnly(t *testing.T) {
-	s := newSpareFollowers(5*time.Millisecond, func() bool { return true })
 	servers := []raft.Server{{ID: "0", Suffrage: raft.Voter}, {ID: "1", Suffrage: raft.Voter}, {ID: "2", Suffrage: raft.Nonvoter}}
-	s.knowServers(func() []raft.Server { return servers })
+	s := newSpareFollowers(5*time.Millisecond, func() bool { return true }, func() []raft.Server { return servers })
 	now := time.Unix(100, 0)
 	s.inTerm(2)
 	s.peer("1").acked, s.peer("1").lastSent = 10, now.Add(-time.Millisecond)
@@ -173,6 +172,17 @@ func TestSpareFollowersCountVotersOnly(t *testing.T) {
 	expectHolds(t, s, now, holdCase{"no configuration known, the follower behind", "1", 13, now.Add(4 * time.Millisecond)})
 }
 
+// noConfiguration is a group whose configuration is not known yet: every
+// follower counts as a voter.
+func noConfiguration() []raft.Server { return nil }
+
+// holdUntil is when s's hold lets id's request go, watching entry watched
+// since seen (zero: at once).
+func holdUntil(s *spareFollowers, id raft.ServerID, watched uint64, seen time.Time) time.Time {
+	acked, spare := s.commitAcked(id)
+	return s.until(id, acked, spare, watched, seen)
+}
+
 // holdCase is a follower's request and when holdUntil should let it go.
 type holdCase struct {
 	what    string
@@ -184,7 +194,7 @@ type holdCase struct {
 func expectHolds(t *testing.T, s *spareFollowers, now time.Time, cases ...holdCase) {
 	t.Helper()
 	for _, c := range cases {
-		if got := s.holdUntil(c.id, c.watched, now); !got.Equal(c.want) {
+		if got := holdUntil(s, c.id, c.watched, now); !got.Equal(c.want) {
 			t.Errorf("%s: held until %v, want %v", c.what, got.Sub(now), c.want.Sub(now))
 		}
 	}

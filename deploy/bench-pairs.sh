@@ -24,6 +24,8 @@
 # for both sides; RAFTMQ_BENCH_BROKER_FLAGS_A and RAFTMQ_BENCH_BROKER_FLAGS_B add flags to one
 # side's brokers (to compare a flag, give the same build as A and B).
 # Example: deploy/bench-pairs.sh --pairs 10 main HEAD
+# It runs this checkout's deploy/bench-local.sh for every run: bash reads a script as it runs it,
+# so an edit to it mid-run breaks the run under way (2026-12-06); edit in another worktree.
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
