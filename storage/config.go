@@ -36,13 +36,16 @@ type Config struct {
 	// their commitlogs are not byte-identical.
 	SegmentSize int64
 	// PreallocateAhead is how far past the writer the next commitlog
-	// segment's blocks are written with zeros in the background (see
-	// zeroer). Default 32 MiB: zeroing the whole next segment at once
-	// competes with the writer for the disk (measured: 1 KiB x 256 sync
+	// segment's blocks are allocated in the background (see
+	// preallocator). Default 32 MiB: zeroing the whole next segment at once
+	// competed with the writer for the disk (measured: 1 KiB x 256 sync
 	// appends 1.38 ms a batch with a whole segment ahead, 1.0 ms with
-	// 32 MiB). Negative: no zeros, appends go into the segment's holes
+	// 32 MiB). Negative: none, appends go into the segment's holes
 	// (the page cache is still dropped behind, PageCacheBehind).
 	PreallocateAhead int64
+	// PreallocateBy is how the segments' blocks are allocated ahead of the
+	// writer: PreallocateZeros (the default) or PreallocateFallocate.
+	PreallocateBy Preallocation
 	// PageCacheBehind is how much of the commitlog behind the writer stays
 	// in the page cache: older bytes, once durable, are dropped from it
 	// (posix_fadvise DONTNEED, as PostgreSQL does behind its WAL), by the
@@ -125,7 +128,7 @@ type Config struct {
 	// DiskFault is for tests: it injects disk errors (EIO, ENOSPC) into
 	// a real store. When set, it is called before each of the writer's
 	// system calls on a commitlog segment ("write", "sync_file_range",
-	// "fdatasync"), before the zeroer starts the write-back of the zeros
+	// "fdatasync"), before the preallocator starts the write-back of the zeros
 	// it wrote into the next segment ("sync_file_range", on its
 	// <start>.alloc file) and before a topic's consume queues are removed
 	// ("remove"), with the file's path; an error it returns is taken as
@@ -173,3 +176,20 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// Preallocation is how the next commitlog segment's blocks are allocated
+// ahead of the writer (preallocate.go).
+type Preallocation int
+
+const (
+	// PreallocateZeros writes zeros into them, so the writer's syncs land
+	// in allocated, written blocks, the cheapest sync there is; but each
+	// byte is written twice, which batched publish with three replicas on
+	// one disk pays for in bandwidth.
+	PreallocateZeros Preallocation = iota
+	// PreallocateFallocate allocates them with fallocate, which writes no
+	// data; each sync into them also writes the extents it converts from
+	// unwritten. Where the file system has no fallocate, zeros are
+	// written.
+	PreallocateFallocate
+)

@@ -16,10 +16,12 @@
 // # Commitlog
 //
 // Every record of every topic, in arrival order, in fixed-size segments
-// whose blocks are written before use: a spare that retention retired
-// (recycle.go), or else a new file zero-filled in the background, one
-// segment ahead (preallocate.go). fdatasync into written blocks is about
-// twice as cheap as into fallocated or growing ones on our machines. A
+// whose blocks are allocated before use: a spare that retention retired
+// (recycle.go), or else a new file zero-filled (or fallocated, as
+// Config.PreallocateBy asks) in the background, one segment ahead
+// (preallocate.go): an fdatasync into written blocks is the cheapest, and
+// one that must allocate blocks, into a growing file, costs 2-3 times as
+// much. A
 // record, in the layout of package message (message/record.go, shared with
 // producers), carries its length, a CRC32-C, the Raft index of its batch,
 // its own commitlog offset, its queue id and offset, times, topic, tags,

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,81 +11,94 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// zeroer writes zeros into the next commitlog segment, ahead of the
-// writer, in the background (RocketMQ prepares its next mapped file the
-// same way). An fdatasync after writing into blocks that are already
-// allocated and written costs about half of one into a growing, sparse or
-// fallocated file (measured here: 256 KiB appends + fdatasync, 2.6 k/s
-// into zero-filled blocks vs 2.0 k/s fallocated vs 0.8 k/s growing; 4 KiB
-// appends 6.8 k/s vs 3.0 k/s). Segments are created sparse, so creating
-// one costs nothing whatever its size, and the zeroer never writes into
-// the segment the writer is appending to: zeroing there competes with the
-// writer's own writes and syncs (measured: sync appends 1.8x slower).
+// preallocator allocates the blocks of the next commitlog segment, ahead
+// of the writer, in the background (RocketMQ prepares its next mapped file
+// the same way), so that the writer's fdatasyncs do not allocate blocks: a
+// sync into a growing or sparse file costs 2-3 times one into allocated
+// blocks (256 KiB appends + fdatasync: 0.8 k/s growing against 2.0-2.6
+// k/s). Segments are created sparse, so creating one costs nothing
+// whatever its size, and the preallocator never works in the segment the
+// writer is appending to: zeroing there competed with the writer's own
+// writes and syncs (measured: sync appends 1.8x slower).
+//
+// By default it writes zeros into them, through the page cache; with
+// Config.PreallocateBy PreallocateFallocate it allocates them with
+// fallocate instead (unwritten extents: no data is written, and the blocks
+// read as zeros until the writer writes them). Each has its price, measured
+// in alternated pairs of deploy/bench-local.sh on a group of three
+// replicas sharing one disk (broker/README.md, fourteenth sitting): zeros
+// double what each replica writes to the disk, and batched publish ran
+// near the disk's bandwidth, 1.20-1.21x faster fallocated (ahead in 7 pairs of
+// 8); but a sync into fallocated blocks also writes the extents it
+// converts, and small synchronous sends paid that: send to receive at a
+// low load had its p50 1.46x as long fallocated (4 pairs of 4), 16 sync
+// senders were behind in 5 pairs of 8. Zeros stay the default.
 //
 // The next segment is prepared under a temporary name (<start>.alloc) and
 // renamed when the writer rolls into it, so an empty next segment never
-// appears in the commitlog. The zeroer keeps the next segment zeroed up to
-// the writer's offset in the active one plus PreallocateAhead, so its
-// writes spread out as the writer advances and the next segment is whole
-// by the time the writer reaches it. (An earlier version stopped at
-// PreallocateAhead past the writer's commitlog offset: it zeroed only the
-// first PreallocateAhead bytes of each segment after the first, the rest
-// was appended into holes, and sync appends took 1.4x as long.)
+// appears in the commitlog. The preallocator keeps the next segment
+// allocated up to the writer's offset in the active one plus
+// PreallocateAhead, so its work spreads out as the writer advances and the
+// next segment is whole by the time the writer reaches it. (An earlier
+// version stopped at PreallocateAhead past the writer's commitlog offset:
+// it prepared only the first PreallocateAhead bytes of each segment after
+// the first, the rest was appended into holes, and sync appends took 1.4x
+// as long.)
 //
-// Zeros go through the page cache with no sync per chunk: a sync per MiB
-// put a device cache flush between the writer's own (sync appends 1.15 ms
-// a batch against 0.93–1.09 ms without). Each chunk's write-back is
-// started as soon as it is written, though (startWriteBack: no flush, no
-// wait), or the zeros pile up dirty and go to the disk in one burst. The
-// segment is fdatasynced once, when it is whole, so its blocks are
-// allocated and on the disk before the writer rolls into it; a crash
-// before that leaves only a <start>.alloc file, which opening the store
-// deletes.
+// Zeros, when written, go through the page cache with no sync per chunk: a
+// sync per MiB put a device cache flush between the writer's own (sync
+// appends 1.15 ms a batch against 0.93–1.09 ms without). Each chunk's
+// write-back is started as soon as it is written, though (startWriteBack:
+// no flush, no wait), or the zeros pile up dirty and go to the disk in one
+// burst. The segment is fdatasynced once, when it is whole, so its blocks
+// (and, fallocated, its extents) are on the disk before the writer rolls
+// into it; a crash before that leaves only a <start>.alloc file, which
+// opening the store deletes.
 //
-// The zeroer also drops the page cache behind the writer (behind and
-// commitlog.dropCache; every flush wakes it for that), so the pages it
-// zeroes next are ones the kernel hands back, not fresh ones. With
-// Config.PreallocateAhead off it runs for that alone (ahead 0).
+// The preallocator also drops the page cache behind the writer (behind
+// and commitlog.dropCache; every flush wakes it for that), which bounds
+// the commitlog's share of the page cache. With Config.PreallocateAhead
+// off it runs for that alone (ahead 0).
 //
-// The writer and the zeroer never write the same bytes at once: the writer
-// claims the range it writes (waiting if the zeroer is inside it) and so
-// moves the zeroer past it.
-type zeroer struct {
+// The writer and the preallocator never work on the same bytes at once:
+// the writer claims the range it writes (waiting if the preallocator is
+// inside it) and so moves the preallocator past it.
+type preallocator struct {
 	c     *commitlog
-	ahead int64 // how far past the writer to keep zeroed
+	ahead int64 // how far past the writer to keep the next segment prepared
 	log   *slog.Logger
 
-	mu        sync.Mutex
-	cond      *sync.Cond
-	zeroedTo  int64 // commitlog offset up to which the files are written
-	writeHigh int64 // the writer's highest written offset
-	busyFrom  int64 // [busyFrom, busyTo): being zeroed now, outside mu
-	busyTo    int64
-	next      *os.File // the following segment, as <start>.alloc
-	nextStart int64
-	nextReady bool // next is a reused spare: nothing to zero
-	stopped   bool
-	done      chan struct{}
+	mu         sync.Mutex
+	cond       *sync.Cond
+	preparedTo int64 // commitlog offset up to which the files are allocated
+	writeHigh  int64 // the writer's highest written offset
+	busyFrom   int64 // [busyFrom, busyTo): being allocated now, outside mu
+	busyTo     int64
+	next       *os.File // the following segment, as <start>.alloc
+	nextStart  int64
+	nextReady  bool // next is a reused spare: nothing to allocate
+	stopped    bool
+	done       chan struct{}
 
 	keep    int64 // page cache kept behind the writer; negative: all
 	dropped int64 // commitlog offset below which the page cache was dropped
 }
 
-const zeroChunk = 1 << 20
+const prepareChunk = 1 << 20
 
 // preparedSuffix names a segment being prepared: <start>.alloc until the
 // writer rolls into it (a start removes one it finds).
 const preparedSuffix = ".alloc"
 
-func startZeroer(c *commitlog, ahead, keep int64, log *slog.Logger) *zeroer {
+func startPreallocator(c *commitlog, ahead, keep int64, log *slog.Logger) *preallocator {
 	pos := c.writePos.Load()
-	z := &zeroer{c: c, ahead: ahead, log: log, zeroedTo: pos, writeHigh: pos, done: make(chan struct{}), keep: keep, dropped: pos}
+	z := &preallocator{c: c, ahead: ahead, log: log, preparedTo: pos, writeHigh: pos, done: make(chan struct{}), keep: keep, dropped: pos}
 	z.cond = sync.NewCond(&z.mu)
 	go z.run()
 	return z
 }
 
-func (z *zeroer) run() {
+func (z *preallocator) run() {
 	defer close(z.done)
 	for {
 		z.mu.Lock()
@@ -101,12 +115,12 @@ func (z *zeroer) run() {
 			z.c.dropCache(dropFrom, dropTo)
 			continue
 		}
-		from := z.zeroedTo
+		from := z.preparedTo
 		segStart := from - from%z.c.segSize
-		to := min(from+zeroChunk, segStart+z.c.segSize)
+		to := min(from+prepareChunk, segStart+z.c.segSize)
 		f, err := z.fileFor(segStart)
 		if err == nil && f == z.next && z.nextReady { // a spare: nothing to zero
-			z.zeroedTo = segStart + z.c.segSize
+			z.preparedTo = segStart + z.c.segSize
 			z.cond.Broadcast()
 			z.mu.Unlock()
 			z.c.dropCache(dropFrom, dropTo)
@@ -127,11 +141,12 @@ func (z *zeroer) run() {
 		z.mu.Unlock()
 
 		z.c.dropCache(dropFrom, dropTo)
-		err = zeroRange(f, from-segStart, to-segStart)
+		zeros, err := z.c.allocate(f, from-segStart, to-segStart)
 		if err == nil {
-			if syncNow {
+			switch {
+			case syncNow:
 				err = fdatasync(f)
-			} else {
+			case zeros:
 				err = z.startWriteBack(f, from-segStart, to-from)
 			}
 		}
@@ -139,7 +154,7 @@ func (z *zeroer) run() {
 		z.mu.Lock()
 		z.busyFrom, z.busyTo = 0, 0
 		if err == nil {
-			z.zeroedTo = max(z.zeroedTo, to)
+			z.preparedTo = max(z.preparedTo, to)
 		} else {
 			z.log.Warn("commitlog preallocation failed", "err", err)
 			z.stopped = true
@@ -162,7 +177,7 @@ func (z *zeroer) run() {
 // run's rate went from 8285-8359 to 9165-9391 msgs/s (2 pairs, hand-started
 // clusters, 2026-12-05, broker/README.md). The batched publish itself kept
 // its rate.
-func (z *zeroer) startWriteBack(f *os.File, off, n int64) error {
+func (z *preallocator) startWriteBack(f *os.File, off, n int64) error {
 	err := z.c.injectedAt("sync_file_range", f.Name())
 	if err == nil {
 		err = unix.SyncFileRange(int(f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
@@ -174,11 +189,11 @@ func (z *zeroer) startWriteBack(f *os.File, off, n int64) error {
 }
 
 // needed reports whether there is zeroing to do in the segment after the
-// active one: the zeroer keeps it zeroed up to the writer's position in the
+// active one: the preallocator keeps it zeroed up to the writer's position in the
 // active segment plus ahead, so zeroing runs at the writer's pace and the
 // next segment is whole when the writer rolls into it. (Before the first
 // segment exists, the first, up to ahead past the writer.) Caller holds mu.
-func (z *zeroer) needed() bool {
+func (z *preallocator) needed() bool {
 	if z.ahead <= 0 { // dropping the page cache only
 		return false
 	}
@@ -192,14 +207,14 @@ func (z *zeroer) needed() bool {
 		target = z.writeHigh + z.ahead
 	}
 	z.c.mu.RUnlock()
-	z.zeroedTo = max(z.zeroedTo, next) // never the active segment
-	return z.zeroedTo < next+z.c.segSize && z.zeroedTo < target
+	z.preparedTo = max(z.preparedTo, next) // never the active segment
+	return z.preparedTo < next+z.c.segSize && z.preparedTo < target
 }
 
 // fileFor returns the file of the segment starting at segStart: the active
 // segment, or the next one (created sparse under its temporary name).
 // Caller holds mu.
-func (z *zeroer) fileFor(segStart int64) (*os.File, error) {
+func (z *preallocator) fileFor(segStart int64) (*os.File, error) {
 	z.c.mu.RLock()
 	var last *segment
 	if n := len(z.c.segs); n > 0 {
@@ -232,14 +247,14 @@ func (z *zeroer) fileFor(segStart int64) (*os.File, error) {
 }
 
 // claim is called by the writer before it writes [pos, end).
-func (z *zeroer) claim(pos, end int64) {
+func (z *preallocator) claim(pos, end int64) {
 	z.mu.Lock()
 	for pos < z.busyTo && z.busyFrom < end {
 		z.cond.Wait()
 	}
-	z.zeroedTo = max(z.zeroedTo, end)
+	z.preparedTo = max(z.preparedTo, end)
 	z.writeHigh = max(z.writeHigh, end)
-	if z.ahead > 0 && z.zeroedTo-z.writeHigh < z.c.segSize+z.ahead-zeroChunk { // the zeroer may have work
+	if z.ahead > 0 && z.preparedTo-z.writeHigh < z.c.segSize+z.ahead-prepareChunk { // the preallocator may have work
 		z.cond.Broadcast()
 	}
 	z.mu.Unlock()
@@ -247,22 +262,22 @@ func (z *zeroer) claim(pos, end int64) {
 
 // lockForRoll is taken by the writer around rolling into the segment at
 // start: it waits for zeroing in that segment to finish and keeps the
-// zeroer out until unlocked. takeNext, under it, hands over the prepared
+// preallocator out until unlocked. takeNext, under it, hands over the prepared
 // file of that segment, or nil.
-func (z *zeroer) lockForRoll(start int64) {
+func (z *preallocator) lockForRoll(start int64) {
 	z.mu.Lock()
 	for z.busyTo > start && z.busyFrom < start+z.c.segSize {
 		z.cond.Wait()
 	}
 }
 
-// unlock ends a roll; the zeroer may now work on the segment after it.
-func (z *zeroer) unlock() {
+// unlock ends a roll; the preallocator may now work on the segment after it.
+func (z *preallocator) unlock() {
 	z.cond.Broadcast()
 	z.mu.Unlock()
 }
 
-func (z *zeroer) takeNext(start int64) *os.File {
+func (z *preallocator) takeNext(start int64) *os.File {
 	if z.next == nil || z.nextStart != start {
 		return nil
 	}
@@ -271,9 +286,9 @@ func (z *zeroer) takeNext(start int64) *os.File {
 	return f
 }
 
-// reset is called when the commitlog is cut at end: what the zeroer
+// reset is called when the commitlog is cut at end: what the preallocator
 // prepared past it no longer fits.
-func (z *zeroer) reset(end int64, cut func() error) error {
+func (z *preallocator) reset(end int64, cut func() error) error {
 	z.mu.Lock()
 	defer z.mu.Unlock()
 	for z.busyTo != 0 {
@@ -281,13 +296,13 @@ func (z *zeroer) reset(end int64, cut func() error) error {
 	}
 	z.dropNext()
 	z.writeHigh = end
-	z.zeroedTo = end - end%z.c.segSize + z.c.segSize // cut zeroes the rest of the segment
+	z.preparedTo = end - end%z.c.segSize + z.c.segSize // cut zeroes the rest of the segment
 	err := cut()
 	z.cond.Broadcast()
 	return err
 }
 
-func (z *zeroer) dropNext() {
+func (z *preallocator) dropNext() {
 	switch {
 	case z.next == nil:
 		return
@@ -300,7 +315,7 @@ func (z *zeroer) dropNext() {
 	z.next, z.nextReady = nil, false
 }
 
-func (z *zeroer) stop() {
+func (z *preallocator) stop() {
 	z.mu.Lock()
 	z.stopped = true
 	z.cond.Broadcast()
@@ -309,6 +324,27 @@ func (z *zeroer) stop() {
 	z.mu.Lock()
 	z.dropNext()
 	z.mu.Unlock()
+}
+
+// allocate gives [from, to) of f, a segment being prepared, its blocks:
+// with zeros written through the page cache, or with fallocate, which
+// writes none, where Config.PreallocateBy asks for it and the file system
+// has it (EOPNOTSUPP: zeros after all; ext4, XFS and tmpfs have it). zeros
+// says which: zeros' pages are dirty in the page cache.
+func (c *commitlog) allocate(f *os.File, from, to int64) (zeros bool, err error) {
+	if c.fallocate {
+		err = c.injectedAt("fallocate", f.Name())
+		if err == nil {
+			err = unix.Fallocate(int(f.Fd()), 0, from, to-from)
+		}
+		if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENOSYS) {
+			if err != nil {
+				return false, &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+			}
+			return false, nil
+		}
+	}
+	return true, zeroRange(f, from, to)
 }
 
 // createSparse creates path as a file of size bytes, all holes.
@@ -327,7 +363,7 @@ func createSparse(path string, size int64) (*os.File, error) {
 
 // flushed is called by the commitlog after a flush: cache behind the
 // writer may now be dropped.
-func (z *zeroer) flushed() {
+func (z *preallocator) flushed() {
 	z.mu.Lock()
 	if z.dropDue() {
 		z.cond.Broadcast()
@@ -336,21 +372,21 @@ func (z *zeroer) flushed() {
 }
 
 // dropDue reports whether behind has a range to drop. Caller holds mu.
-func (z *zeroer) dropDue() bool {
+func (z *preallocator) dropDue() bool {
 	return z.keep >= 0 && z.dropLimit() > z.dropped
 }
 
 // dropLimit is where dropping may reach: keep behind the durable end of
 // the writer's bytes, rounded down to a chunk. Caller holds mu.
-func (z *zeroer) dropLimit() int64 {
+func (z *preallocator) dropLimit() int64 {
 	to := min(z.c.flushedPos.Load(), z.writeHigh) - z.keep
-	return to - to%zeroChunk
+	return to - to%prepareChunk
 }
 
 // behind returns the range of the commitlog whose page cache is to be
 // dropped now: durable bytes more than keep (Config.PageCacheBehind)
 // behind the writer, in whole chunks, not dropped before. Caller holds mu.
-func (z *zeroer) behind() (from, to int64) {
+func (z *preallocator) behind() (from, to int64) {
 	if !z.dropDue() {
 		return 0, 0
 	}

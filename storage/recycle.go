@@ -13,7 +13,7 @@ import (
 // <start>.spare, up to Config.RecycleSegments of them, instead of deleting
 // it; the next new segment is then a spare renamed, not a fresh file to
 // zero-fill. A spare's blocks are allocated and written, which is what the
-// zeroer otherwise spends the disk's time on (measured here: zero-filling a
+// preallocator otherwise spends the disk's time on (measured here: zero-filling a
 // 256 MiB segment took 256-262 ms, about 40% of the time its appends take
 // at 300 KB and one fdatasync a batch).
 //
@@ -91,7 +91,7 @@ func (c *commitlog) dropSpares() error {
 }
 
 // reuseSpare renames a spare to the temporary name of the segment at start
-// (<start>.alloc, as the zeroer prepares segments) and makes an
+// (<start>.alloc, as the preallocator prepares segments) and makes an
 // end-of-data marker at its start durable. It returns nil when there is no
 // spare.
 func (c *commitlog) reuseSpare(start int64) (*os.File, error) {

@@ -65,7 +65,7 @@ func allocFiles(t *testing.T, cfg Config) []string {
 }
 
 // retireAllButTwo ages every segment but the last two and runs retention.
-// With a zeroer, it first waits for the next segment to be prepared, so
+// With a preallocator, it first waits for the next segment to be prepared, so
 // that the spares stay spares until the next roll.
 func retireAllButTwo(t *testing.T, s *Store, cfg Config) {
 	t.Helper()
@@ -240,7 +240,7 @@ func TestSparesGoFirstOnAFullDisk(t *testing.T) {
 func TestOpenKeepsOnlyUsableSpares(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.RecycleSegments = 1
-	cfg.PreallocateAhead = -1 // no zeroer to take the spare at once
+	cfg.PreallocateAhead = -1 // no preallocator to take the spare at once
 	dir := filepath.Join(cfg.Dir, commitlogDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ func TestTailPad(t *testing.T) {
 	}
 }
 
-// A spare the zeroer prepared as the next segment goes back to the spares
+// A spare the preallocator prepared as the next segment goes back to the spares
 // when the store closes, not to waste.
 func TestPreparedSpareReturnsOnClose(t *testing.T) {
 	cfg := testConfig(t.TempDir())
@@ -291,7 +291,7 @@ func TestPreparedSpareReturnsOnClose(t *testing.T) {
 	s := openStore(t, cfg)
 	appendBatches(t, s, 1, 300)
 	retireAllButTwo(t, s, cfg)
-	// After the next roll the zeroer takes a spare as the next segment.
+	// After the next roll the preallocator takes a spare as the next segment.
 	idx, segs := uint64(300), len(segmentFiles(t, cfg))
 	for len(segmentFiles(t, cfg)) == segs {
 		idx++

@@ -125,15 +125,16 @@ func Open(cfg Config) (*Store, error) {
 		s.closeFiles()
 		return nil, err
 	}
+	s.cl.fallocate = cfg.PreallocateBy == PreallocateFallocate
 	switch {
 	case cfg.PreallocateAhead > 0:
 		if err := s.cl.preallocateFirst(); err != nil {
 			s.closeFiles()
 			return nil, err
 		}
-		s.cl.z = startZeroer(s.cl, cfg.PreallocateAhead, cfg.PageCacheBehind, s.log)
-	case cfg.PageCacheBehind >= 0: // no zeros: its goroutine only drops the cache behind
-		s.cl.z = startZeroer(s.cl, 0, cfg.PageCacheBehind, s.log)
+		s.cl.z = startPreallocator(s.cl, cfg.PreallocateAhead, cfg.PageCacheBehind, s.log)
+	case cfg.PageCacheBehind >= 0: // no preallocation: its goroutine only drops the cache behind
+		s.cl.z = startPreallocator(s.cl, 0, cfg.PageCacheBehind, s.log)
 	}
 	s.startLoops()
 	return s, nil

@@ -403,13 +403,13 @@ func allocated(t *testing.T, path string) int64 {
 	return st.Blocks * 512
 }
 
-// preparedPath is the file the zeroer prepares the segment starting at
+// preparedPath is the file the preallocator prepares the segment starting at
 // start in, before the writer rolls into it.
 func preparedPath(cfg Config, start int64) string { return segmentPath(cfg, start) + preparedSuffix }
 
-// waitForZeroed waits for the prepared file at path to exist with at least
+// waitForPrepared waits for the prepared file at path to exist with at least
 // n bytes allocated.
-func waitForZeroed(t *testing.T, path string, n int64) {
+func waitForPrepared(t *testing.T, path string, n int64) {
 	t.Helper()
 	waitFor(t, func() bool {
 		_, err := os.Stat(path)
@@ -417,7 +417,7 @@ func waitForZeroed(t *testing.T, path string, n int64) {
 	})
 }
 
-// Segments are created sparse; the zeroer writes the next segment's blocks
+// Segments are created sparse; the preallocator writes the next segment's blocks
 // ahead of the writer, never the active one's, the writer then rolls into
 // the prepared file, and Close removes a prepared file it left.
 func TestPreallocationRunsAheadOfWriter(t *testing.T) {
@@ -427,8 +427,8 @@ func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 	s := openStore(t, cfg)
 	appendBatches(t, s, 1, 3)
 	next := preparedPath(cfg, cfg.SegmentSize)
-	waitForZeroed(t, next, 2<<20)
-	// (How far ahead the zeroer goes is TestPreallocationCompletesTheNext
+	waitForPrepared(t, next, 2<<20)
+	// (How far ahead the preallocator goes is TestPreallocationCompletesTheNext
 	// SegmentBeforeTheRoll's: with PreallocateAhead over a segment, the
 	// whole next one is due at once.)
 	// Fill past the first segment: the writer takes the prepared one.
@@ -458,7 +458,7 @@ func TestPreallocationRunsAheadOfWriter(t *testing.T) {
 	}
 }
 
-// The zeroer paces the next segment by the writer's position in the active
+// The preallocator paces the next segment by the writer's position in the active
 // one (plus PreallocateAhead), so it is whole before the writer rolls into
 // it, not only its first PreallocateAhead bytes.
 func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
@@ -472,7 +472,7 @@ func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
 	if _, err := s.Append(1, batch); err != nil {
 		t.Fatal(err)
 	}
-	waitForZeroed(t, next, 1<<20)
+	waitForPrepared(t, next, 1<<20)
 	// About 1 MiB into the active segment: the next is zeroed about as far,
 	// plus ahead (in 1 MiB steps), not all at once.
 	if got := allocated(t, next); got > 5<<19 {
@@ -489,7 +489,7 @@ func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
 	waitFor(t, func() bool { return allocated(t, next) >= cfg.SegmentSize })
 }
 
-// The zeros the zeroer writes into the next segment go to the disk as it
+// The zeros the preallocator writes into the next segment go to the disk as it
 // writes them, not when the kernel's dirty pages expire (30 s by default):
 // the zeroed part of the next segment holds no dirty page well before its
 // final fdatasync, which comes only once the whole segment is zeroed.
@@ -504,16 +504,94 @@ func TestPreallocationWritesItsZerosBackAsItGoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	next := preparedPath(cfg, cfg.SegmentSize)
-	waitForZeroed(t, next, 4<<20)
+	waitForPrepared(t, next, 4<<20)
 	if got := allocated(t, next); got >= cfg.SegmentSize {
 		t.Fatalf("the next segment is whole (%d bytes): its final fdatasync, not the write-back under test, would clean it", got)
 	}
 	waitFor(t, func() bool { return dirtyPages(t, next) == 0 }) // the zeros' pages clean within 5 s
 }
 
+// With PreallocateFallocate the next segment's blocks are allocated with
+// fallocate: they are allocated, yet no data was written, so the prepared file has no page
+// in the page cache (zeros written would be there, dirty or clean); its
+// final fdatasync makes the allocation durable before the roll.
+func TestPreallocationFallocatesWithoutWriting(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize = 4 << 20
+	cfg.PreallocateAhead = 6 << 20 // the whole next segment at once
+	cfg.PreallocateBy = PreallocateFallocate
+	s := openStore(t, cfg)
+	defer s.Close()
+	appendBatches(t, s, 1, 3)
+	next := preparedPath(cfg, cfg.SegmentSize)
+	waitForPrepared(t, next, cfg.SegmentSize)
+	if got := cachedPages(t, next); got != 0 {
+		t.Fatalf("the fallocated next segment has %d pages in the page cache, want none (no zeros written)", got)
+	}
+	if got := allocated(t, segmentPath(cfg, 0)); got < cfg.SegmentSize {
+		t.Fatalf("the first segment has %d bytes allocated, want it whole (%d) before the first append", got, cfg.SegmentSize)
+	}
+}
+
+// Where the file system has no fallocate (EOPNOTSUPP, injected here), a
+// preallocator asked for it writes zeros instead, and appends go on.
+func TestPreallocationWritesZerosWithoutFallocate(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize = 4 << 20
+	cfg.PreallocateAhead = 6 << 20
+	cfg.PreallocateBy = PreallocateFallocate
+	var refused atomic.Int32
+	refuseStep(&cfg, "fallocate", syscall.EOPNOTSUPP, &refused, func(string) bool { return true })
+	s := openStore(t, cfg)
+	defer s.Close()
+	appendBatches(t, s, 1, 3)
+	next := preparedPath(cfg, cfg.SegmentSize)
+	waitForPrepared(t, next, cfg.SegmentSize)
+	if refused.Load() == 0 {
+		t.Fatal("fallocate was never tried")
+	}
+	if got := cachedPages(t, next); got == 0 {
+		t.Fatal("the next segment is allocated, yet no zeros went through the page cache: fallocate was not refused")
+	}
+	big := megabyteBatch()
+	for idx := uint64(4); idx < 10; idx++ { // into the prepared segment
+		if _, err := s.Append(idx, big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(segmentPath(cfg, cfg.SegmentSize)); err != nil {
+		t.Fatalf("second segment: %v", err)
+	}
+}
+
+// refuseStep makes the store of cfg fail each op on the files that on
+// picks with errno, counting them in n.
+func refuseStep(cfg *Config, op string, errno syscall.Errno, n *atomic.Int32, on func(path string) bool) {
+	cfg.DiskFault = func(o, path string) error {
+		if o != op || !on(path) {
+			return nil
+		}
+		n.Add(1)
+		return errno
+	}
+}
+
+// cachedPages counts the pages of the file at path in the page cache
+// (cachestat, Linux 6.5).
+func cachedPages(t *testing.T, path string) uint64 {
+	t.Helper()
+	return cachestat(t, path).Cache
+}
+
 // dirtyPages counts the dirty pages of the file at path in the page cache
 // (cachestat, Linux 6.5).
 func dirtyPages(t *testing.T, path string) uint64 {
+	t.Helper()
+	return cachestat(t, path).Dirty
+}
+
+// cachestat is the page cache's count of the file at path's pages.
+func cachestat(t *testing.T, path string) unix.Cachestat_t {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -524,49 +602,60 @@ func dirtyPages(t *testing.T, path string) uint64 {
 	if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &st, 0); err != nil {
 		t.Fatalf("cachestat %s: %v (the kernel needs Linux 6.5 or later)", path, err)
 	}
-	return st.Dirty
+	return st
 }
 
-// A write-back that fails to start stops preallocation, as a failed zero
-// write does: appends go on, into sparse blocks past the zeroed part, and
-// the store stays healthy.
-func TestPreallocationStopsWhenItsWriteBackFails(t *testing.T) {
-	cfg := testConfig(t.TempDir())
-	cfg.SegmentSize = 4 << 20
-	cfg.PreallocateAhead = 6 << 20
-	var failed atomic.Int32 // the zeroer's write-backs refused
-	cfg.DiskFault = func(op, path string) error {
-		if op != "sync_file_range" || !strings.HasSuffix(path, preparedSuffix) {
-			return nil
-		}
-		failed.Add(1)
-		return syscall.EIO
-	}
-	s := openStore(t, cfg)
-	defer s.Close()
-	appendBatches(t, s, 1, 3)
-	waitFor(t, func() bool { return failed.Load() > 0 })
-	big := megabyteBatch()
-	for idx := uint64(4); idx < 10; idx++ { // past the first segment
-		if _, err := s.Append(idx, big); err != nil {
-			t.Fatalf("append %d after the zeroer stopped: %v", idx, err)
-		}
-	}
-	if _, err := os.Stat(segmentPath(cfg, cfg.SegmentSize)); err != nil {
-		t.Fatalf("second segment: %v", err)
-	}
-	if n := failed.Load(); n != 1 {
-		t.Fatalf("the zeroer tried %d write-backs after the first failed, want it stopped at the first", n-1)
-	}
-	if got := readQueue(t, s, "T", 0); len(got) == 0 {
-		t.Fatal("queue 0 empty")
+// A preallocation step that fails (a write-back of zeros that will not
+// start; a fallocate refused for want of space, not of support) stops
+// preallocation at the first failure: appends go on, into the holes past
+// the prepared part, and the store stays healthy.
+func TestPreallocationStopsWhenItFails(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		by    Preallocation
+		op    string // the step refused
+		errno syscall.Errno
+	}{
+		{"zeros' write-back", PreallocateZeros, "sync_file_range", syscall.EIO},
+		{"fallocate", PreallocateFallocate, "fallocate", syscall.ENOSPC},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir())
+			cfg.SegmentSize = 4 << 20
+			cfg.PreallocateAhead = 6 << 20
+			cfg.PreallocateBy = tc.by
+			var failed atomic.Int32
+			refuseStep(&cfg, tc.op, tc.errno, &failed, func(path string) bool {
+				// The first segment's, prepared before the store opens, would fail the open.
+				return strings.HasSuffix(path, preparedSuffix) && path != preparedPath(cfg, 0)
+			})
+			s := openStore(t, cfg)
+			defer s.Close()
+			appendBatches(t, s, 1, 3)
+			waitFor(t, func() bool { return failed.Load() > 0 })
+			big := megabyteBatch()
+			for idx := uint64(4); idx < 10; idx++ { // past the first segment
+				if _, err := s.Append(idx, big); err != nil {
+					t.Fatalf("append %d after preallocation stopped: %v", idx, err)
+				}
+			}
+			if _, err := os.Stat(segmentPath(cfg, cfg.SegmentSize)); err != nil {
+				t.Fatalf("second segment: %v", err)
+			}
+			if n := failed.Load(); n != 1 {
+				t.Fatalf("the preallocator tried %s %d times after it failed, want it stopped at the first", tc.op, n-1)
+			}
+			if got := readQueue(t, s, "T", 0); len(got) == 0 {
+				t.Fatal("queue 0 empty")
+			}
+		})
 	}
 }
 
 // The page cache is dropped behind the writer whether the next segment is
 // zero-filled ahead of it or not.
 func TestPageCacheDroppedBehindTheWriter(t *testing.T) {
-	for name, ahead := range map[string]int64{"zeros ahead": 1 << 20, "no zeros": -1} {
+	for name, ahead := range map[string]int64{"allocated ahead": 1 << 20, "none ahead": -1} {
 		t.Run(name, func(t *testing.T) { testPageCacheDroppedBehindTheWriter(t, ahead) })
 	}
 }

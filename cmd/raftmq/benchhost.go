@@ -278,10 +278,9 @@ func runEcho(ctx context.Context, in io.Reader, out io.Writer) error {
 
 // appendSyncs times n appends of hostSendBytes, each followed by
 // fdatasync, by each of writers goroutines at once, each into a file of
-// its own in dir that was filled with zeros and synced first (the
-// commitlog writes into blocks its zeroer wrote: a sync there costs about
-// half of one into a growing file, storage/preallocate.go). The files are
-// removed.
+// its own in dir that was filled with zeros and synced first: allocated,
+// written blocks, the cheapest a sync gets, as the commitlog's by default
+// (storage/preallocate.go). The files are removed.
 func appendSyncs(ctx context.Context, dir string, writers, n int) ([]time.Duration, error) {
 	files, err := zeroFilledFiles(dir, writers, n)
 	defer removeFiles(files)

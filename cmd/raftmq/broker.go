@@ -39,6 +39,7 @@ type brokerFlags struct {
 	HTTP            string `yaml:"http"`
 	Pprof           bool   `yaml:"pprof"`
 	Preallocate     string `yaml:"preallocate-ahead"`
+	PreallocateBy   string `yaml:"preallocate-by"`
 	RaftTimeout     string `yaml:"raft-timeout"`
 	LogLevel        string `yaml:"log-level"`
 	Retention       string `yaml:"retention"`
@@ -107,7 +108,8 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.RaftTimeout, "raft-timeout", "1s", "Raft heartbeat and election timeout (the leader lease is half): lower fails over faster, and risks needless elections on a loaded machine")
 	fl.StringVar(&f.HTTP, "http", "", "HTTP address for /metrics (Prometheus) and /healthz (off when empty)")
 	fl.BoolVar(&f.Pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on --http (unauthenticated: for a trusted network)")
-	fl.StringVar(&f.Preallocate, "preallocate-ahead", "", "how far ahead of the writer the next commitlog segment is zero-filled, e.g. 32MiB, or off (no zeros; the page cache behind the writer is still dropped) (default: the store's, 32MiB)")
+	fl.StringVar(&f.Preallocate, "preallocate-ahead", "", "how far ahead of the writer the next commitlog segment's blocks are allocated, e.g. 32MiB, or off (appends go into holes; the page cache behind the writer is still dropped) (default: the store's, 32MiB)")
+	fl.StringVar(&f.PreallocateBy, "preallocate-by", "zeros", "how the next commitlog segment's blocks are allocated: zeros (written, so syncs into them write nothing more: the lowest latency) or fallocate (no data written, so the disk writes each byte once: more throughput where it is the disk's bandwidth that runs out, as in batched publish with the replicas on one disk)")
 	fl.StringVar(&f.SegmentSize, "segment-size", "1GiB", "commitlog segment size (every replica of a group must use the same): e.g. 64MiB, 1GiB")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
 	fl.BoolVar(&f.SerialLeaderLog, "raft-serial-leader-log", false, "the master writes and syncs its Raft log before it replicates, instead of beside replication (slower; for comparison)")
@@ -168,6 +170,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("segment-size", &f.SegmentSize, fromFile.SegmentSize)
 	set("http", &f.HTTP, fromFile.HTTP)
 	set("preallocate-ahead", &f.Preallocate, fromFile.Preallocate)
+	set("preallocate-by", &f.PreallocateBy, fromFile.PreallocateBy)
 	set("raft-timeout", &f.RaftTimeout, fromFile.RaftTimeout)
 	set("retention", &f.Retention, fromFile.Retention)
 	set("disk-max-ratio", &f.DiskMaxRatio, fromFile.DiskMaxRatio)
@@ -403,6 +406,13 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		if cfg.Store.PreallocateAhead, err = parseSize(f.Preallocate); err != nil {
 			return fmt.Errorf("--preallocate-ahead: %w", err)
 		}
+	}
+	switch f.PreallocateBy {
+	case "zeros", "":
+	case "fallocate":
+		cfg.Store.PreallocateBy = storage.PreallocateFallocate
+	default:
+		return fmt.Errorf("--preallocate-by %q: want zeros or fallocate", f.PreallocateBy)
 	}
 	if err := f.retentionAndReads(&cfg); err != nil {
 		return err
