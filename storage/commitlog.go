@@ -271,8 +271,8 @@ func (c *commitlog) injected(op string, s *segment) error {
 	return c.injectedAt(op, c.path(s))
 }
 
-// injectedAt is injected for the file at path (the preallocator's <start>.alloc
-// file is no segment yet).
+// injectedAt is injected for the file at path (the preallocator's
+// <start>.alloc file is no segment yet).
 func (c *commitlog) injectedAt(op, path string) error {
 	if c.fault == nil {
 		return nil

@@ -128,11 +128,12 @@ type Config struct {
 	// DiskFault is for tests: it injects disk errors (EIO, ENOSPC) into
 	// a real store. When set, it is called before each of the writer's
 	// system calls on a commitlog segment ("write", "sync_file_range",
-	// "fdatasync"), before the preallocator starts the write-back of the zeros
-	// it wrote into the next segment ("sync_file_range", on its
-	// <start>.alloc file) and before a topic's consume queues are removed
-	// ("remove"), with the file's path; an error it returns is taken as
-	// that call's error. Leave it nil in production.
+	// "fdatasync"), before the preallocator fallocates part of the next
+	// segment or starts the write-back of the zeros it wrote there
+	// ("fallocate", "sync_file_range", on its <start>.alloc file) and
+	// before a topic's consume queues are removed ("remove"), with the
+	// file's path; an error it returns is taken as that call's error.
+	// Leave it nil in production.
 	DiskFault func(op, path string) error
 
 	// diskUsage replaces statfs in tests.

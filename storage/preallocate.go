@@ -57,8 +57,9 @@ import (
 //
 // The preallocator also drops the page cache behind the writer (behind
 // and commitlog.dropCache; every flush wakes it for that), which bounds
-// the commitlog's share of the page cache. With Config.PreallocateAhead
-// off it runs for that alone (ahead 0).
+// the commitlog's share of the page cache, and the zeros it writes next go
+// into pages the kernel hands back, not fresh ones. With
+// Config.PreallocateAhead off it runs for that alone (ahead 0).
 //
 // The writer and the preallocator never work on the same bytes at once:
 // the writer claims the range it writes (waiting if the preallocator is
@@ -119,7 +120,7 @@ func (z *preallocator) run() {
 		segStart := from - from%z.c.segSize
 		to := min(from+prepareChunk, segStart+z.c.segSize)
 		f, err := z.fileFor(segStart)
-		if err == nil && f == z.next && z.nextReady { // a spare: nothing to zero
+		if err == nil && f == z.next && z.nextReady { // a spare: nothing to allocate
 			z.preparedTo = segStart + z.c.segSize
 			z.cond.Broadcast()
 			z.mu.Unlock()
@@ -188,11 +189,12 @@ func (z *preallocator) startWriteBack(f *os.File, off, n int64) error {
 	return nil
 }
 
-// needed reports whether there is zeroing to do in the segment after the
-// active one: the preallocator keeps it zeroed up to the writer's position in the
-// active segment plus ahead, so zeroing runs at the writer's pace and the
-// next segment is whole when the writer rolls into it. (Before the first
-// segment exists, the first, up to ahead past the writer.) Caller holds mu.
+// needed reports whether there is allocating to do in the segment after
+// the active one: the preallocator keeps it allocated up to the writer's
+// position in the active segment plus ahead, so its work runs at the
+// writer's pace and the next segment is whole when the writer rolls into
+// it. (Before the first segment exists, the first, up to ahead past the
+// writer.) Caller holds mu.
 func (z *preallocator) needed() bool {
 	if z.ahead <= 0 { // dropping the page cache only
 		return false
@@ -261,9 +263,9 @@ func (z *preallocator) claim(pos, end int64) {
 }
 
 // lockForRoll is taken by the writer around rolling into the segment at
-// start: it waits for zeroing in that segment to finish and keeps the
-// preallocator out until unlocked. takeNext, under it, hands over the prepared
-// file of that segment, or nil.
+// start: it waits for allocating in that segment to finish and keeps the
+// preallocator out until unlocked. takeNext, under it, hands over the
+// prepared file of that segment, or nil.
 func (z *preallocator) lockForRoll(start int64) {
 	z.mu.Lock()
 	for z.busyTo > start && z.busyFrom < start+z.c.segSize {

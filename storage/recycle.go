@@ -13,9 +13,9 @@ import (
 // <start>.spare, up to Config.RecycleSegments of them, instead of deleting
 // it; the next new segment is then a spare renamed, not a fresh file to
 // zero-fill. A spare's blocks are allocated and written, which is what the
-// preallocator otherwise spends the disk's time on (measured here: zero-filling a
-// 256 MiB segment took 256-262 ms, about 40% of the time its appends take
-// at 300 KB and one fdatasync a batch).
+// preallocator otherwise spends the disk's time on (measured here:
+// zero-filling a 256 MiB segment took 256-262 ms, about 40% of the time
+// its appends take at 300 KB and one fdatasync a batch).
 //
 // A reused file still holds the records of its old life. None of them is
 // ever taken for a new one: every record holds its commitlog offset, which

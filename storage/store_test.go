@@ -512,9 +512,9 @@ func TestPreallocationWritesItsZerosBackAsItGoes(t *testing.T) {
 }
 
 // With PreallocateFallocate the next segment's blocks are allocated with
-// fallocate: they are allocated, yet no data was written, so the prepared file has no page
-// in the page cache (zeros written would be there, dirty or clean); its
-// final fdatasync makes the allocation durable before the roll.
+// fallocate: they are allocated, yet no data was written, so the prepared
+// file has no page in the page cache (zeros written would be there, dirty
+// or clean).
 func TestPreallocationFallocatesWithoutWriting(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.SegmentSize = 4 << 20
