@@ -97,6 +97,7 @@ func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast fu
 		return // behind the leader: catching up
 	}
 	newest, newestSeen := watched, seen
+	servers := s.servers() // once a request: a hold lasts an interval at most
 	for {
 		if !s.leading() {
 			return // stepped down or shut down: Raft stops this replicator
@@ -104,7 +105,7 @@ func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast fu
 		s.mu.Lock()
 		s.inTerm(term)
 		now := time.Now()
-		acked, spare := s.commitAcked(id)
+		acked, spare := s.commitAcked(id, servers)
 		if spare && acked >= watched {
 			watched, seen = newest, newestSeen // those ahead hold it: watch the newest
 		}
@@ -144,21 +145,20 @@ func (s *spareFollowers) until(id raft.ServerID, acked uint64, spare bool, watch
 
 // commitAcked ranks id among the voting followers this term (by what each
 // acknowledged; of two that acknowledged as much, the lower id; every
-// voter ahead of a non-voter). A commit waits, besides the leader, for a
-// majority's worth of them: when that many are ahead of id, id is a spare,
-// and acked is the highest index that many of those ahead hold. Called
-// locked.
-func (s *spareFollowers) commitAcked(id raft.ServerID) (acked uint64, spare bool) {
-	voters := s.voters()
-	votes := func(f raft.ServerID) bool { return voters == nil || voters[f] }
-	me, known := s.peer(id), 0
-	var ahead []uint64 // what each voting follower ahead of id acknowledged
+// voter ahead of a non-voter), voters those of servers, the group's latest
+// configuration. A commit waits, besides the leader, for a majority's
+// worth of them: when that many are ahead of id, id is a spare, and acked
+// is the highest index that many of those ahead hold. Called locked.
+func (s *spareFollowers) commitAcked(id raft.ServerID, servers []raft.Server) (acked uint64, spare bool) {
+	me, known, idVotes := s.peer(id), 0, votes(servers, id)
+	var buf [8]uint64
+	ahead := buf[:0] // what each voting follower ahead of id acknowledged
 	for other, p := range s.peers {
-		if !votes(other) {
+		if !votes(servers, other) {
 			continue
 		}
 		known++
-		if other != id && (!votes(id) || p.acked > me.acked || (p.acked == me.acked && other < id)) {
+		if other != id && (!idVotes || p.acked > me.acked || (p.acked == me.acked && other < id)) {
 			ahead = append(ahead, p.acked)
 		}
 	}
@@ -173,21 +173,19 @@ func (s *spareFollowers) commitAcked(id raft.ServerID) (acked uint64, spare bool
 	return ahead[len(ahead)-need], true
 }
 
-// voters are the servers with a vote in the group's latest configuration;
-// nil, every follower counted as one, while that is not known. Called
-// locked.
-func (s *spareFollowers) voters() map[raft.ServerID]bool {
-	servers := s.servers()
+// votes says whether id has a vote in servers, the group's latest
+// configuration; while that is not known (none), every follower counts as
+// a voter.
+func votes(servers []raft.Server, id raft.ServerID) bool {
 	if len(servers) == 0 {
-		return nil
+		return true
 	}
-	out := make(map[raft.ServerID]bool, len(servers))
 	for _, srv := range servers {
-		if srv.Suffrage == raft.Voter {
-			out[srv.ID] = true
+		if srv.ID == id {
+			return srv.Suffrage == raft.Voter
 		}
 	}
-	return out
+	return false
 }
 
 // answered records the end of id's request carrying entries up to last.

@@ -179,7 +179,7 @@ func noConfiguration() []raft.Server { return nil }
 // holdUntil is when s's hold lets id's request go, watching entry watched
 // since seen (zero: at once).
 func holdUntil(s *spareFollowers, id raft.ServerID, watched uint64, seen time.Time) time.Time {
-	acked, spare := s.commitAcked(id)
+	acked, spare := s.commitAcked(id, s.servers())
 	return s.until(id, acked, spare, watched, seen)
 }
 

@@ -62,8 +62,9 @@
 # time went, means over the run in ms: NAME.client_ms (the bench's, send to answer),
 # NAME.server_ms (the master's send service), NAME.commit_ms (Apply to applied), NAME.ae_ms
 # (the master's AppendEntries round trip; with spare followers, the default for a group on one
-# host, it counts a spare's wait for its interval too, so it no longer bounds the commit), NAME.follower_ae_ms (a follower's handling of one)
-# and NAME.store_ms (its log write), from the brokers' /metrics histograms.
+# host, it counts a spare's wait for its interval too, so it no longer bounds the commit),
+# NAME.follower_ae_ms (a follower's handling of one) and NAME.store_ms (its log write), from the
+# brokers' /metrics histograms.
 #   --keep     keep the temp dir (binary, logs, data) and print its path
 #   --tls      a secured cluster: certificates from `raftmq certs`, TLS 1.3 on every gRPC
 #              listener, mutual TLS on the Raft transport, encrypted gossip, and the bench

@@ -27,10 +27,11 @@ const autoSpareInterval = 5 * time.Millisecond
 // lone sync sender's p50 0.90x and its CPU a message 0.85x, ahead in all
 // 8; batched publish 0.98x and send to receive 1.00x (4 of 8 each); and
 // 16 sync senders, over 17 pairs of the rule before it (which holds the
-// requests of senders that move in step as this one does), ahead in 9. Where each replica
-// has its own disk a third fsync costs the others nothing, and a commit
-// takes the faster of two followers: a hedge against one follower's
-// stall that a spare gives up for up to 2 ms (cluster.sparePatience).
+// requests of senders that move in step as this one does), ahead in 9.
+// Where each replica has its own disk a third fsync costs the others
+// nothing, and a commit takes the faster of two followers: a hedge against
+// one follower's stall that a spare gives up for up to 2 ms
+// (cluster.sparePatience).
 func spareFollowerInterval(mode, own string, peers map[string]string) (time.Duration, error) {
 	switch mode {
 	case "off":
