@@ -18,8 +18,9 @@
 // Every record of every topic, in arrival order, in fixed-size segments
 // whose blocks are allocated before use: a spare that retention retired
 // (recycle.go), or else a new file zero-filled (or fallocated, as
-// Config.PreallocateBy asks) in the background, one segment ahead
-// (preallocate.go): an fdatasync into written blocks is the cheapest, and
+// Config.PreallocateBy asks) in the background, one segment ahead, further
+// while the writer is idle (preallocate.go): an fdatasync into written
+// blocks is the cheapest, and
 // one that must allocate blocks, into a growing file, costs 2-3 times as
 // much. A
 // record, in the layout of package message (message/record.go, shared with
@@ -122,7 +123,8 @@
 //     checks them;
 //   - preallocate.go, recycle.go: the next segment's blocks written before
 //     use, by zero-filling ahead (each chunk's write-back started as it is
-//     written) or by reusing a retired segment;
+//     written; past PreallocateAhead only while the writer is idle) or by
+//     reusing a retired segment;
 //   - dispatch.go: storing an entry apart from dispatching it, drops
 //     written in place, and cutting back entries stored and not dispatched;
 //   - entries.go: Raft entries in the commitlog, each a frame record (the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -61,13 +62,25 @@ import (
 // into pages the kernel hands back, not fresh ones. With
 // Config.PreallocateAhead off it runs for that alone (ahead 0).
 //
+// While the writer is idle (no append for Config's idleQuiet, 50 ms) the
+// preallocator goes on past ahead, up to idleAhead (Config.PreallocateIdle):
+// the zeros then take a disk that has nothing else to do, and appends
+// that come after run into blocks already written, with no zeros beside
+// them, for as long as that lead lasts. An append stops it after the chunk
+// in progress; then it keeps to ahead again, so under load a roll asks for
+// no more than ahead at once (a whole segment at once competed with the
+// writer: see Config.PreallocateAhead). Over a sustained load the zeros
+// are the same; what moves is when they are written.
+//
 // The writer and the preallocator never work on the same bytes at once:
 // the writer claims the range it writes (waiting if the preallocator is
 // inside it) and so moves the preallocator past it.
 type preallocator struct {
-	c     *commitlog
-	ahead int64 // how far past the writer to keep the next segment prepared
-	log   *slog.Logger
+	c         *commitlog
+	ahead     int64         // how far past the writer to keep the next segment prepared
+	idleAhead int64         // how far while the writer is idle (never less than ahead)
+	quiet     time.Duration // no append for this long: the writer is idle
+	log       *slog.Logger
 
 	mu         sync.Mutex
 	cond       *sync.Cond
@@ -79,7 +92,13 @@ type preallocator struct {
 	nextStart  int64
 	nextReady  bool // next is a reused spare: nothing to allocate
 	stopped    bool
-	done       chan struct{}
+
+	// The writer's idleness: appends counts the writer's claims; the
+	// timer (watchForIdle) sets idle when none came while it ran.
+	appends uint64
+	quietT  *time.Timer // armed; nil when not
+	idle    bool        // no append since quietT was armed, quiet ago
+	done    chan struct{}
 
 	keep    int64 // page cache kept behind the writer; negative: all
 	dropped int64 // commitlog offset below which the page cache was dropped
@@ -91,9 +110,9 @@ const prepareChunk = 1 << 20
 // writer rolls into it (a start removes one it finds).
 const preparedSuffix = ".alloc"
 
-func startPreallocator(c *commitlog, ahead, keep int64, log *slog.Logger) *preallocator {
+func startPreallocator(c *commitlog, ahead, idleAhead int64, quiet time.Duration, keep int64, log *slog.Logger) *preallocator {
 	pos := c.writePos.Load()
-	z := &preallocator{c: c, ahead: ahead, log: log, preparedTo: pos, writeHigh: pos, done: make(chan struct{}), keep: keep, dropped: pos}
+	z := &preallocator{c: c, ahead: ahead, idleAhead: max(ahead, idleAhead), quiet: quiet, log: log, preparedTo: pos, writeHigh: pos, done: make(chan struct{}), keep: keep, dropped: pos}
 	z.cond = sync.NewCond(&z.mu)
 	go z.run()
 	return z
@@ -103,7 +122,8 @@ func (z *preallocator) run() {
 	defer close(z.done)
 	for {
 		z.mu.Lock()
-		for !z.stopped && !z.needed() && !z.dropDue() {
+		for !z.stopped && !z.needed() && !z.dropDue() && !z.idleDue() {
+			z.watchForIdle()
 			z.cond.Wait()
 		}
 		if z.stopped {
@@ -111,7 +131,7 @@ func (z *preallocator) run() {
 			return
 		}
 		dropFrom, dropTo := z.behind()
-		if !z.needed() {
+		if !z.needed() && !z.idleDue() {
 			z.mu.Unlock()
 			z.c.dropCache(dropFrom, dropTo)
 			continue
@@ -195,18 +215,42 @@ func (z *preallocator) startWriteBack(f *os.File, off, n int64) error {
 // writer's pace and the next segment is whole when the writer rolls into
 // it. (Before the first segment exists, the first, up to ahead past the
 // writer.) Caller holds mu.
-func (z *preallocator) needed() bool {
-	if z.ahead <= 0 { // dropping the page cache only
+func (z *preallocator) needed() bool { return z.short(z.ahead) }
+
+// idleDue reports whether the writer is idle and the next segment is
+// prepared less than idleAhead past it. Caller holds mu.
+func (z *preallocator) idleDue() bool { return z.idle && z.short(z.idleAhead) }
+
+// watchForIdle arms the timer that finds the writer idle, when there is
+// work past ahead for an idle writer and none is armed. Caller holds mu.
+func (z *preallocator) watchForIdle() {
+	if z.quietT != nil || z.idle || z.idleAhead <= z.ahead || !z.short(z.idleAhead) {
+		return
+	}
+	from := z.appends
+	z.quietT = time.AfterFunc(z.quiet, func() {
+		z.mu.Lock()
+		defer z.mu.Unlock()
+		z.quietT = nil
+		z.idle = z.appends == from && !z.stopped
+		z.cond.Broadcast() // idle or not: the loop arms the next timer
+	})
+}
+
+// short reports whether the segment to prepare is prepared less than
+// ahead past the writer. Caller holds mu.
+func (z *preallocator) short(ahead int64) bool {
+	if ahead <= 0 { // dropping the page cache only
 		return false
 	}
 	z.c.mu.RLock()
 	var next, target int64
 	if n := len(z.c.segs); n > 0 {
 		next = z.c.segs[n-1].start + z.c.segSize
-		target = z.writeHigh + z.c.segSize + z.ahead // writeHigh is in the active segment
+		target = z.writeHigh + z.c.segSize + ahead // writeHigh is in the active segment
 	} else {
 		next = z.writeHigh - z.writeHigh%z.c.segSize
-		target = z.writeHigh + z.ahead
+		target = z.writeHigh + ahead
 	}
 	z.c.mu.RUnlock()
 	z.preparedTo = max(z.preparedTo, next) // never the active segment
@@ -256,8 +300,14 @@ func (z *preallocator) claim(pos, end int64) {
 	}
 	z.preparedTo = max(z.preparedTo, end)
 	z.writeHigh = max(z.writeHigh, end)
-	if z.ahead > 0 && z.preparedTo-z.writeHigh < z.c.segSize+z.ahead-prepareChunk { // the preallocator may have work
+	z.appends++
+	z.idle = false
+	lead := z.preparedTo - z.writeHigh
+	switch {
+	case z.ahead > 0 && lead < z.c.segSize+z.ahead-prepareChunk: // the preallocator may have work
 		z.cond.Broadcast()
+	case z.quietT == nil && z.idleAhead > z.ahead && lead < z.c.segSize+z.idleAhead-prepareChunk:
+		z.cond.Broadcast() // it may have work once the writer is idle: it arms the timer
 	}
 	z.mu.Unlock()
 }
@@ -320,6 +370,10 @@ func (z *preallocator) dropNext() {
 func (z *preallocator) stop() {
 	z.mu.Lock()
 	z.stopped = true
+	if z.quietT != nil {
+		z.quietT.Stop()
+		z.quietT = nil
+	}
 	z.cond.Broadcast()
 	z.mu.Unlock()
 	<-z.done

@@ -132,9 +132,9 @@ func Open(cfg Config) (*Store, error) {
 			s.closeFiles()
 			return nil, err
 		}
-		s.cl.z = startPreallocator(s.cl, cfg.PreallocateAhead, cfg.PageCacheBehind, s.log)
+		s.cl.z = startPreallocator(s.cl, cfg.PreallocateAhead, cfg.PreallocateIdle, cfg.idleQuiet, cfg.PageCacheBehind, s.log)
 	case cfg.PageCacheBehind >= 0: // no preallocation: its goroutine only drops the cache behind
-		s.cl.z = startPreallocator(s.cl, 0, cfg.PageCacheBehind, s.log)
+		s.cl.z = startPreallocator(s.cl, 0, 0, 0, cfg.PageCacheBehind, s.log)
 	}
 	s.startLoops()
 	return s, nil

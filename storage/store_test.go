@@ -465,6 +465,7 @@ func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.SegmentSize = 4 << 20
 	cfg.PreallocateAhead = 512 << 10
+	cfg.PreallocateIdle = -1 // the pace under load only (TestPreallocationGoesFurtherWhileTheWriterIsIdle)
 	s := openStore(t, cfg)
 	defer s.Close()
 	batch := megabyteBatch()
@@ -489,6 +490,44 @@ func TestPreallocationCompletesTheNextSegmentBeforeTheRoll(t *testing.T) {
 	waitFor(t, func() bool { return allocated(t, next) >= cfg.SegmentSize })
 }
 
+// While the writer is idle the preallocator goes past PreallocateAhead, up to
+// PreallocateIdle; while it appends, it keeps to PreallocateAhead.
+func TestPreallocationGoesFurtherWhileTheWriterIsIdle(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.SegmentSize = 16 << 20
+	cfg.PreallocateAhead = 1 << 20
+	cfg.PreallocateIdle = 8 << 20
+	cfg.idleQuiet = 250 * time.Millisecond // far above an append's time, even under -race
+	s := openStore(t, cfg)
+	defer s.Close()
+	next := preparedPath(cfg, cfg.SegmentSize)
+	// Appending every 10 ms for 2 s (twice idleQuiet), about 1.5 MiB in all:
+	// the next segment stays within PreallocateAhead of the writer, in chunks.
+	small := megabyteBatch()[:2]
+	deadline := time.Now().Add(2 * cfg.idleQuiet)
+	for idx := uint64(1); time.Now().Before(deadline); idx++ {
+		if _, err := s.Append(idx, small); err != nil {
+			t.Fatal(err)
+		}
+		if got, limit := allocated(t, next), s.cl.writePos.Load()+cfg.PreallocateAhead+prepareChunk; got > limit {
+			t.Fatalf("a busy writer at %d, the next segment has %d bytes allocated, over ahead (%d)", s.cl.writePos.Load(), got, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Idle: it goes on to PreallocateIdle past the writer, and stops there.
+	pos := s.cl.writePos.Load()
+	waitForPrepared(t, next, pos+cfg.PreallocateIdle)
+	z := s.cl.z
+	waitFor(t, func() bool {
+		z.mu.Lock()
+		defer z.mu.Unlock()
+		return z.busyTo == 0 && !z.short(z.idleAhead)
+	})
+	if got := allocated(t, next); got > pos+cfg.PreallocateIdle+prepareChunk {
+		t.Fatalf("the writer idle at %d, the next segment has %d bytes allocated, past PreallocateIdle", pos, got)
+	}
+}
+
 // The zeros the preallocator writes into the next segment go to the disk as it
 // writes them, not when the kernel's dirty pages expire (30 s by default):
 // the zeroed part of the next segment holds no dirty page well before its
@@ -497,6 +536,7 @@ func TestPreallocationWritesItsZerosBackAsItGoes(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.SegmentSize = 16 << 20
 	cfg.PreallocateAhead = 4 << 20
+	cfg.PreallocateIdle = -1 // or the idle writer has the whole segment zeroed and synced
 	s := openStore(t, cfg)
 	defer s.Close()
 	batch := megabyteBatch()

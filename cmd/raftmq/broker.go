@@ -39,6 +39,7 @@ type brokerFlags struct {
 	HTTP            string `yaml:"http"`
 	Pprof           bool   `yaml:"pprof"`
 	Preallocate     string `yaml:"preallocate-ahead"`
+	PreallocateIdle string `yaml:"preallocate-idle"`
 	PreallocateBy   string `yaml:"preallocate-by"`
 	RaftTimeout     string `yaml:"raft-timeout"`
 	LogLevel        string `yaml:"log-level"`
@@ -109,6 +110,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.HTTP, "http", "", "HTTP address for /metrics (Prometheus) and /healthz (off when empty)")
 	fl.BoolVar(&f.Pprof, "pprof", false, "also serve Go's profiles at /debug/pprof/ on --http (unauthenticated: for a trusted network)")
 	fl.StringVar(&f.Preallocate, "preallocate-ahead", "", "how far ahead of the writer the next commitlog segment's blocks are allocated, e.g. 32MiB, or off (appends go into holes; the page cache behind the writer is still dropped) (default: the store's, 32MiB)")
+	fl.StringVar(&f.PreallocateIdle, "preallocate-idle", "", "how far ahead of the writer the next commitlog segment's blocks are allocated while the writer is idle (no append for 50 ms), so that a burst of appends after it finds them ready, e.g. 512MiB, or off (only --preallocate-ahead) (default: the store's, 512MiB, at most a segment)")
 	fl.StringVar(&f.PreallocateBy, "preallocate-by", "zeros", "how the next commitlog segment's blocks are allocated: zeros (written, so syncs into them write nothing more: the lowest latency) or fallocate (no data written, so the disk writes each byte once: more throughput where it is the disk's bandwidth that runs out, as in batched publish with the replicas on one disk)")
 	fl.StringVar(&f.SegmentSize, "segment-size", "1GiB", "commitlog segment size (every replica of a group must use the same): e.g. 64MiB, 1GiB")
 	fl.BoolVar(&f.FlushSync, "flush-sync", false, "fdatasync the commitlog before each apply returns (the Raft log is fsynced either way)")
@@ -170,6 +172,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("segment-size", &f.SegmentSize, fromFile.SegmentSize)
 	set("http", &f.HTTP, fromFile.HTTP)
 	set("preallocate-ahead", &f.Preallocate, fromFile.Preallocate)
+	set("preallocate-idle", &f.PreallocateIdle, fromFile.PreallocateIdle)
 	set("preallocate-by", &f.PreallocateBy, fromFile.PreallocateBy)
 	set("raft-timeout", &f.RaftTimeout, fromFile.RaftTimeout)
 	set("retention", &f.Retention, fromFile.Retention)
@@ -398,21 +401,8 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if cfg.Store.SegmentSize, err = parseSize(f.SegmentSize); err != nil {
 		return fmt.Errorf("--segment-size: %w", err)
 	}
-	switch f.Preallocate {
-	case "":
-	case "off":
-		cfg.Store.PreallocateAhead = -1
-	default:
-		if cfg.Store.PreallocateAhead, err = parseSize(f.Preallocate); err != nil {
-			return fmt.Errorf("--preallocate-ahead: %w", err)
-		}
-	}
-	switch f.PreallocateBy {
-	case "zeros", "":
-	case "fallocate":
-		cfg.Store.PreallocateBy = storage.PreallocateFallocate
-	default:
-		return fmt.Errorf("--preallocate-by %q: want zeros or fallocate", f.PreallocateBy)
+	if err := f.preallocation(&cfg.Store); err != nil {
+		return err
 	}
 	if err := f.retentionAndReads(&cfg); err != nil {
 		return err
@@ -481,6 +471,38 @@ func setGCPercent(v string) error {
 	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(n)
+	}
+	return nil
+}
+
+// preallocation sets how the store prepares the next commitlog segment:
+// --preallocate-ahead, --preallocate-idle and --preallocate-by.
+func (f brokerFlags) preallocation(cfg *storage.Config) error {
+	for _, size := range []struct {
+		flag, value string
+		to          *int64
+	}{
+		{"--preallocate-ahead", f.Preallocate, &cfg.PreallocateAhead},
+		{"--preallocate-idle", f.PreallocateIdle, &cfg.PreallocateIdle},
+	} {
+		switch size.value {
+		case "":
+		case "off":
+			*size.to = -1
+		default:
+			n, err := parseSize(size.value)
+			if err != nil {
+				return fmt.Errorf("%s: %w", size.flag, err)
+			}
+			*size.to = n
+		}
+	}
+	switch f.PreallocateBy {
+	case "zeros", "":
+	case "fallocate":
+		cfg.PreallocateBy = storage.PreallocateFallocate
+	default:
+		return fmt.Errorf("--preallocate-by %q: want zeros or fallocate", f.PreallocateBy)
 	}
 	return nil
 }

@@ -213,6 +213,7 @@ func TestBrokerCommandRejectsBadFlags(t *testing.T) {
 		{[]string{"broker", "--config", "/nonexistent.yaml"}, "/nonexistent.yaml: no such file"},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--segment-size", "lots"}, `--segment-size: "lots" is not a size`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--preallocate-ahead", "some"}, `--preallocate-ahead: "some" is not a size`},
+		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--preallocate-idle", "lots"}, `--preallocate-idle: "lots" is not a size`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--preallocate-by", "dd"}, `--preallocate-by "dd": want zeros or fallocate`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--retention", "forever"}, `--retention "forever": want a duration`},
 		{[]string{"broker", "--group", "g", "--id", "1", "--dir", t.TempDir(), "--disk-max-ratio", "1.5"}, `--disk-max-ratio "1.5": want a number above 0`},
