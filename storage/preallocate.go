@@ -302,14 +302,24 @@ func (z *preallocator) claim(pos, end int64) {
 	z.writeHigh = max(z.writeHigh, end)
 	z.appends++
 	z.idle = false
-	lead := z.preparedTo - z.writeHigh
 	switch {
-	case z.ahead > 0 && lead < z.c.segSize+z.ahead-prepareChunk: // the preallocator may have work
+	case z.ahead > 0 && z.mayPrepare(z.ahead):
 		z.cond.Broadcast()
-	case z.quietT == nil && z.idleAhead > z.ahead && lead < z.c.segSize+z.idleAhead-prepareChunk:
+	case z.quietT == nil && z.idleAhead > z.ahead && z.mayPrepare(z.idleAhead):
 		z.cond.Broadcast() // it may have work once the writer is idle: it arms the timer
 	}
 	z.mu.Unlock()
+}
+
+// mayPrepare is short(ahead) for the writer's side, without the segment
+// list's lock and in whole chunks: whether the next segment is prepared
+// less than a chunk short of ahead past the writer, or short of its end.
+// A whole next segment wakes no one: with PreallocateIdle a segment,
+// every append would otherwise wake the preallocator for nothing. Caller
+// holds mu.
+func (z *preallocator) mayPrepare(ahead int64) bool {
+	nextEnd := z.writeHigh - z.writeHigh%z.c.segSize + 2*z.c.segSize
+	return z.preparedTo < min(nextEnd, z.writeHigh+z.c.segSize+ahead-prepareChunk)
 }
 
 // lockForRoll is taken by the writer around rolling into the segment at
