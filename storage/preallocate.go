@@ -122,7 +122,7 @@ func (z *preallocator) run() {
 	defer close(z.done)
 	for {
 		z.mu.Lock()
-		for !z.stopped && !z.needed() && !z.dropDue() && !z.idleDue() {
+		for !z.stopped && !z.prepareDue() && !z.dropDue() {
 			z.watchForIdle()
 			z.cond.Wait()
 		}
@@ -131,7 +131,7 @@ func (z *preallocator) run() {
 			return
 		}
 		dropFrom, dropTo := z.behind()
-		if !z.needed() && !z.idleDue() {
+		if !z.prepareDue() {
 			z.mu.Unlock()
 			z.c.dropCache(dropFrom, dropTo)
 			continue
@@ -209,17 +209,16 @@ func (z *preallocator) startWriteBack(f *os.File, off, n int64) error {
 	return nil
 }
 
-// needed reports whether there is allocating to do in the segment after
-// the active one: the preallocator keeps it allocated up to the writer's
-// position in the active segment plus ahead, so its work runs at the
-// writer's pace and the next segment is whole when the writer rolls into
-// it. (Before the first segment exists, the first, up to ahead past the
-// writer.) Caller holds mu.
-func (z *preallocator) needed() bool { return z.short(z.ahead) }
-
-// idleDue reports whether the writer is idle and the next segment is
-// prepared less than idleAhead past it. Caller holds mu.
-func (z *preallocator) idleDue() bool { return z.idle && z.short(z.idleAhead) }
+// prepareDue reports whether there is allocating to do in the segment
+// after the active one: the preallocator keeps it allocated up to the
+// writer's position in the active segment plus ahead, so its work runs at
+// the writer's pace and the next segment is whole when the writer rolls
+// into it, and while the writer is idle up to idleAhead. (Before the
+// first segment exists, the first, up to ahead past the writer.) Caller
+// holds mu.
+func (z *preallocator) prepareDue() bool {
+	return z.short(z.ahead) || (z.idle && z.short(z.idleAhead))
+}
 
 // watchForIdle arms the timer that finds the writer idle, when there is
 // work past ahead for an idle writer and none is armed. Caller holds mu.
