@@ -262,6 +262,10 @@ func (c Config) withDefaults() (Config, error) {
 	defaults.IfZero(&c.MaxBatchMessages, 1024)
 	defaults.IfZero(&c.EntryMaxMessages, 1024)
 	defaults.IfZero(&c.EntryMaxBytes, 4<<20)
+	// A follower refuses a larger entry from its leader (cluster's member
+	// stream); every entry this broker proposes is within EntryMaxBytes
+	// and a command's head, so twice that is headroom.
+	defaults.IfZero(&c.Raft.MaxEntryBytes, max(64<<20, 2*c.EntryMaxBytes))
 	defaults.IfZero(&c.MaxInflightEntries, 8)
 	defaults.IfZero(&c.MaxPendingSends, 16384)
 	defaults.IfZero(&c.GroupCommitWait, 2*time.Millisecond)

@@ -3,6 +3,15 @@
 //     file snapshot store and a TCP transport, or mutual TLS), and which of
 //     the state machine's restores are of its own snapshots at start
 //     (SnapshotAtStart) rather than a leader's;
+//   - appendstream.go: the member's transport: AppendEntries with entries
+//     or a commit index on connections of the member's own (member
+//     streams), heartbeats, votes and snapshots on hashicorp/raft's
+//     NetworkTransport, both on one listener that tells them apart by a
+//     connection's first byte, and Raft's requests of both on one channel;
+//   - appendcodec.go: the member streams' wire form of an AppendEntries
+//     and its answer: each entry's bytes read from the socket into the
+//     slice it keeps and written from it, every length bounded before
+//     anything is allocated for it (MaxEntryBytes);
 //   - raftstream.go: the Raft transport's stream layer over mutual TLS,
 //     which accepts and dials only replicas of the member's own group and
 //     handshakes off hashicorp/raft's accept loop;

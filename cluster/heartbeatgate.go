@@ -36,7 +36,7 @@ import (
 // candidate between the check and the handler without first raising its
 // term, and appendEntries ignores a heartbeat of a term below its own.
 type heartbeatGate struct {
-	*raft.NetworkTransport
+	*memberTransport
 	raft atomic.Pointer[raft.Raft] // nil until Raft runs: nothing passes
 }
 
@@ -44,8 +44,8 @@ type heartbeatGate struct {
 // path.
 var errHeartbeatOffFastPath = errors.New("cluster: a heartbeat that would change this member's term or role waits for its leader's next AppendEntries")
 
-func newHeartbeatGate(t *raft.NetworkTransport) *heartbeatGate {
-	return &heartbeatGate{NetworkTransport: t}
+func newHeartbeatGate(t *memberTransport) *heartbeatGate {
+	return &heartbeatGate{memberTransport: t}
 }
 
 // SetHeartbeatHandler gives the transport Raft's handler behind the gate.

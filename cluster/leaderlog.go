@@ -317,7 +317,7 @@ func (t durableCommits) capped(args *raft.AppendEntriesRequest) *raft.AppendEntr
 
 func (t durableCommits) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if t.spares == nil || len(args.Entries) == 0 {
-		return t.NetworkTransport.AppendEntries(id, target, t.capped(args), resp)
+		return t.memberTransport.AppendEntries(id, target, t.capped(args), resp)
 	}
 	last := args.Entries[len(args.Entries)-1].Index
 	t.spares.hold(id, args.Term, last, func() uint64 { // sparefollowers.go
@@ -327,7 +327,7 @@ func (t durableCommits) AppendEntries(id raft.ServerID, target raft.ServerAddres
 		}
 		return l
 	})
-	err := t.NetworkTransport.AppendEntries(id, target, t.capped(args), resp)
+	err := t.memberTransport.AppendEntries(id, target, t.capped(args), resp)
 	t.spares.answered(id, args.Term, last, err == nil && resp.Success)
 	return err
 }

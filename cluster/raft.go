@@ -89,8 +89,15 @@ type RaftConfig struct {
 	// TransportTimeout bounds one Raft RPC (a snapshot install scales it by
 	// the snapshot's size). Default 10 s.
 	TransportTimeout time.Duration
-	// TransportPool is the number of pooled connections per peer. Default 3.
+	// TransportPool is the number of pooled connections per peer, of each
+	// kind (appendstream.go). Default 3.
 	TransportPool int
+	// MaxEntryBytes is the largest entry (its data and extensions) the
+	// member takes from a leader's AppendEntries: a request with a larger
+	// one is refused and its connection closed, before anything is
+	// allocated for it. Default 64 MiB; raftmq broker raises it to twice
+	// its EntryMaxBytes where that is larger.
+	MaxEntryBytes int
 	// LogSegmentSize is the size of one Raft log segment file. Default
 	// 8 MiB (raft-wal's is 64 MiB).
 	//
@@ -181,6 +188,7 @@ func (c RaftConfig) withDefaults() (RaftConfig, error) {
 	defaults.IfZero(&c.SnapshotsRetained, 2)
 	defaults.IfZero(&c.TransportTimeout, 10*time.Second)
 	defaults.IfZero(&c.TransportPool, 3)
+	defaults.IfZero(&c.MaxEntryBytes, 64<<20)
 	defaults.IfZero(&c.LogSegmentSize, 8<<20)
 	defaults.IfZero(&c.MaxRPCsInFlight, 1)
 	defaults.IfZero(&c.Logger, slog.Default())
@@ -188,17 +196,23 @@ func (c RaftConfig) withDefaults() (RaftConfig, error) {
 	return c, nil
 }
 
-// newTransport is the member's Raft transport: plain TCP, or mutual TLS
-// with cfg.TLS.
-func newTransport(cfg RaftConfig, adv *net.TCPAddr, hlog hclog.Logger) (*raft.NetworkTransport, error) {
+// newTransport is the member's Raft transport (appendstream.go): plain
+// TCP, or mutual TLS with cfg.TLS.
+func newTransport(cfg RaftConfig, adv *net.TCPAddr, hlog hclog.Logger) (*memberTransport, error) {
 	tc := &raft.NetworkTransportConfig{
 		MaxPool:         cfg.TransportPool,
 		Timeout:         cfg.TransportTimeout,
 		Logger:          hlog,
 		MaxRPCsInFlight: cfg.MaxRPCsInFlight,
 	}
+	limits := appendLimits{entryBytes: cfg.MaxEntryBytes}
+	log := cfg.Logger.With("member", cfg.ID)
 	if cfg.TLS == nil {
-		return raft.NewTCPTransportWithConfig(cfg.BindAddr, adv, tc)
+		stream, err := newTCPStream(cfg.BindAddr, adv)
+		if err != nil {
+			return nil, err
+		}
+		return newMemberTransport(stream, tc, limits, log), nil
 	}
 	if cfg.Cluster == "" || cfg.Group == "" {
 		return nil, errors.New("cluster: a TLS transport needs the Cluster and Group its members' certificates name")
@@ -206,12 +220,11 @@ func newTransport(cfg RaftConfig, adv *net.TCPAddr, hlog hclog.Logger) (*raft.Ne
 	if adv.IP == nil || adv.IP.IsUnspecified() {
 		return nil, fmt.Errorf("cluster: advertise address %s is not one peers can dial", adv)
 	}
-	stream, err := newTLSStream(cfg.BindAddr, adv, cfg.TLS, Want{Cluster: cfg.Cluster, Role: IdentityBroker, Group: cfg.Group}, cfg.Logger.With("member", cfg.ID))
+	stream, err := newTLSStream(cfg.BindAddr, adv, cfg.TLS, Want{Cluster: cfg.Cluster, Role: IdentityBroker, Group: cfg.Group}, log)
 	if err != nil {
 		return nil, err
 	}
-	tc.Stream = stream
-	return raft.NewNetworkTransportWithConfig(tc), nil
+	return newMemberTransport(stream, tc, limits, log), nil
 }
 
 // logCacheEntries is how many of the newest Raft entries stay in memory
@@ -227,7 +240,7 @@ type RaftNode struct {
 	// must read it all the time: Raft blocks when it is full.
 	LeaderChanges <-chan bool
 
-	transport *raft.NetworkTransport
+	transport *memberTransport
 	pool      int // TransportPool: connections pooled per peer
 	logStore  memberLog
 	log       *leaderLog  // logStore as Raft writes it (leaderlog.go)

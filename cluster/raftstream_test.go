@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bufio"
 	"crypto/tls"
 	"io"
 	"net"
@@ -80,14 +81,15 @@ func TestRaftRefusesForgedRPCsFromOutsiders(t *testing.T) {
 	before := terms()
 	term, _ := strconv.ParseUint(before[l], 10, 64)
 
-	attackers := map[string]*raft.NetworkTransport{
-		"plain TCP":       outsider(t, nil),
-		"no certificate":  outsider(t, &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}),
-		"another group":   outsider(t, clientSkippingServerCheck(ca.load(replica("c1", "broker-b", "1")).ClientConfig())),
-		"a user":          outsider(t, clientSkippingServerCheck(ca.load(Identity{Cluster: "c1", Role: IdentityUser, ID: "mallory"}).ClientConfig())),
-		"another cluster": outsider(t, clientSkippingServerCheck(ca.load(replica("c2", "broker-a", "9")).ClientConfig())),
+	configs := map[string]*tls.Config{
+		"plain TCP":       nil,
+		"no certificate":  {InsecureSkipVerify: true, MinVersion: tls.VersionTLS13},
+		"another group":   clientSkippingServerCheck(ca.load(replica("c1", "broker-b", "1")).ClientConfig()),
+		"a user":          clientSkippingServerCheck(ca.load(Identity{Cluster: "c1", Role: IdentityUser, ID: "mallory"}).ClientConfig()),
+		"another cluster": clientSkippingServerCheck(ca.load(replica("c2", "broker-a", "9")).ClientConfig()),
 	}
-	for name, tr := range attackers {
+	for name, config := range configs {
+		tr := outsider(t, config)
 		for i, n := range g.cfgs {
 			header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("9"), Addr: []byte(tr.LocalAddr())}
 			var vr raft.RequestVoteResponse
@@ -104,6 +106,13 @@ func TestRaftRefusesForgedRPCsFromOutsiders(t *testing.T) {
 			if err == nil {
 				t.Errorf("%s: a forged AppendEntries reached member %d (success %v)", name, i+1, ar.Success)
 			}
+			// The same with an entry, on a member stream (appendstream.go).
+			if err := forgedMemberStream(config, n.BindAddr, &raft.AppendEntriesRequest{
+				RPCHeader: header, Term: term + 1000, PrevLogEntry: 1 << 40, PrevLogTerm: term + 1000, LeaderCommitIndex: 1 << 40,
+				Entries: []*raft.Log{{Index: 1<<40 + 1, Term: term + 1000, Type: raft.LogCommand, Data: []byte("forged")}},
+			}); err == nil {
+				t.Errorf("%s: a forged AppendEntries on a member stream reached member %d", name, i+1)
+			}
 		}
 	}
 	// Raft answers an RPC after acting on it, so a forged one that got
@@ -115,6 +124,21 @@ func TestRaftRefusesForgedRPCsFromOutsiders(t *testing.T) {
 		t.Fatalf("the leader changed from member %d to %d", l+1, now+1)
 	}
 	g.converge(append(committed, g.apply(l, "after", 5)...))
+}
+
+// forgedMemberStream sends req to addr on a member stream, dialed with
+// config (nil: plain TCP), and returns the error of its answer.
+func forgedMemberStream(config *tls.Config, addr string, req *raft.AppendEntriesRequest) error {
+	conn, err := outsiderStream{tlsConfig: config}.Dial(raft.ServerAddress(addr), 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+	c := &memberConn{conn: conn, r: bufio.NewReader(conn), w: bufio.NewWriter(conn)}
+	c.w.Write([]byte{memberStreamByte, memberStreamVersion})
+	var resp raft.AppendEntriesResponse
+	return c.call(req, &resp)
 }
 
 func equalStrings(a, b []string) bool {
