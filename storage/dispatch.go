@@ -52,7 +52,7 @@ func (s *Store) StoreRecords(raftIndex uint64, records []byte) error {
 	if err := s.appendable(raftIndex); err != nil {
 		return err
 	}
-	_, results, err := s.frameBatch(records, false)
+	_, results, err := s.frameBatch(records, false, nil)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (s *Store) DispatchRecords(raftIndex uint64, records []byte, drop []bool) (
 	if len(s.stored) == 0 || s.stored[0].raftIndex != raftIndex || len(s.stored[0].results) == 0 {
 		return nil, fmt.Errorf("%w: Raft entry %d is not the oldest stored one, or has no records (%s)", ErrNotStored, raftIndex, s.storedSpan())
 	}
-	views, results, err := s.frameBatch(records, true)
+	views, results, err := s.frameBatch(records, true, nil)
 	if err != nil {
 		return nil, err
 	}

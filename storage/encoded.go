@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/raftmq/raftmq/message"
 )
@@ -74,7 +76,7 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte, drop []bool) ([]
 	if err := s.appendableAtOnce(raftIndex); err != nil {
 		return nil, err
 	}
-	views, results, err := s.frameBatch(records, true)
+	views, results, err := s.frameBatch(records, true, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -105,23 +107,48 @@ func (s *Store) AppendRecords(raftIndex uint64, records []byte, drop []bool) ([]
 }
 
 // frameBatch frames the records of a batch: each one's view and its
-// result so far (size, topic, queue, tag hash).
-func (s *Store) frameBatch(records []byte, withKeys bool) ([]message.View, []AppendResult, error) {
+// result so far (size, topic, queue, tag hash), the results appended to
+// dst (nil: a slice of their own).
+//
+// The results are sized to the batch up front, and a record of the topic
+// of the one before it shares that one's string: under batched publish
+// (entries of about 550 records) growing the slice and a string for each
+// record's topic were 2% of the master's CPU and 4% of a follower's
+// (broker/README.md, seventeenth sitting).
+func (s *Store) frameBatch(records []byte, withKeys bool, dst []AppendResult) ([]message.View, []AppendResult, error) {
 	if len(records) == 0 {
 		return nil, nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
 	}
-	views, results := s.views[:0], make([]AppendResult, 0, 16)
+	views, results := s.views[:0], slices.Grow(dst, countRecords(records))
+	topic := ""
 	for p, i := 0, 0; p < len(records); i++ {
 		size, v, err := s.frame(records[p:], withKeys)
 		if err != nil {
 			return nil, nil, fmt.Errorf("record %d: %w", i, err)
 		}
+		if string(v.Topic) != topic {
+			topic = string(v.Topic)
+		}
 		views = append(views, v)
-		results = append(results, AppendResult{Size: int32(size), Topic: string(v.Topic), QueueID: v.QueueID, TagHash: message.TagHash(v.Tags)})
+		results = append(results, AppendResult{Size: int32(size), Topic: topic, QueueID: v.QueueID, TagHash: message.TagHash(v.Tags)})
 		p += size
 	}
 	s.views = views[:0]
 	return views, results, nil
+}
+
+// countRecords is how many records the size fields of a batch chain
+// through, to size its results; frame checks every record.
+func countRecords(b []byte) int {
+	n := 0
+	for len(b) >= 4 {
+		size := int(binary.BigEndian.Uint32(b))
+		if size < message.MinSize || size > len(b) {
+			return n + 1
+		}
+		b, n = b[size:], n+1
+	}
+	return n
 }
 
 // appendable says why Raft entry raftIndex cannot be applied now, if it

@@ -179,11 +179,9 @@ func (s *Store) storeFrame(e Entry) (entrySpan, error) {
 	}
 	all := []AppendResult{{Size: int32(len(frame)), Topic: message.FrameTopic, frame: true, deletes: e.DeletesTopic != ""}}
 	if len(e.Records) > 0 {
-		_, results, err := s.frameBatch(e.Records, false)
-		if err != nil {
+		if _, all, err = s.frameBatch(e.Records, false, all); err != nil {
 			return entrySpan{}, fmt.Errorf("raft entry %d: %w", e.Index, err)
 		}
-		all = append(all, results...)
 	}
 	if size := len(frame) + len(e.Records); int64(size) > s.cfg.SegmentSize {
 		return entrySpan{}, fmt.Errorf("%w: raft entry %d of %d bytes, segments of %d", ErrInvalidMessage, e.Index, size, s.cfg.SegmentSize)
