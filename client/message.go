@@ -164,12 +164,18 @@ func encodeRecords(msgs []*Message) ([]byte, []string, error) {
 // record is m as a record for queue 0, with its unique key (the one it
 // carries, else a new one), and that key.
 func (m *Message) record() (message.Message, string) {
-	props := message.CopyProperties(m.Properties, 1)
-	key := props[message.PropertyUniqKey]
-	if key == "" {
+	rec := message.Message{Topic: m.Topic, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
+		Properties: m.Properties, Body: m.Body, BornTime: time.Now().UnixMilli()}
+	key, has := m.Properties[message.PropertyUniqKey]
+	switch {
+	case key != "":
+	case has: // an empty key of the caller's, replaced in a copy
 		key = newUniqKey()
-		props[message.PropertyUniqKey] = key
+		rec.Properties = message.CopyProperties(m.Properties, 0)
+		rec.Properties[message.PropertyUniqKey] = key
+	default: // written beside the caller's properties, which stay theirs
+		key = newUniqKey()
+		rec.UniqKey = key
 	}
-	return message.Message{Topic: m.Topic, Flag: m.Flag, Tags: m.Tags, Keys: m.Keys,
-		Properties: props, Body: m.Body, BornTime: time.Now().UnixMilli()}, key
+	return rec, key
 }

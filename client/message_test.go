@@ -17,6 +17,8 @@ func TestASendsRecordsAreEncodedIntoOneBufferOfTheirSize(t *testing.T) {
 		{Topic: "t", Tags: "a", Keys: []string{"k1", "k2"}, Body: bytes.Repeat([]byte("x"), 1000)},
 		{Topic: "t", Properties: map[string]string{message.PropertyUniqKey: "mine", "p": "v"}, Body: []byte("second")},
 		{Topic: "t", Flag: 7, Body: nil},
+		{Topic: "t", Properties: map[string]string{"p": "v"}, Body: []byte("fourth")},
+		{Topic: "t", Properties: map[string]string{message.PropertyUniqKey: ""}, Body: []byte("fifth")},
 	}
 	records, keys, err := encodeRecords(msgs)
 	if err != nil {
@@ -25,8 +27,12 @@ func TestASendsRecordsAreEncodedIntoOneBufferOfTheirSize(t *testing.T) {
 	if cap(records) != len(records) {
 		t.Errorf("records: len %d, cap %d: the buffer was not sized once", len(records), cap(records))
 	}
-	if keys[1] != "mine" || keys[0] == "" || keys[2] == "" || keys[0] == keys[2] {
+	if keys[1] != "mine" || keys[0] == "" || keys[2] == "" || keys[0] == keys[2] || keys[3] == "" || keys[4] == "" {
 		t.Errorf("unique keys %q: want a new one each but the second's own", keys)
+	}
+	// The key is written beside the caller's properties, never into them.
+	if len(msgs[3].Properties) != 1 || msgs[4].Properties[message.PropertyUniqKey] != "" {
+		t.Errorf("the callers' properties changed: %v, %v", msgs[3].Properties, msgs[4].Properties)
 	}
 	for i, b := 0, records; i < len(msgs); i++ {
 		r, err := message.Decode(b)
@@ -38,8 +44,8 @@ func TestASendsRecordsAreEncodedIntoOneBufferOfTheirSize(t *testing.T) {
 			len(r.Keys) != len(m.Keys) || r.Properties[message.PropertyUniqKey] != keys[i] || r.QueueID != 0 || r.BornTime == 0 {
 			t.Errorf("record %d decodes as %+v, sent %+v with key %q", i, r, m, keys[i])
 		}
-		if i == 1 && r.Properties["p"] != "v" {
-			t.Errorf("record 1 lost its property: %v", r.Properties)
+		if (i == 1 || i == 3) && r.Properties["p"] != "v" {
+			t.Errorf("record %d lost its property: %v", i, r.Properties)
 		}
 		b = b[r.Size:]
 		if i == len(msgs)-1 && len(b) != 0 {

@@ -17,8 +17,9 @@
 //   - names.go: the other names the contract fixes, RocketMQ's: retry,
 //     dead-letter and schedule topics, the retry path's properties, the
 //     topic permission bits.
-//   - record.go: the record layout; encoding (Size, Append), framing and
-//     checking in place (Frame, View, Check), decoding (Decode), and the
-//     header fields a store reads and writes without decoding.
+//   - record.go: the record layout; encoding (Size, Append; a unique key
+//     beside the properties, UniqKey), framing and checking in place
+//     (Frame, View, Check), decoding (Decode), and the header fields a
+//     store reads and writes without decoding.
 //   - id.go: message ids, GROUP@OFFSET.
 package message

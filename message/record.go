@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
-	"sort"
 )
 
 // The record layout, big-endian:
@@ -90,8 +89,11 @@ func Size(m *Message) (int, error) {
 	if len(m.Tags) > maxShortLen {
 		return 0, fmt.Errorf("%w: tags longer than %d bytes", ErrInvalid, maxShortLen)
 	}
-	if len(m.Keys) > maxShortLen || len(m.Properties) > maxShortLen {
+	if len(m.Keys) > maxShortLen || propertyCount(m) > maxShortLen {
 		return 0, fmt.Errorf("%w: more than %d keys or properties", ErrInvalid, maxShortLen)
+	}
+	if _, twice := m.Properties[PropertyUniqKey]; twice && m.UniqKey != "" {
+		return 0, fmt.Errorf("%w: the unique key given as a property and as UniqKey", ErrInvalid)
 	}
 	n := HeaderLen + 1 + len(m.Topic) + 2 + len(m.Tags) + 2 + 2 + 4 + len(m.Body)
 	for _, k := range m.Keys {
@@ -105,6 +107,12 @@ func Size(m *Message) (int, error) {
 			return 0, fmt.Errorf("%w: property %q longer than %d bytes", ErrInvalid, k, maxShortLen)
 		}
 		n += 4 + len(k) + len(v)
+	}
+	if m.UniqKey != "" {
+		if len(m.UniqKey) > maxShortLen {
+			return 0, fmt.Errorf("%w: property %q longer than %d bytes", ErrInvalid, PropertyUniqKey, maxShortLen)
+		}
+		n += 4 + len(PropertyUniqKey) + len(m.UniqKey)
 	}
 	if int64(len(m.Body)) > int64(1<<31-1-n) {
 		return 0, fmt.Errorf("%w: body too large", ErrInvalid)
@@ -149,17 +157,24 @@ func AppendSized(dst []byte, m *Message, size int) []byte {
 		p += 2
 		p += copy(b[p:], k)
 	}
-	be.PutUint16(b[p:], uint16(len(m.Properties)))
+	be.PutUint16(b[p:], uint16(propertyCount(m)))
 	p += 2
-	if len(m.Properties) > 0 {
+	if propertyCount(m) > 0 {
 		// Sorted, so that the same message always encodes to the same bytes.
-		names := make([]string, 0, len(m.Properties))
+		var few [8]string
+		names := few[:0]
 		for k := range m.Properties {
 			names = append(names, k)
 		}
-		sort.Strings(names)
+		if m.UniqKey != "" {
+			names = append(names, PropertyUniqKey)
+		}
+		slices.Sort(names)
 		for _, k := range names {
 			v := m.Properties[k]
+			if k == PropertyUniqKey && m.UniqKey != "" {
+				v = m.UniqKey
+			}
 			be.PutUint16(b[p:], uint16(len(k)))
 			p += 2
 			p += copy(b[p:], k)
@@ -173,6 +188,14 @@ func AppendSized(dst []byte, m *Message, size int) []byte {
 	copy(b[p:], m.Body)
 	putCRC(b)
 	return dst
+}
+
+// propertyCount is how many properties m's record carries.
+func propertyCount(m *Message) int {
+	if m.UniqKey != "" {
+		return len(m.Properties) + 1
+	}
+	return len(m.Properties)
 }
 
 func putCRC(b []byte) { binary.BigEndian.PutUint32(b[8:], crc32.Checksum(b[12:], castagnoli)) }

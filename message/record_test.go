@@ -188,3 +188,39 @@ func TestSetQueueID(t *testing.T) {
 		t.Fatalf("truncated: %v, want ErrMalformed", err)
 	}
 }
+
+// A unique key given as UniqKey encodes to the bytes of the same key among
+// the properties, wherever its name sorts among theirs, and the caller's
+// map is left as it was; given both ways, the message is refused.
+func TestUniqKeyEncodesAsItsProperty(t *testing.T) {
+	for _, props := range []map[string]string{
+		nil,
+		{"A": "1"},
+		{"A": "1", "ZZZ": "2"},
+		{"a": "1", "b": "2", "c": "3", "d": "4", "e": "5", "f": "6", "g": "7", "h": "8", "i": "9"},
+	} {
+		withKey := map[string]string{PropertyUniqKey: "k-1"}
+		for k, v := range props {
+			withKey[k] = v
+		}
+		want, err := Append(nil, &Message{Topic: "t", Properties: withKey, Body: []byte("b")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(props)
+		got, err := Append(nil, &Message{Topic: "t", Properties: props, UniqKey: "k-1", Body: []byte("b")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("with %d properties: UniqKey encoded as %x, the property as %x", n, got, want)
+		}
+		if len(props) != n {
+			t.Fatalf("the caller's properties changed: %v", props)
+		}
+	}
+	_, err := Append(nil, &Message{Topic: "t", Properties: map[string]string{PropertyUniqKey: "a"}, UniqKey: "b"})
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a key given twice: %v", err)
+	}
+}
