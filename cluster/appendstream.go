@@ -40,14 +40,12 @@ type memberTransport struct {
 	log     *slog.Logger
 
 	consume chan raft.RPC // what Raft reads: both kinds of request
-	done    chan struct{}
+	done    chan struct{} // closed by Close, under mu
 	once    sync.Once
-	wg      sync.WaitGroup // the forwarder and the member streams served
+	wg      sync.WaitGroup // the forwarder
 
-	mu      sync.Mutex
-	idle    map[raft.ServerAddress][]*memberConn // pooled client connections
-	serving map[net.Conn]struct{}                // accepted member streams
-	closed  bool
+	mu   sync.Mutex
+	idle map[raft.ServerAddress][]*memberConn // pooled client connections
 }
 
 // memberStreamByte opens a member stream.
@@ -66,7 +64,6 @@ func newMemberTransport(inner raft.StreamLayer, tc *raft.NetworkTransportConfig,
 		consume: make(chan raft.RPC),
 		done:    make(chan struct{}),
 		idle:    map[raft.ServerAddress][]*memberConn{},
-		serving: map[net.Conn]struct{}{},
 	}
 	t.split = newSplitStream(inner, t.serve, log)
 	tc.Stream = t.split
@@ -159,7 +156,7 @@ func (c *memberConn) call(args *raft.AppendEntriesRequest, resp *raft.AppendEntr
 // conn is a pooled member stream to target, or a new one.
 func (t *memberTransport) conn(target raft.ServerAddress) (*memberConn, error) {
 	t.mu.Lock()
-	if t.closed {
+	if stopped(t.done) {
 		t.mu.Unlock()
 		return nil, raft.ErrTransportShutdown
 	}
@@ -183,31 +180,17 @@ func (t *memberTransport) conn(target raft.ServerAddress) (*memberConn, error) {
 func (t *memberTransport) release(c *memberConn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed || len(t.idle[c.target]) >= t.pool {
+	if stopped(t.done) || len(t.idle[c.target]) >= t.pool {
 		c.conn.Close()
 		return
 	}
 	t.idle[c.target] = append(t.idle[c.target], c)
 }
 
-// serve answers the requests of one accepted member stream until it ends.
+// serve answers the requests of one accepted member stream until it ends
+// (splitStream closes it on Close, and waits).
 func (t *memberTransport) serve(conn net.Conn) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		conn.Close()
-		return
-	}
-	t.serving[conn] = struct{}{}
-	t.wg.Add(1)
-	t.mu.Unlock()
-	defer func() {
-		t.mu.Lock()
-		delete(t.serving, conn)
-		t.mu.Unlock()
-		conn.Close()
-		t.wg.Done()
-	}()
+	defer conn.Close()
 	r := bufio.NewReaderSize(conn, memberConnBuffer)
 	w := bufio.NewWriterSize(conn, 4<<10)
 	if v, err := r.ReadByte(); err != nil || v != memberStreamVersion {
@@ -221,7 +204,7 @@ func (t *memberTransport) serve(conn net.Conn) {
 		var err error
 		req, head, err = readAppendRequest(r, t.limits, head)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !t.isClosed() {
+			if !errors.Is(err, io.EOF) && !stopped(t.done) {
 				t.log.Warn("raft transport: dropped a member stream", "remote", conn.RemoteAddr().String(), "err", err)
 			}
 			return
@@ -247,22 +230,31 @@ func (t *memberTransport) serve(conn net.Conn) {
 	}
 }
 
-func (t *memberTransport) isClosed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.closed
+// stopped says whether done is closed.
+func stopped(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }
 
-// CloseStreams closes the member's pooled connections of both kinds,
-// which ends the peers' handlers of them.
-func (t *memberTransport) CloseStreams() {
-	t.mu.Lock()
+// closeIdle closes the pooled client connections. The caller holds mu.
+func (t *memberTransport) closeIdle() {
 	for target, idle := range t.idle {
 		for _, c := range idle {
 			c.conn.Close()
 		}
 		delete(t.idle, target)
 	}
+}
+
+// CloseStreams closes the member's pooled connections of both kinds,
+// which ends the peers' handlers of them.
+func (t *memberTransport) CloseStreams() {
+	t.mu.Lock()
+	t.closeIdle()
 	t.mu.Unlock()
 	t.NetworkTransport.CloseStreams()
 }
@@ -273,19 +265,12 @@ func (t *memberTransport) Close() error {
 	var err error
 	t.once.Do(func() {
 		t.mu.Lock()
-		t.closed = true
-		for c := range t.serving {
-			c.Close()
-		}
-		for target, idle := range t.idle {
-			for _, c := range idle {
-				c.conn.Close()
-			}
-			delete(t.idle, target)
-		}
+		close(t.done) // a member stream waiting for Raft gives up
+		t.closeIdle()
 		t.mu.Unlock()
-		close(t.done)
-		err = t.NetworkTransport.Close() // closes splitStream, and its listener
+		// Closes splitStream: its listener, and the member streams it
+		// serves, waiting for them.
+		err = t.NetworkTransport.Close()
 		t.wg.Wait()
 	})
 	return err
@@ -298,17 +283,16 @@ type splitStream struct {
 	member func(net.Conn) // serves a member stream
 	log    *slog.Logger
 
-	conns  chan net.Conn // for the NetworkTransport
-	done   chan struct{}
-	once   sync.Once
-	wg     sync.WaitGroup // the accept loop and connections being sorted
-	mu     sync.Mutex
-	sorts  map[net.Conn]struct{} // accepted, first byte not yet read
-	closed bool
+	conns chan net.Conn // for the NetworkTransport
+	done  chan struct{} // closed by Close, under mu
+	once  sync.Once
+	wg    sync.WaitGroup // the accept loop, and each accepted connection until it is handed on or served
+	mu    sync.Mutex
+	live  map[net.Conn]struct{} // accepted: being sorted, or served as a member stream
 }
 
 func newSplitStream(inner raft.StreamLayer, member func(net.Conn), log *slog.Logger) *splitStream {
-	s := &splitStream{inner: inner, member: member, log: log, conns: make(chan net.Conn), done: make(chan struct{}), sorts: map[net.Conn]struct{}{}}
+	s := &splitStream{inner: inner, member: member, log: log, conns: make(chan net.Conn), done: make(chan struct{}), live: map[net.Conn]struct{}{}}
 	s.wg.Add(1)
 	go s.acceptLoop()
 	return s
@@ -327,12 +311,12 @@ func (s *splitStream) acceptLoop() {
 			continue
 		}
 		s.mu.Lock()
-		if s.closed {
+		if stopped(s.done) {
 			s.mu.Unlock()
 			c.Close()
 			return
 		}
-		s.sorts[c] = struct{}{}
+		s.live[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
 		go s.sort(c)
@@ -340,18 +324,19 @@ func (s *splitStream) acceptLoop() {
 }
 
 // sort reads c's first byte (a dialer writes it with its first request)
-// and hands c on by it.
+// and hands c on by it, or serves it as a member stream.
 func (s *splitStream) sort(c net.Conn) {
-	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.live, c)
+		s.mu.Unlock()
+		s.wg.Done()
+	}()
 	var first [1]byte
 	_ = c.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	_, err := io.ReadFull(c, first[:])
 	_ = c.SetReadDeadline(time.Time{})
-	s.mu.Lock()
-	delete(s.sorts, c)
-	closed := s.closed
-	s.mu.Unlock()
-	if err != nil || closed {
+	if err != nil || stopped(s.done) {
 		c.Close()
 		return
 	}
@@ -382,18 +367,18 @@ func (s *splitStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.
 
 func (s *splitStream) Addr() net.Addr { return s.inner.Addr() }
 
-// Close closes the listener and the connections not yet sorted, and
-// waits for the accept loop.
+// Close closes the listener and the connections not handed on (being
+// sorted, or served as member streams), and waits for their goroutines
+// and the accept loop.
 func (s *splitStream) Close() error {
 	var err error
 	s.once.Do(func() {
 		s.mu.Lock()
-		s.closed = true
-		for c := range s.sorts {
+		close(s.done)
+		for c := range s.live {
 			c.Close()
 		}
 		s.mu.Unlock()
-		close(s.done)
 		err = s.inner.Close()
 		s.wg.Wait()
 	})

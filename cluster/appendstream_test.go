@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftmq/raftmq/cluster/clustertest"
 )
 
 // testMemberTransport is a member transport on a loopback port of its
@@ -46,10 +48,12 @@ func answer(t *testing.T, tr *memberTransport, fn func(raft.RPC) (any, error)) <
 	return seen
 }
 
-func (t *memberTransport) servingCount() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.serving)
+// liveCount is how many accepted connections the member has not handed
+// to the NetworkTransport: member streams served, and any being sorted.
+func (t *memberTransport) liveCount() int {
+	t.split.mu.Lock()
+	defer t.split.mu.Unlock()
+	return len(t.split.live)
 }
 
 // An AppendEntries with entries goes on a member stream and reaches the
@@ -75,7 +79,7 @@ func TestMemberStreamCarriesAppendEntries(t *testing.T) {
 		}
 		sameRequest(t, rpc.Command.(*raft.AppendEntriesRequest), want)
 	}
-	if n := b.servingCount(); n != 1 {
+	if n := b.liveCount(); n != 1 {
 		t.Fatalf("the peer serves %d member streams, want the one pooled stream", n)
 	}
 }
@@ -94,7 +98,7 @@ func TestMemberStreamCarriesRaftsError(t *testing.T) {
 	if err := a.AppendEntries("b", b.LocalAddr(), &raft.AppendEntriesRequest{Term: 1, PrevLogEntry: 3, PrevLogTerm: 1}, &resp); err != nil || !resp.Success {
 		t.Fatalf("after an error: %v, %+v", err, resp)
 	}
-	if n := b.servingCount(); n != 1 {
+	if n := b.liveCount(); n != 1 {
 		t.Fatalf("the peer serves %d member streams, want 1", n)
 	}
 }
@@ -129,9 +133,9 @@ func TestHeartbeatsAndVotesStayOnRaftsTransport(t *testing.T) {
 	if rpc := <-seen; rpc.Command == nil {
 		t.Fatal("the vote never reached the peer's Raft")
 	}
-	if n := b.servingCount(); n != 0 {
-		t.Fatalf("the peer serves %d member streams, want none", n)
-	}
+	// The NetworkTransport's connections are handed on as soon as their
+	// first byte is read; a member stream would stay.
+	clustertest.WaitFor(t, 2*time.Second, "no member stream served", func() bool { return b.liveCount() == 0 })
 }
 
 // rawMemberStream dials tr and opens a member stream by hand.
@@ -186,31 +190,41 @@ func TestMemberStreamDropsABadPeer(t *testing.T) {
 	}
 }
 
-// Close ends what it serves: a request waiting for Raft, a connection
-// that never sent its first byte. The leak check of TestMain sees any
-// goroutine left.
+// Close ends what it serves: a member stream idle between requests, a
+// request waiting for Raft, a connection that never sent its first byte.
+// Left to themselves the first would wait for ever and the last for
+// handshakeTimeout (5 s), so a Close that returns within 3 s closed them.
+// The leak check of TestMain sees any goroutine left.
 func TestMemberTransportCloseEndsItsStreams(t *testing.T) {
-	a, b := testMemberTransport(t), testMemberTransport(t)
+	idle, waiting, b := testMemberTransport(t), testMemberTransport(t), testMemberTransport(t)
+	answer(t, b, func(raft.RPC) (any, error) { return &raft.AppendEntriesResponse{Success: true}, nil })
+	var resp raft.AppendEntriesResponse
+	if err := idle.AppendEntries("b", b.LocalAddr(), sampleAppendRequest(), &resp); err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan error, 1)
+	go func() {
+		var resp raft.AppendEntriesResponse
+		sent <- waiting.AppendEntries("b", b.LocalAddr(), sampleAppendRequest(), &resp)
+	}()
+	// Nobody reads b's Consumer now: the second request's stream stays,
+	// then so does a connection that sends nothing.
+	clustertest.WaitFor(t, 5*time.Second, "the request served", func() bool { return b.liveCount() == 2 })
 	silent, err := net.Dial("tcp", string(b.LocalAddr()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	sent := make(chan error, 1)
-	go func() {
-		var resp raft.AppendEntriesResponse
-		sent <- a.AppendEntries("b", b.LocalAddr(), sampleAppendRequest(), &resp)
-	}()
-	// Nobody reads b's Consumer: wait until the request is being served.
-	deadline := time.Now().Add(5 * time.Second)
-	for b.servingCount() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the request was never served")
+	clustertest.WaitFor(t, 5*time.Second, "the silent connection accepted", func() bool { return b.liveCount() == 3 })
+	closed := make(chan error, 1)
+	go func() { closed <- b.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close waited for connections it should have closed")
 	}
 	if err := <-sent; err == nil {
 		t.Fatal("a request cut off by the peer's Close succeeded")
@@ -218,7 +232,7 @@ func TestMemberTransportCloseEndsItsStreams(t *testing.T) {
 	if !closedByPeer(silent) {
 		t.Fatal("a connection that sent nothing stayed open past Close")
 	}
-	if _, err := b.conn(a.LocalAddr()); !errors.Is(err, raft.ErrTransportShutdown) {
+	if _, err := b.conn(idle.LocalAddr()); !errors.Is(err, raft.ErrTransportShutdown) {
 		t.Fatalf("a closed transport dialed: %v", err)
 	}
 }
@@ -245,7 +259,7 @@ func TestGroupReplicatesOnMemberStreams(t *testing.T) {
 		if i == l {
 			continue
 		}
-		if got := n.transport.servingCount(); got < 1 {
+		if got := n.transport.liveCount(); got < 1 {
 			t.Errorf("follower %d serves %d member streams", i+1, got)
 		}
 	}
