@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -119,7 +118,8 @@ func (s *Store) frameBatch(records []byte, withKeys bool, dst []AppendResult) ([
 	if len(records) == 0 {
 		return nil, nil, fmt.Errorf("%w: empty batch", ErrInvalidMessage)
 	}
-	views, results := s.views[:0], slices.Grow(dst, countRecords(records))
+	n, _ := message.Count(records) // a size: frame checks every record
+	views, results := s.views[:0], slices.Grow(dst, n)
 	topic := ""
 	for p, i := 0, 0; p < len(records); i++ {
 		size, v, err := s.frame(records[p:], withKeys)
@@ -135,20 +135,6 @@ func (s *Store) frameBatch(records []byte, withKeys bool, dst []AppendResult) ([
 	}
 	s.views = views[:0]
 	return views, results, nil
-}
-
-// countRecords is how many records the size fields of a batch chain
-// through, to size its results; frame checks every record.
-func countRecords(b []byte) int {
-	n := 0
-	for len(b) >= 4 {
-		size := int(binary.BigEndian.Uint32(b))
-		if size < message.MinSize || size > len(b) {
-			return n + 1
-		}
-		b, n = b[size:], n+1
-	}
-	return n
 }
 
 // appendable says why Raft entry raftIndex cannot be applied now, if it
