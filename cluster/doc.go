@@ -68,7 +68,8 @@
 //     entries sent at once only to the followers a commit waits for; a
 //     spare (in a group of three, the follower behind) gets what came in
 //     one request every interval, and as soon as an entry has waited 2 ms
-//     for those ahead of it;
+//     for those ahead of it; a request carrying an entry of 8 KiB or more
+//     goes to every follower at once;
 //   - heartbeatgate.go: Raft's heartbeat fast path only for a follower of
 //     the heartbeat's own term: one of a newer term, handled beside the
 //     Raft loop, made a leader append entries in a term it never led

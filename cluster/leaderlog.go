@@ -319,8 +319,11 @@ func (t durableCommits) AppendEntries(id raft.ServerID, target raft.ServerAddres
 	if t.spares == nil || len(args.Entries) == 0 {
 		return t.memberTransport.AppendEntries(id, target, t.capped(args), resp)
 	}
-	last := args.Entries[len(args.Entries)-1].Index
-	t.spares.hold(id, args.Term, last, func() uint64 { // sparefollowers.go
+	last, largest := args.Entries[len(args.Entries)-1].Index, 0
+	for _, e := range args.Entries {
+		largest = max(largest, len(e.Data))
+	}
+	t.spares.hold(id, args.Term, last, largest, func() uint64 { // sparefollowers.go
 		l, err := t.log.LastIndex()
 		if err != nil {
 			return last + 1 // the follower goes at once

@@ -135,8 +135,9 @@ type RaftConfig struct {
 	// sets 5ms where the group's replicas all run on one host
 	// (--raft-spare-followers auto, cmd/raftmq/sparefollowers.go).
 	// Off with SerialLeaderLog, and for requests that go through a
-	// pipeline (MaxRPCsInFlight over 1). A leader that steps down or shuts
-	// down lets a held request go within sparePatience.
+	// pipeline (MaxRPCsInFlight over 1), and for requests carrying an
+	// entry of spareLargeEntry (8 KiB) or more. A leader that steps down
+	// or shuts down lets a held request go within sparePatience.
 	SpareFollowerInterval time.Duration
 	// AppliedIndex is the index of the last entry the state machine holds
 	// on its own disk. A log that, with its newest snapshot, ends before

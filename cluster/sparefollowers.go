@@ -51,13 +51,27 @@ import (
 // an entry committed only on a majority of disks.
 //
 // Requests without entries (the commit index alone, heartbeats) are never
-// held.
+// held, nor are requests carrying an entry of spareLargeEntry bytes or
+// more: an entry that large holds many messages (a batched send, or an
+// entry of many synchronous sends), its followers' writes cost more than
+// their fsyncs, and a commit that takes the faster of two followers pays
+// (pacing off against on, 4 alternated pairs: batched publish 1.055x,
+// ahead in all 4; 16 sync senders' p99 0.867x; broker/README.md,
+// 2026-12-06, seventeenth sitting; this rule against pacing entries of
+// every size, on a noisier VM, 12 pairs: batched publish 1.019x and
+// 1.029x in two sets, ahead in 7, its p99 0.935x, eighteenth sitting). A
+// lone sender's entries, of one message each, are what pacing is for.
 
 // sparePatience is how long a spare waits for the followers ahead of it to
 // acknowledge what its request carries before it goes itself: a few
 // AppendEntries round trips with a sync on this project's machines
 // (broker/README.md: 0.4-1.1 ms under load).
 const sparePatience = 2 * time.Millisecond
+
+// spareLargeEntry is the size of an entry that makes its request go to a
+// spare at once: 8 KiB, above a lone 1 KiB send's entry and below an
+// entry of 16 such sends (17 KiB) or of one batched send (64 messages).
+const spareLargeEntry = 8 << 10
 
 // spareFollowers paces the leader's AppendEntries that carry entries.
 type spareFollowers struct {
@@ -84,14 +98,19 @@ func newSpareFollowers(every time.Duration, leading func() bool, servers func() 
 	return &spareFollowers{every: every, leading: leading, servers: servers, peers: map[raft.ServerID]*followerProgress{}, changed: make(chan struct{})}
 }
 
-// hold returns when id's request in term carrying entries up to last may
-// go; answered must follow it. leaderLast reads the leader's last index.
+// hold returns when id's request in term carrying entries up to last, the
+// largest of them of largest bytes, may go; answered must follow it.
+// leaderLast reads the leader's last index.
 // A spare held for its interval goes as soon as an entry that came
 // meanwhile waits sparePatience for those ahead of it, so it looks again
 // at least that often. It watches one entry at a time, the oldest those
 // ahead may lack, and moves to the newest only once they hold it: entries
 // that keep coming (batched senders) do not keep moving its deadline.
-func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, leaderLast func() uint64) {
+func (s *spareFollowers) hold(id raft.ServerID, term, last uint64, largest int, leaderLast func() uint64) {
+	if largest >= spareLargeEntry {
+		s.sent(id, term)
+		return
+	}
 	watched, seen := leaderLast(), time.Now() // the entry watched, and when first seen
 	if last < watched {
 		return // behind the leader: catching up
@@ -186,6 +205,15 @@ func votes(servers []raft.Server, id raft.ServerID) bool {
 		}
 	}
 	return false
+}
+
+// sent records that id's request in term went at once, so that a spare's
+// next request waits its interval from now.
+func (s *spareFollowers) sent(id raft.ServerID, term uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inTerm(term)
+	s.peer(id).lastSent = time.Now()
 }
 
 // answered records the end of id's request carrying entries up to last.

@@ -134,7 +134,7 @@ func TestSpareGoesWhileEntriesKeepComing(t *testing.T) {
 	done := make(chan time.Duration, 1)
 	go func() {
 		start := time.Now()
-		s.hold("2", 2, 11, leaderLast)
+		s.hold("2", 2, 11, 1024, leaderLast)
 		done <- time.Since(start)
 	}()
 	limit := 50 * sparePatience
@@ -147,6 +147,40 @@ func TestSpareGoesWhileEntriesKeepComing(t *testing.T) {
 		leading.Store(false) // ends the hold
 		<-done
 		t.Errorf("the spare was still held after %v while entries kept coming and the follower ahead held none of them", limit)
+	}
+}
+
+// A request carrying a large entry goes to a spare at once, and the
+// spare's next request waits its interval from then.
+func TestSpareGetsLargeEntriesAtOnce(t *testing.T) {
+	var leading atomic.Bool
+	leading.Store(true)
+	s := newSpareFollowers(time.Hour, leading.Load, noConfiguration)
+	s.inTerm(2)
+	s.peer("1").acked = 10 // ahead on the tie
+	s.peer("2").acked, s.peer("2").lastSent = 10, time.Now()
+	leaderLast := func() uint64 { return 10 } // the one ahead holds it all
+	if got := holdUntil(s, "2", 10, time.Now()); got.Before(time.Now().Add(time.Hour / 2)) {
+		t.Fatalf("a small request to the spare is held until %v, want its interval (an hour)", time.Until(got))
+	}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		s.hold("2", 2, 11, spareLargeEntry, leaderLast)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		leading.Store(false) // ends the hold
+		<-done
+		t.Fatalf("a request carrying an entry of %d bytes was held with the spare's interval an hour", spareLargeEntry)
+	}
+	s.mu.Lock()
+	sent := s.peer("2").lastSent
+	s.mu.Unlock()
+	if sent.Before(start) {
+		t.Errorf("the spare's last request is recorded at %v, before the large one went at %v", sent, start)
 	}
 }
 
