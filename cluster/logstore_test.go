@@ -209,9 +209,15 @@ func (g *testGroup) leader() int {
 // through member i, one at a time.
 func (g *testGroup) apply(i int, prefix string, count int) []string {
 	g.t.Helper()
+	return g.applySized(i, prefix, count, 1024)
+}
+
+// applySized is apply with entries of size bytes.
+func (g *testGroup) applySized(i int, prefix string, count, size int) []string {
+	g.t.Helper()
 	var out []string
 	for k := 0; k < count; k++ {
-		e := entry(prefix, k)
+		e := entrySized(prefix, k, size)
 		for {
 			err := g.nodes[i].Raft.Apply([]byte(e), 5*time.Second).Error()
 			if err == nil {
@@ -237,9 +243,11 @@ func (g *testGroup) apply(i int, prefix string, count int) []string {
 	return out
 }
 
-func entry(prefix string, k int) string {
+func entry(prefix string, k int) string { return entrySized(prefix, k, 1024) }
+
+func entrySized(prefix string, k, size int) string {
 	head := fmt.Sprintf("%s-%05d:", prefix, k)
-	return head + strings.Repeat("x", 1024-len(head))
+	return head + strings.Repeat("x", size-len(head))
 }
 
 // converge waits until every running member's state machine holds want.
