@@ -21,17 +21,27 @@ func writesOf(gate *gateStore, first uint64) int {
 	return n
 }
 
+// burstAfterWarming starts a gated group of three with spares paced every
+// second, commits 3 entries of 1 KiB and waits for every member to apply
+// them (so that no request to the spare is still held), then commits
+// count entries of size bytes one at a time through the leader and waits
+// for every member to apply them. first is the burst's first index.
+func burstAfterWarming(t *testing.T, count, size int) (g *testGroup, gate func(member int) *gateStore, leader int, first uint64) {
+	t.Helper()
+	g, gate = gatedGroup(t, time.Second)
+	leader = g.leader()
+	warm := g.apply(leader, "warm", 3)
+	g.converge(warm)
+	first = lastLogIndex(g.nodes[leader]) + 1
+	burst := g.applySized(leader, "burst", count, size)
+	g.converge(append(warm, burst...))
+	return g, gate, leader, first
+}
+
 // The follower a commit waits for gets each entry as it comes; the spare
 // gets what came in one request an interval.
 func TestSpareFollowerGetsEntriesTogether(t *testing.T) {
-	g, gate := gatedGroup(t, time.Second)
-	leader := g.leader()
-	warm := g.apply(leader, "warm", 3)
-	g.converge(warm)
-	first := lastLogIndex(g.nodes[leader]) + 1
-
-	burst := g.apply(leader, "burst", 20)
-	g.converge(append(warm, burst...))
+	g, gate, leader, first := burstAfterWarming(t, 20, 1024)
 	var counts []int
 	for i := range g.nodes {
 		if i != leader {
@@ -57,14 +67,7 @@ func TestSpareFollowerGetsEntriesTogether(t *testing.T) {
 // spares too: both followers write them about one at a time, where
 // TestSpareFollowerGetsEntriesTogether's spare writes small ones together.
 func TestSpareFollowerGetsLargeEntriesAsTheyCome(t *testing.T) {
-	g, gate := gatedGroup(t, time.Second)
-	leader := g.leader()
-	warm := g.apply(leader, "warm", 3)
-	g.converge(warm)
-	first := lastLogIndex(g.nodes[leader]) + 1
-
-	burst := g.applySized(leader, "large", 30, spareLargeEntry)
-	g.converge(append(warm, burst...))
+	g, gate, leader, first := burstAfterWarming(t, 30, spareLargeEntry)
 	for i := range g.nodes {
 		// Each Apply waited for its commit. A paced spare writes the 30
 		// in a few writes, one at once and then one each time an entry
