@@ -6,7 +6,7 @@ import (
 )
 
 // spareFollowersUsage is the --raft-spare-followers flag's help.
-const spareFollowersUsage = "how often the master sends a follower that commits do not wait for (in a group of 3, the one behind) the entries that came meanwhile, in one request: auto (every 5ms when all of the group's replicas run on this host as --peers lists them, else off), a duration up to 100ms, or off (every follower gets each entry at once)"
+const spareFollowersUsage = "how often the master sends a follower that commits do not wait for (in a group of 3, the one behind) the entries that came meanwhile, in one request: auto (every 5ms when all of the group's replicas run on this host as --peers lists them, else off), a duration up to 100ms, or off (every follower gets each entry at once). An entry of 8 KiB or more goes to every follower at once either way"
 
 // autoSpareInterval is auto's interval for a group whose replicas all run
 // on this host: a spare then syncs 5-10 entries at a time under one
