@@ -60,7 +60,10 @@ import (
 // 2026-12-06, seventeenth sitting; this rule against pacing entries of
 // every size, on a noisier VM, 12 pairs: batched publish 1.019x and
 // 1.029x in two sets, ahead in 7, its p99 0.935x, eighteenth sitting). A
-// lone sender's entries, of one message each, are what pacing is for.
+// lone sender's entries, of one message each, are what pacing is for. The
+// size is an entry's, not the request's: a paced spare's request gathers
+// the small entries of an interval (a lone sender makes several), and
+// those are to stay paced.
 
 // sparePatience is how long a spare waits for the followers ahead of it to
 // acknowledge what its request carries before it goes itself: a few
