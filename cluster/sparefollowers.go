@@ -53,9 +53,9 @@ import (
 // Requests without entries (the commit index alone, heartbeats) are never
 // held, nor are requests carrying an entry of spareLargeEntry bytes or
 // more: an entry that large holds many messages (a batched send, or an
-// entry of many synchronous sends), its followers' writes cost more than
-// their fsyncs, and a commit that takes the faster of two followers pays
-// (pacing off against on, 4 alternated pairs: batched publish 1.055x,
+// entry of many synchronous sends), and there a commit that takes the
+// faster of two followers paid more than pacing saved (pacing off against
+// on, 4 alternated pairs: batched publish 1.055x,
 // ahead in all 4; 16 sync senders' p99 0.867x; broker/README.md,
 // 2026-12-06, seventeenth sitting; this rule against pacing entries of
 // every size, on a noisier VM, 12 pairs: batched publish 1.019x and
