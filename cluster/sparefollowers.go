@@ -55,15 +55,15 @@ import (
 // more: an entry that large holds many messages (a batched send, or an
 // entry of many synchronous sends), and there a commit that takes the
 // faster of two followers paid more than pacing saved (pacing off against
-// on, 4 alternated pairs: batched publish 1.055x,
-// ahead in all 4; 16 sync senders' p99 0.867x; broker/README.md,
-// 2026-12-06, seventeenth sitting; this rule against pacing entries of
-// every size, on a noisier VM, 12 pairs: batched publish 1.019x and
-// 1.029x in two sets, ahead in 7, its p99 0.935x, eighteenth sitting). A
-// lone sender's entries, of one message each, are what pacing is for. The
-// size is an entry's, not the request's: a paced spare's request gathers
-// the small entries of an interval (a lone sender makes several), and
-// those are to stay paced.
+// on, 4 alternated pairs: batched publish 1.055x, ahead in all 4; 16 sync
+// senders' p99 0.867x; broker/README.md, 2026-12-06, seventeenth sitting.
+// This rule against pacing entries of every size, on a noisier VM, 12
+// pairs: batched publish 1.019x and 1.029x in two sets, ahead in 7; its
+// p99 0.935x in the set of 8; eighteenth sitting). A lone sender's
+// entries, of one message each, are what pacing is for. The size is an
+// entry's, not the request's: a paced spare's request gathers the small
+// entries of an interval (a lone sender makes several), and those are to
+// stay paced.
 
 // sparePatience is how long a spare waits for the followers ahead of it to
 // acknowledge what its request carries before it goes itself: a few
