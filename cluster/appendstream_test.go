@@ -297,20 +297,9 @@ func BenchmarkAppendEntries(b *testing.B) {
 }
 
 func benchAppend(b *testing.B, leader, follower raft.Transport, req *raft.AppendEntriesRequest) {
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case rpc := <-follower.Consumer():
-				rpc.Respond(&raft.AppendEntriesResponse{Term: 2, LastLog: 10, Success: true}, nil)
-			case <-stop:
-				return
-			}
-		}
-	}()
-	defer func() { close(stop); <-done }()
+	answerAppends(b, follower, func(*raft.AppendEntriesRequest) *raft.AppendEntriesResponse {
+		return &raft.AppendEntriesResponse{Term: 2, LastLog: 10, Success: true}
+	})
 	b.SetBytes(int64(len(req.Entries[0].Data)))
 	b.ReportAllocs()
 	var resp raft.AppendEntriesResponse

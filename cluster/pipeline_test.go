@@ -29,6 +29,25 @@ func pipelinePair(t *testing.T, maxInFlight int, refuse uint64) raft.AppendPipel
 	if err != nil {
 		t.Fatal(err)
 	}
+	answerAppends(t, follower, func(req *raft.AppendEntriesRequest) *raft.AppendEntriesResponse {
+		return &raft.AppendEntriesResponse{Term: 1, Success: req.Entries[0].Index != refuse}
+	})
+	p, err := leader.AppendEntriesPipeline("f", follower.LocalAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		leader.Close()
+		follower.Close()
+	})
+	return p
+}
+
+// answerAppends answers every AppendEntries that reaches follower's
+// Consumer with fn's answer until the test ends; its cleanup stops the
+// answering and waits for it.
+func answerAppends(tb testing.TB, follower raft.Transport, fn func(*raft.AppendEntriesRequest) *raft.AppendEntriesResponse) {
+	tb.Helper()
 	stop := make(chan struct{})
 	answered := make(chan struct{})
 	go func() {
@@ -36,24 +55,16 @@ func pipelinePair(t *testing.T, maxInFlight int, refuse uint64) raft.AppendPipel
 		for {
 			select {
 			case rpc := <-follower.Consumer():
-				req := rpc.Command.(*raft.AppendEntriesRequest)
-				rpc.Respond(&raft.AppendEntriesResponse{Term: 1, Success: req.Entries[0].Index != refuse}, nil)
+				rpc.Respond(fn(rpc.Command.(*raft.AppendEntriesRequest)), nil)
 			case <-stop:
 				return
 			}
 		}
 	}()
-	p, err := leader.AppendEntriesPipeline("f", follower.LocalAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		close(stop)
 		<-answered
-		leader.Close()
-		follower.Close()
 	})
-	return p
 }
 
 func appendReq(index uint64) *raft.AppendEntriesRequest {
