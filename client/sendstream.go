@@ -165,9 +165,9 @@ func (o *openStream) write(q queuedSend) {
 	// else to run. One yield, not none or two, nor a wait for every
 	// sender answered: sync16 0.844x without it and 0.873x with two (5
 	// pairs each), and a wait for the company as group commit waits lost
-	// more (2026-12-07). The round's first message lets the master read
-	// and check its sends while the other senders build theirs
-	// (broker/README.md, nineteenth sitting).
+	// more (2026-12-07). Likely because the round's first message lets
+	// the master read and check its sends while the other senders build
+	// theirs (broker/README.md, nineteenth sitting).
 	o.writeMu.Unlock()
 	runtime.Gosched()
 	o.writeMu.Lock()
