@@ -21,14 +21,15 @@ func pipelinePair(t *testing.T, maxInFlight int, refuse uint64) raft.AppendPipel
 	cfg := func() *raft.NetworkTransportConfig {
 		return &raft.NetworkTransportConfig{MaxPool: 2, Timeout: 5 * time.Second, MaxRPCsInFlight: maxInFlight}
 	}
-	follower, err := raft.NewTCPTransportWithConfig("127.0.0.1:0", nil, cfg())
-	if err != nil {
-		t.Fatal(err)
+	transport := func() *raft.NetworkTransport {
+		tr, err := raft.NewTCPTransportWithConfig("127.0.0.1:0", nil, cfg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() }) // after the answering stops (cleanups run last first)
+		return tr
 	}
-	leader, err := raft.NewTCPTransportWithConfig("127.0.0.1:0", nil, cfg())
-	if err != nil {
-		t.Fatal(err)
-	}
+	follower, leader := transport(), transport()
 	answerAppends(t, follower, func(req *raft.AppendEntriesRequest) *raft.AppendEntriesResponse {
 		return &raft.AppendEntriesResponse{Term: 1, Success: req.Entries[0].Index != refuse}
 	})
@@ -36,10 +37,6 @@ func pipelinePair(t *testing.T, maxInFlight int, refuse uint64) raft.AppendPipel
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		leader.Close()
-		follower.Close()
-	})
 	return p
 }
 
