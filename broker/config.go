@@ -129,6 +129,17 @@ type Config struct {
 	// MaxConnections caps the gRPC connections served at once; more wait
 	// in the kernel's accept queue. Default 10000.
 	MaxConnections int
+	// StreamWindow and ConnWindow are the HTTP/2 flow-control windows the
+	// gRPC server grants each RPC and each client connection: how many
+	// bytes a client may have sent that the broker has not read, which
+	// bounds what one connection can make it buffer. They are static
+	// (grpcbuffers.go): gRPC's dynamic windows, its default, grow up to
+	// 16 MiB and measure the link with a ping after nearly every message
+	// a request-and-answer exchange brings. Default 1 MiB and 8 MiB; at
+	// least 64 KiB (HTTP/2's initial window, gRPC's least) and at most
+	// 1 GiB.
+	StreamWindow int
+	ConnWindow   int
 	// MaxOffsetsPerCommit caps the offsets of one UpdateConsumerOffset.
 	// Default 4096.
 	MaxOffsetsPerCommit int
@@ -276,6 +287,8 @@ func (c Config) withDefaults() (Config, error) {
 	defaults.IfZero(&c.MaxConcurrentStreams, 4096)
 	defaults.IfZero(&c.StreamWorkers, 64)
 	defaults.IfZero(&c.MaxConnections, 10000)
+	defaults.IfZero(&c.StreamWindow, 1<<20)
+	defaults.IfZero(&c.ConnWindow, 8<<20)
 	defaults.IfZero(&c.MaxOffsetsPerCommit, 4096)
 	defaults.IfZero(&c.MaxMessageSize, 4<<20)
 	if c.HoldCheckInterval == 0 {
@@ -325,6 +338,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxHeldPullsPerClient < 1, c.MaxConcurrentStreams < 1, c.MaxConnections < 1, c.MaxOffsetsPerCommit < 1, c.MaxProducers < 1, c.MaxProducersPerConn < 1,
 		c.TransactionCheckMax < 1, c.TransactionTimeout < 0, c.TransactionCheckInterval < 0:
 		return c, errors.New("broker: limits must be positive")
+	case c.StreamWindow < minFlowWindow || c.StreamWindow > maxFlowWindow || c.ConnWindow < minFlowWindow || c.ConnWindow > maxFlowWindow:
+		return c, fmt.Errorf("broker: StreamWindow and ConnWindow must be %d bytes to %d", minFlowWindow, maxFlowWindow)
 	case c.EntryMaxBytes < c.MaxMessageSize:
 		return c, errors.New("broker: EntryMaxBytes must hold a message of MaxMessageSize")
 	case c.DefaultQueues < 1 || c.DefaultQueues > c.MaxQueues || c.MaxQueues > c.Store.MaxQueuesPerTopic:

@@ -2,10 +2,13 @@ package broker
 
 import (
 	"context"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -190,4 +193,82 @@ func TestConnectionsAreCapped(t *testing.T) {
 		_, err := c3.GetQueueOffsets(short, &pb.GetQueueOffsetsRequest{Topic: "c"})
 		return err == nil
 	})
+}
+
+// The broker's gRPC server grants each stream StreamWindow and each
+// connection ConnWindow as static windows, announced as the connection
+// opens: the stream's in its SETTINGS, the connection's as a WINDOW_UPDATE
+// over HTTP/2's initial 64 KiB. gRPC's dynamic windows, its default,
+// announce neither: they start at 64 KiB and grow behind bandwidth pings.
+func TestFlowControlWindowsAreStatic(t *testing.T) {
+	g := newGroup(t, 1, func(c *Config) { c.StreamWindow, c.ConnWindow = 2<<20, 12<<20 })
+	stream, conn := announcedWindows(t, g.cfgs[0].GRPCAddr)
+	if stream != 2<<20 || conn != 12<<20 {
+		t.Fatalf("the broker announced windows of %d bytes a stream and %d a connection, want %d and %d", stream, conn, 2<<20, 12<<20)
+	}
+}
+
+// announcedWindows opens an HTTP/2 connection to addr and reads, up to
+// the server's acknowledgement of the client's settings, the windows the
+// server grants: a stream's and the connection's.
+func announcedWindows(t *testing.T, addr string) (stream, conn uint32) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	stream, conn = 65535, 65535 // HTTP/2's initial windows
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading the server's first frames: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if f.IsAck() {
+				return stream, conn
+			}
+			if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+				stream = v
+			}
+			if err := fr.WriteSettingsAck(); err != nil {
+				t.Fatal(err)
+			}
+		case *http2.WindowUpdateFrame:
+			if f.StreamID == 0 {
+				conn += f.Increment
+			}
+		}
+	}
+}
+
+// Windows outside 64 KiB to 1 GiB are refused as the broker's
+// configuration is read, not left to gRPC, which ignores a small one.
+func TestFlowControlWindowsOutOfBoundsAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		stream, conn int
+	}{
+		{"stream under 64 KiB", 32 << 10, 8 << 20},
+		{"connection under 64 KiB", 1 << 20, 1000},
+		{"stream over 1 GiB", 2 << 30, 8 << 20},
+		{"negative connection", 1 << 20, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t.TempDir(), 1, []string{"127.0.0.1:1"}, []string{"127.0.0.1:2"})
+			cfg.StreamWindow, cfg.ConnWindow = tc.stream, tc.conn
+			if _, err := cfg.withDefaults(); err == nil || !strings.Contains(err.Error(), "StreamWindow and ConnWindow") {
+				t.Fatalf("windows %d and %d: %v, want them refused", tc.stream, tc.conn, err)
+			}
+		})
+	}
 }

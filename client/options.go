@@ -12,7 +12,7 @@
 //
 // Files:
 //   - options.go: the options every client takes (name servers, timeouts,
-//     fault isolation, TLS);
+//     fault isolation, TLS, HTTP/2 flow-control windows);
 //   - tls.go: TLS to the cluster's nodes, checked against its CA;
 //   - routes.go: connections, the name servers, cached topic routes;
 //   - routewatch.go: a push consumer following its topics' routes on a
@@ -85,6 +85,8 @@ type options struct {
 	deadLetters       bool          // WithDeadLetterReads
 	accessKey         [2]string     // id, secret: WithAccessKey
 	signer            *pb.AccessKey // made from accessKey by buildOptions
+	streamWindow      int           // WithFlowControlWindows
+	connWindow        int
 }
 
 func defaultOptions() options {
@@ -98,8 +100,18 @@ func defaultOptions() options {
 		routeRefresh:      30 * time.Second,
 		maxMessageSize:    4 << 20,
 		logger:            slog.Default(),
+		streamWindow:      1 << 20,
+		connWindow:        8 << 20,
 	}
 }
+
+// The bounds on WithFlowControlWindows's windows: HTTP/2's initial window,
+// which gRPC takes as its least (it ignores a smaller one), and 1 GiB,
+// well inside HTTP/2's 2^31-1.
+const (
+	minFlowWindow = 64 << 10
+	maxFlowWindow = 1 << 30
+)
 
 func buildOptions(opts []Option) (options, error) {
 	o := defaultOptions()
@@ -108,6 +120,11 @@ func buildOptions(opts []Option) (options, error) {
 	}
 	if len(o.nameServers) == 0 {
 		return o, errors.New("client: no name server (use WithNameServers)")
+	}
+	for _, w := range []int{o.streamWindow, o.connWindow} {
+		if w < minFlowWindow || w > maxFlowWindow {
+			return o, fmt.Errorf("client: flow-control windows must be %d bytes to %d, not %d", minFlowWindow, maxFlowWindow, w)
+		}
 	}
 	if o.accessKey != [2]string{} {
 		if o.tls == nil {
@@ -176,6 +193,20 @@ func WithProducerIDs(on bool) Option { return func(o *options) { o.producerIDs =
 // with an access key (a signature covers one RPC's request). Default
 // true.
 func WithSendStreams(on bool) Option { return func(o *options) { o.sendStreams = on } }
+
+// WithFlowControlWindows sets the HTTP/2 flow-control windows the client
+// grants each RPC (stream) and each connection (conn): how many bytes a
+// broker or name server may send it that it has not read yet, such as a
+// pull's answer. They are static: gRPC's dynamic windows, its default,
+// measure the link with a ping after nearly every message of a
+// request-and-answer exchange, which a synchronous sender pays for in
+// system calls and wake-ups on both sides (the brokers' windows are
+// static too: broker.Config.StreamWindow). Default 1 MiB and 8 MiB; each
+// 64 KiB to 1 GiB. A link whose bandwidth-delay product is larger (far
+// brokers on a fast network) wants larger windows.
+func WithFlowControlWindows(stream, conn int) Option {
+	return func(o *options) { o.streamWindow, o.connWindow = stream, conn }
+}
 
 // WithRouteRefresh sets how long a cached route is used. Default 30 s.
 func WithRouteRefresh(d time.Duration) Option { return func(o *options) { o.routeRefresh = d } }

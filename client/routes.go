@@ -72,7 +72,8 @@ func (r *router) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	target, dialOpts := addr, []grpc.DialOption{grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
-		grpc.WithConnectParams(reconnect)}
+		grpc.WithConnectParams(reconnect),
+		grpc.WithStaticStreamWindowSize(int32(r.opts.streamWindow)), grpc.WithStaticConnWindowSize(int32(r.opts.connWindow))}
 	if r.opts.signer != nil {
 		dialOpts = append(dialOpts, r.opts.signer.DialOptions()...)
 	}
