@@ -131,13 +131,18 @@ type Config struct {
 	MaxConnections int
 	// StreamWindow and ConnWindow are the HTTP/2 flow-control windows the
 	// gRPC server grants each RPC and each client connection: how many
-	// bytes a client may have sent that the broker has not read, which
-	// bounds what one connection can make it buffer. They are static
-	// (grpcbuffers.go): gRPC's dynamic windows, its default, grow up to
-	// 16 MiB and measure the link with a ping after nearly every message
-	// a request-and-answer exchange brings. Default 1 MiB and 8 MiB; at
-	// least 64 KiB (HTTP/2's initial window, gRPC's least) and at most
-	// 1 GiB.
+	// bytes of one RPC a client may send ahead of the handler's reading
+	// them, and how many on the whole connection ahead of the server's
+	// transport taking them in (gRPC credits a connection's window as it
+	// receives, not as handlers read; what a handler may be given is
+	// bounded by the message limits and MaxConcurrentStreams). A client
+	// far away on a fast link needs the windows to cover its link's
+	// bandwidth-delay product to send at the link's speed. They are
+	// static (grpcbuffers.go): gRPC's dynamic windows, its default, grow
+	// up to 16 MiB and measure the link with a ping after nearly every
+	// message a request-and-answer exchange brings. Default 1 MiB and
+	// 8 MiB; at least 64 KiB (HTTP/2's initial window, gRPC's least) and
+	// at most 1 GiB.
 	StreamWindow int
 	ConnWindow   int
 	// MaxOffsetsPerCommit caps the offsets of one UpdateConsumerOffset.

@@ -195,9 +195,11 @@ func WithProducerIDs(on bool) Option { return func(o *options) { o.producerIDs =
 func WithSendStreams(on bool) Option { return func(o *options) { o.sendStreams = on } }
 
 // WithFlowControlWindows sets the HTTP/2 flow-control windows the client
-// grants each RPC (stream) and each connection (conn): how many bytes a
-// broker or name server may send it that it has not read yet, such as a
-// pull's answer. They are static: gRPC's dynamic windows, its default,
+// grants each RPC (stream) and each connection (conn): how many bytes of
+// one answer stream, such as a pull's, a broker or name server may send
+// ahead of the client's reading them, and how many on the whole
+// connection ahead of the client's transport taking them in. They are
+// static: gRPC's dynamic windows, its default,
 // measure the link with a ping after nearly every message of a
 // request-and-answer exchange, which a synchronous sender pays for in
 // system calls and wake-ups on both sides (the brokers' windows are
