@@ -199,13 +199,13 @@ func WithSendStreams(on bool) Option { return func(o *options) { o.sendStreams =
 // one answer stream, such as a pull's, a broker or name server may send
 // ahead of the client's reading them, and how many on the whole
 // connection ahead of the client's transport taking them in. They are
-// static: gRPC's dynamic windows, its default,
-// measure the link with a ping after nearly every message of a
-// request-and-answer exchange, which a synchronous sender pays for in
-// system calls and wake-ups on both sides (the brokers' windows are
-// static too: broker.Config.StreamWindow). Default 1 MiB and 8 MiB; each
-// 64 KiB to 1 GiB. A link whose bandwidth-delay product is larger (far
-// brokers on a fast network) wants larger windows.
+// static: gRPC's dynamic windows, its default, measure the link with a
+// ping after nearly every message of a request-and-answer exchange, which
+// a synchronous sender pays for in system calls and wake-ups on both
+// sides (the brokers' windows are static too: broker.Config.StreamWindow).
+// Default 1 MiB and 8 MiB; each 64 KiB to 1 GiB. A link whose
+// bandwidth-delay product is larger (far brokers on a fast network) wants
+// larger windows.
 func WithFlowControlWindows(stream, conn int) Option {
 	return func(o *options) { o.streamWindow, o.connWindow = stream, conn }
 }
