@@ -55,11 +55,11 @@ const (
 // synchronous sends, after nearly every message, on both sides, each ping
 // a write and a wake-up for the peer, and its answer another. With the
 // windows static on the broker and in the SDK (client/routes.go), 16
-// synchronous senders got 1.111x the messages a second at 0.852x the CPU
-// a message of the four processes, ahead in 6 pairs of 6, and a lone
-// sender's p50 0.918x (broker/README.md, 2026-12-07; three pairs on
-// 2026-12-05, before send streams, had shown nothing through that day's
-// noise).
+// synchronous senders got 1.096x the messages a second (ahead in 10
+// pairs of 12) at 0.893x the CPU a message of the four processes (12 of
+// 12), and a lone sender's p50 was 0.902x (10 of 12; broker/README.md,
+// 2026-12-07; three pairs on 2026-12-05, before send streams, had shown
+// nothing through that day's noise).
 func flowWindows(cfg Config) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.StaticStreamWindowSize(int32(cfg.StreamWindow)),
