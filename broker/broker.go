@@ -172,12 +172,16 @@ func Start(cfg Config) (*Broker, error) {
 	b.proposer = proposer{apply: b.node.Apply, calls: &b.calls, replicationError: b.replicationError, gate: b.gate}
 	b.batcher = newBatcher(cfg, b.proposer, b.metrics)
 	unary, stream := b.serverInterceptors()
-	b.grpc = grpc.NewServer(append(flowWindows(cfg), // grpcbuffers.go
+	b.grpc = grpc.NewServer(
 		b.serverCreds(),
 		grpc.NumStreamWorkers(uint32(max(cfg.StreamWorkers, 0))),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
+		// Static windows: no bandwidth ping after nearly every message
+		// (grpcbuffers.go).
+		grpc.StaticStreamWindowSize(int32(cfg.StreamWindow)),
+		grpc.StaticConnWindowSize(int32(cfg.ConnWindow)),
 		grpc.MaxRecvMsgSize(cfg.EntryMaxBytes+1<<20),
 		recvBuffers(), // grpcbuffers.go
 		grpc.MaxSendMsgSize(maxResponseSize(cfg)),
@@ -187,7 +191,7 @@ func Start(cfg Config) (*Broker, error) {
 		// Consumers leave their groups when their connection ends
 		// (clientconns.go).
 		grpc.StatsHandler(connTracker{ended: func(c *grpcConn) { b.connClosed(c); b.producerIDs.closed(c) }, streamedSends: cfg.MaxConcurrentStreams}),
-	)...)
+	)
 	b.sendWorkers = b.startSendWorkers(max(cfg.StreamWorkers, 0)) // stopped by b.cancel, on every path from here
 	pb.RegisterBrokerServer(b.grpc, &service{b: b})
 

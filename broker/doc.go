@@ -56,8 +56,9 @@
 // change, RocketMQ producers pushed the check-backs of their group's
 // halves, code 39 (clientconns.go), the transport security
 // of its gRPC server and of its own calls (tls.go), the gRPC buffer pool whose tiers fit
-// a batch and the server's static flow-control windows, which spare a
-// synchronous exchange gRPC's bandwidth pings (grpcbuffers.go), and what
+// a batch and why the server's flow-control windows are static: they
+// spare a synchronous exchange gRPC's bandwidth pings (grpcbuffers.go),
+// and what
 // each RPC
 // needs under access control (acl.go), the admin RPCs over topics,
 // subscription groups and offsets (adminservice.go; a group new to a young
