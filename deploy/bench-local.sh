@@ -32,7 +32,7 @@
 # default), so the harness also samples each broker's anonymous RSS (heap, stacks) every 0.5 s
 # while the benches run and reports its peak.
 #
-# Usage: deploy/bench-local.sh [--runs N] [--only NAMES] [--bin PATH] [--long] [--timers] [--nats] [--nats-always] [--rocketmq] [--profile | --profile-bench NAME] [--json] [--keep] [--tls]
+# Usage: deploy/bench-local.sh [--runs N] [--only NAMES] [--bin PATH] [--long] [--timers] [--nats] [--nats-always] [--rocketmq] [--profile | --profile-bench NAME] [--trace-bench NAME] [--json] [--keep] [--tls]
 #   --runs N   N runs (default 1); the figures reported are the medians
 #   --only NAMES  just these of batch, sync16, sync1, consume and e2e (a comma-separated list;
 #              consume reads what the produce benches run before it sent, so it needs one); the
@@ -53,6 +53,12 @@
 #              ./raftmq-master-cpu-runR.pprof (the brokers run with --pprof)
 #   --profile-bench NAME  the same during bench NAME instead (sync16, sync1, consume, rmq.sync16,
 #              ...), saved as ./raftmq-master-cpu-NAME-runR.pprof
+#   --trace-bench NAME  execution traces during the produce bench NAME (sync16 or sync1): 1 s of
+#              each broker's, 5 s in (the brokers run with --pprof), and the whole of the bench's
+#              own (raftmq bench --trace), saved as ./raftmq-trace-NAME-runR-ROLE.trace (ROLE
+#              master1, follower2, bench, ...); at the end, with go on the PATH, where a round of
+#              sends spent its time in each process (deploy/roundtrace, built then: nothing is
+#              compiled while benches run)
 #   --json     also a final line: one JSON object with all figures
 # Each produce bench also reports, from the master's /metrics, its CPU time per message stored
 # and the messages per Raft entry (group commit), as NAME.cpu_us and NAME.per_entry, and the
@@ -80,6 +86,7 @@ set -euo pipefail
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; }
 
 runs=1 long=0 timers=0 nats=0 nats_always=0 rocketmq=0 profile=0 profile_bench=batch json=0 keep=0 tls=0
+trace_bench="" traces=() # traces: the saved traces, each ROLE=PATH
 only=batch,sync16,sync1,consume,e2e given_bin=""
 master="" prof="" run_no=1
 while [ $# -gt 0 ]; do
@@ -97,6 +104,7 @@ while [ $# -gt 0 ]; do
 	--rocketmq) rocketmq=1; shift ;;
 	--profile) profile=1; shift ;;
 	--profile-bench) profile=1 profile_bench=${2:-}; shift 2 || shift ;;
+	--trace-bench) trace_bench=${2:-}; shift 2 || shift ;;
 	--json) json=1; shift ;;
 	--keep) keep=1; shift ;;
 	--tls) tls=1; shift ;;
@@ -114,6 +122,7 @@ if [[ ",$only," == *,consume,* && ! ",$only," =~ ,(batch|sync16|sync1), ]]; then
 	echo "bench-local: --only consume reads what a produce bench sent: add batch, sync16 or sync1" >&2
 	exit 2
 fi
+case $trace_bench in '' | sync16 | sync1) ;; *) echo "bench-local: --trace-bench wants sync16 or sync1 (the rounds of sync sends)" >&2; exit 2 ;; esac
 # wanted NAME: whether --only lists the bench NAME
 wanted() { [[ ",$only," == *",$1,"* ]]; }
 if [ -n "$given_bin" ]; then
@@ -144,7 +153,7 @@ base=${RAFTMQ_BENCH_PORT:-29900}
 read -r -a broker_extra <<<"${RAFTMQ_BENCH_BROKER_FLAGS:-}"
 read -r -a bench_extra <<<"${RAFTMQ_BENCH_FLAGS:-}"
 read -r -a broker_env <<<"${RAFTMQ_BENCH_BROKER_ENV:-}"
-[ "$profile" = 1 ] && broker_extra+=(--pprof)
+if [ "$profile" = 1 ] || [ -n "$trace_bench" ]; then broker_extra+=(--pprof); fi
 ns_addr=127.0.0.1:$base
 peers="1=127.0.0.1:$((base + 21)),2=127.0.0.1:$((base + 22)),3=127.0.0.1:$((base + 23))"
 
@@ -157,6 +166,7 @@ dead=""      # set by alive
 child=""     # the foreground command being waited for (run in the background so traps fire)
 natspid=""   # nats-r3-bench or nats-r3-always.sh, in its own session
 profpid=""   # the profile download
+tracepids=() # the brokers' trace downloads
 
 # tree PID...: the PIDs and all their descendants
 tree() {
@@ -525,6 +535,11 @@ bench() {
 	[[ $name == rmq.* ]] && tool=("$rmqbin") flags=()
 	say "  $name: ${tool[*]##*/} $*"
 	[ "$profile" = 1 ] && [ "$name" = "$profile_bench" ] && start_profile "$d"
+	if [ "$name" = "$trace_bench" ]; then
+		traces+=("bench=$PWD/raftmq-trace-$name-run$run_no-bench.trace")
+		flags+=(--trace "${traces[-1]#bench=}")
+		start_traces "$name"
+	fi
 	before=$(master_stats)
 	brokers_before=$(brokers_cpu)
 	sw_before=$(brokers_switches)
@@ -538,6 +553,11 @@ bench() {
 	if [ -n "$profpid" ]; then
 		wait "$profpid" && [ -s "$prof" ] && say "  CPU profile of the master during $name: $prof (go tool pprof -top $prof)"
 		profpid=""
+	fi
+	if [ ${#tracepids[@]} -gt 0 ]; then
+		wait "${tracepids[@]}" || say "  --trace-bench: a broker's trace did not download"
+		tracepids=()
+		say "  execution traces during $name: $(printf '%s ' "${traces[@]#*=}")"
 	fi
 	if [ "$1" = produce ]; then
 		master_deltas "$name" "$before" "$after"
@@ -570,6 +590,20 @@ start_profile() {
 	else
 		say "  --profile: the broker's --http endpoint ($h) serves /metrics and /healthz only, no /debug/pprof/: no profile"
 	fi
+}
+
+# start_traces NAME: a 1 s execution trace of each broker, 5 s into the bench about to start,
+# downloaded in the background (bench waits for them)
+start_traces() {
+	local i role h
+	for i in 1 2 3; do
+		role=follower
+		[ "$i" = "$master" ] && role=master
+		h=127.0.0.1:$((base + 40 + i))
+		traces+=("$role=$PWD/raftmq-trace-$1-run$run_no-$role$i.trace")
+		(sleep 5 && curl -sf -o "${traces[-1]#*=}" "http://$h/debug/pprof/trace?seconds=1") &
+		tracepids+=($!)
+	done
 }
 
 # host_floor DIR: `raftmq bench host` in DIR (the brokers' disk) while nothing else runs:
@@ -784,6 +818,20 @@ if [ "$runs" -gt 1 ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi
 	done
+fi
+
+if [ ${#traces[@]} -gt 0 ]; then
+	if command -v go >/dev/null; then
+		for t in "${traces[@]}"; do
+			role=${t%%=*}
+			[ "$role" = bench ] && role=client
+			echo "where a round of sends went in ${t#*=} (deploy/roundtrace $role):"
+			[ -s "${t#*=}" ] && go run -C "$root/deploy/roundtrace" . "$role" <"${t#*=}" | sed 's/^/  /' ||
+				echo "  (no trace, or roundtrace failed)"
+		done
+	else
+		echo "execution traces: ${traces[*]#*=} (go run ./deploy/roundtrace master|follower|client < FILE reads them)"
+	fi
 fi
 
 if [ "$json" = 1 ]; then

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -362,8 +364,13 @@ func TestAdminCLIAgainstDev(t *testing.T) {
 		t.Fatalf("resent dead letter not in the retry topic:\n%s", out)
 	}
 
-	// bench: a counted run ends on its own with a JSON summary last.
-	out = raftmq(t, bin, "bench", "produce", "--namesrv", ns, "--topic", "keep", "--clients", "4", "--count", "200", "--size", "100", "--json")
+	// bench: a counted run ends on its own with a JSON summary last, and
+	// --trace leaves an execution trace, stopped (its events flushed).
+	tracePath := filepath.Join(t.TempDir(), "bench.trace")
+	out = raftmq(t, bin, "bench", "produce", "--namesrv", ns, "--topic", "keep", "--clients", "4", "--count", "200", "--size", "100", "--json", "--trace", tracePath)
+	if tr, err := os.ReadFile(tracePath); err != nil || len(tr) < 4<<10 || !bytes.HasPrefix(tr, []byte("go 1.")) || !bytes.Contains(tr[:16], []byte(" trace")) {
+		t.Fatalf("bench produce --trace: %d bytes, starting %q (%v)", len(tr), tr[:min(len(tr), 16)], err)
+	}
 	lines = strings.Split(strings.TrimSpace(out), "\n")
 	var sum struct {
 		Sent, Failed int64
