@@ -99,7 +99,7 @@ func readMarks(in io.Reader, classify func(trace.Event, *state) (string, bool)) 
 			continue
 		}
 		if kind, ok := classify(e, s); ok {
-			marks = append(marks, mark{t: int64(e.Time()), kind: kind, g: uint64(e.StateTransition().Resource.Goroutine())})
+			marks = append(marks, mark{t: int64(e.Time()), kind: kind})
 		}
 	}
 	sortMarks(marks)

@@ -1,20 +1,21 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
 )
 
-// mark is one step of a round seen in a trace: when (ns), which step, and
-// the goroutine that took it.
+// mark is one step of a round seen in a trace: when (ns) and which step.
 type mark struct {
 	t    int64
 	kind string
-	g    uint64
 }
 
-func sortMarks(m []mark) { slices.SortStableFunc(m, func(a, b mark) int { return int(a.t - b.t) }) }
+func sortMarks(m []mark) {
+	slices.SortStableFunc(m, func(a, b mark) int { return cmp.Compare(a.t, b.t) })
+}
 
 // round holds the time of each named step of one round; a step not seen
 // is absent.
