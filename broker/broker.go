@@ -179,7 +179,7 @@ func Start(cfg Config) (*Broker, error) {
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
 		// Static windows: no bandwidth ping after nearly every message
-		// (grpcbuffers.go).
+		// (cluster/pb/flowwindows.go).
 		grpc.StaticStreamWindowSize(int32(cfg.StreamWindow)),
 		grpc.StaticConnWindowSize(int32(cfg.ConnWindow)),
 		grpc.MaxRecvMsgSize(cfg.EntryMaxBytes+1<<20),

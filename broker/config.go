@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/raftmq/raftmq/cluster"
+	"github.com/raftmq/raftmq/cluster/pb"
 	"github.com/raftmq/raftmq/internal/defaults"
 	"github.com/raftmq/raftmq/message"
 	"github.com/raftmq/raftmq/storage"
@@ -138,7 +139,7 @@ type Config struct {
 	// bounded by the message limits and MaxConcurrentStreams). A client
 	// far away on a fast link needs the windows to cover its link's
 	// bandwidth-delay product to send at the link's speed. They are
-	// static (grpcbuffers.go): gRPC's dynamic windows, its default, grow
+	// static (cluster/pb/flowwindows.go): gRPC's dynamic windows, its default, grow
 	// up to 16 MiB and measure the link with a ping after nearly every
 	// message a request-and-answer exchange brings. Default 1 MiB and
 	// 8 MiB; at least 64 KiB (HTTP/2's initial window, gRPC's least) and
@@ -292,8 +293,8 @@ func (c Config) withDefaults() (Config, error) {
 	defaults.IfZero(&c.MaxConcurrentStreams, 4096)
 	defaults.IfZero(&c.StreamWorkers, 64)
 	defaults.IfZero(&c.MaxConnections, 10000)
-	defaults.IfZero(&c.StreamWindow, 1<<20)
-	defaults.IfZero(&c.ConnWindow, 8<<20)
+	defaults.IfZero(&c.StreamWindow, pb.StreamWindowDefault)
+	defaults.IfZero(&c.ConnWindow, pb.ConnWindowDefault)
 	defaults.IfZero(&c.MaxOffsetsPerCommit, 4096)
 	defaults.IfZero(&c.MaxMessageSize, 4<<20)
 	if c.HoldCheckInterval == 0 {
@@ -343,8 +344,8 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxHeldPullsPerClient < 1, c.MaxConcurrentStreams < 1, c.MaxConnections < 1, c.MaxOffsetsPerCommit < 1, c.MaxProducers < 1, c.MaxProducersPerConn < 1,
 		c.TransactionCheckMax < 1, c.TransactionTimeout < 0, c.TransactionCheckInterval < 0:
 		return c, errors.New("broker: limits must be positive")
-	case c.StreamWindow < minFlowWindow || c.StreamWindow > maxFlowWindow || c.ConnWindow < minFlowWindow || c.ConnWindow > maxFlowWindow:
-		return c, fmt.Errorf("broker: StreamWindow and ConnWindow must be %d bytes to %d", minFlowWindow, maxFlowWindow)
+	case !pb.ValidFlowWindow(c.StreamWindow) || !pb.ValidFlowWindow(c.ConnWindow):
+		return c, fmt.Errorf("broker: StreamWindow and ConnWindow must be %d bytes to %d", pb.FlowWindowMin, pb.FlowWindowMax)
 	case c.EntryMaxBytes < c.MaxMessageSize:
 		return c, errors.New("broker: EntryMaxBytes must hold a message of MaxMessageSize")
 	case c.DefaultQueues < 1 || c.DefaultQueues > c.MaxQueues || c.MaxQueues > c.Store.MaxQueuesPerTopic:

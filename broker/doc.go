@@ -56,10 +56,7 @@
 // change, RocketMQ producers pushed the check-backs of their group's
 // halves, code 39 (clientconns.go), the transport security
 // of its gRPC server and of its own calls (tls.go), the gRPC buffer pool whose tiers fit
-// a batch and why the server's flow-control windows are static: they
-// spare a synchronous exchange gRPC's bandwidth pings (grpcbuffers.go),
-// and what
-// each RPC
+// a batch (grpcbuffers.go), and what each RPC
 // needs under access control (acl.go), the admin RPCs over topics,
 // subscription groups and offsets (adminservice.go; a group new to a young
 // queue starts it at 0, as RocketMQ's brokers answer, against the

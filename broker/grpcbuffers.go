@@ -39,22 +39,3 @@ func bufferTiers() []int {
 	}
 	return tiers
 }
-
-// The gRPC server's flow-control windows are static, a stream's
-// Config.StreamWindow and a connection's ConnWindow (broker.go's
-// grpc.NewServer), each from minFlowWindow, HTTP/2's initial window, which
-// gRPC takes as its least (it ignores a smaller one), to maxFlowWindow,
-// well inside HTTP/2's 2^31-1. gRPC's dynamic windows (its default)
-// estimate the link's bandwidth-delay product with a ping after the first
-// message that follows each ping's answer: under synchronous sends, after
-// nearly every message, on both sides, each ping a write and a wake-up for
-// the peer, and its answer another. With the windows static on the broker
-// and in the SDK (client/routes.go), 16 synchronous senders got 1.096x the
-// messages a second (ahead in 10 pairs of 12) at 0.893x the CPU a message
-// of the four processes (12 of 12), and a lone sender's p50 was 0.902x (10
-// of 12; broker/README.md, 2026-12-07; three pairs on 2026-12-05, before
-// send streams, had shown nothing through that day's noise).
-const (
-	minFlowWindow = 64 << 10
-	maxFlowWindow = 1 << 30
-)

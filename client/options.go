@@ -100,18 +100,10 @@ func defaultOptions() options {
 		routeRefresh:      30 * time.Second,
 		maxMessageSize:    4 << 20,
 		logger:            slog.Default(),
-		streamWindow:      1 << 20,
-		connWindow:        8 << 20,
+		streamWindow:      pb.StreamWindowDefault,
+		connWindow:        pb.ConnWindowDefault,
 	}
 }
-
-// The bounds on WithFlowControlWindows's windows: HTTP/2's initial window,
-// which gRPC takes as its least (it ignores a smaller one), and 1 GiB,
-// well inside HTTP/2's 2^31-1.
-const (
-	minFlowWindow = 64 << 10
-	maxFlowWindow = 1 << 30
-)
 
 func buildOptions(opts []Option) (options, error) {
 	o := defaultOptions()
@@ -122,8 +114,8 @@ func buildOptions(opts []Option) (options, error) {
 		return o, errors.New("client: no name server (use WithNameServers)")
 	}
 	for _, w := range []int{o.streamWindow, o.connWindow} {
-		if w < minFlowWindow || w > maxFlowWindow {
-			return o, fmt.Errorf("client: flow-control windows must be %d bytes to %d, not %d", minFlowWindow, maxFlowWindow, w)
+		if !pb.ValidFlowWindow(w) {
+			return o, fmt.Errorf("client: flow-control windows must be %d bytes to %d, not %d", pb.FlowWindowMin, pb.FlowWindowMax, w)
 		}
 	}
 	if o.accessKey != [2]string{} {

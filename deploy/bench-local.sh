@@ -535,6 +535,7 @@ bench() {
 	[[ $name == rmq.* ]] && tool=("$rmqbin") flags=()
 	say "  $name: ${tool[*]##*/} $*"
 	[ "$profile" = 1 ] && [ "$name" = "$profile_bench" ] && start_profile "$d"
+	local ntraces=${#traces[@]} # those of earlier runs
 	if [ "$name" = "$trace_bench" ]; then
 		traces+=("bench=$PWD/raftmq-trace-$name-run$run_no-bench.trace")
 		flags+=(--trace "${traces[-1]#bench=}")
@@ -557,7 +558,8 @@ bench() {
 	if [ ${#tracepids[@]} -gt 0 ]; then
 		wait "${tracepids[@]}" || say "  --trace-bench: a broker's trace did not download"
 		tracepids=()
-		say "  execution traces during $name: $(printf '%s ' "${traces[@]#*=}")"
+		local -a taken=("${traces[@]:ntraces}")
+		say "  execution traces during $name: ${taken[*]#*=}"
 	fi
 	if [ "$1" = produce ]; then
 		master_deltas "$name" "$before" "$after"

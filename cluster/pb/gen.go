@@ -4,7 +4,8 @@
 // inside a send stream's answers: a
 // gRPC status with an ErrorInfo naming an ErrorReason, and (accesskey.go)
 // how a request is signed with an access key, and (sendstream.go) the
-// batching of sends and answers on a send stream. The SDK imports
+// batching of sends and answers on a send stream, and (flowwindows.go) the
+// static HTTP/2 windows both ends grant and their bounds. The SDK imports
 // this package and message, nothing else of raftmq. The generated files
 // are committed; regenerate them with
 // `go generate ./cluster/pb` after installing protoc (Debian:

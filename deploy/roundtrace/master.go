@@ -60,8 +60,7 @@ func masterMark(e trace.Event, s *state) (string, bool) {
 func masterRounds(marks []mark) []round {
 	var rounds []round
 	var cur round
-	var reads []int64
-	answered := true // the sends read next belong to a new round
+	var reads []int64 // since the last round's answers went out (none open)
 	for _, m := range marks {
 		switch m.kind {
 		case "read":
@@ -73,10 +72,9 @@ func masterRounds(marks []mark) []round {
 				reads = append(reads, m.t)
 			}
 		case "ae":
-			if cur == nil && answered && len(reads) > 0 {
+			if cur == nil && len(reads) > 0 {
 				cur = round{"read": reads[0], "lastRead": reads[len(reads)-1], "ae": m.t}
 				reads = nil
-				answered = false
 			} else if cur != nil {
 				cur.setFirst("ae2", m.t)
 			}
@@ -91,7 +89,6 @@ func masterRounds(marks []mark) []round {
 		case "answer":
 			if _, ok := cur["resp"]; ok {
 				cur.setFirst("answer", m.t)
-				answered = true
 			}
 		}
 	}
