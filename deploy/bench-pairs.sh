@@ -19,7 +19,10 @@
 #   --json        also a final line: one JSON object with every run's figures and the summary
 # Compared, for each bench run: msgs/s (higher is ahead; not for e2e, paced at 1000), p50 and
 # p99 (lower), and for the produce benches the CPU per message of the brokers and the bench
-# together (cpu_all_us, lower) and the messages per Raft entry (per_entry, higher).
+# together (cpu_all_us, lower), the messages per Raft entry (per_entry, higher), and the means of
+# a follower's log write (store_ms, lower: its pwrite and sync) and of the master's AppendEntries
+# round trip (ae_ms, lower), from the brokers' histograms: a change to the disk's path shows in
+# them through swings of the VM that hide it in msgs/s (2026-12-07, broker/README.md).
 # Environment: what bench-local.sh reads (RAFTMQ_BENCH_PORT, RAFTMQ_BENCH_BROKER_FLAGS, ...),
 # for both sides; RAFTMQ_BENCH_BROKER_FLAGS_A and RAFTMQ_BENCH_BROKER_FLAGS_B add flags to one
 # side's brokers (to compare a flag, give the same build as A and B).
@@ -87,7 +90,7 @@ IFS=, read -r -a benches <<<"$only"
 figs=()
 for b in "${benches[@]}"; do
 	case $b in
-	batch | sync16 | sync1) figs+=("$b.mps +" "$b.p50 -" "$b.p99 -" "$b.cpu_all_us -" "$b.per_entry +") ;;
+	batch | sync16 | sync1) figs+=("$b.mps +" "$b.p50 -" "$b.p99 -" "$b.cpu_all_us -" "$b.per_entry +" "$b.store_ms -" "$b.ae_ms -") ;;
 	consume) figs+=("consume.mps +") ;;
 	e2e) figs+=("e2e.p50 -" "e2e.p99 -") ;;
 	*) say "--only: no bench named '$b' (batch, sync16, sync1, consume, e2e)"; exit 2 ;;
