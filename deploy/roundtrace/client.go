@@ -53,31 +53,18 @@ func clientRounds(marks []mark) []round {
 		switch m.kind {
 		case "read":
 			if wrote {
-				if cur != nil {
-					rounds = append(rounds, cur)
-				}
-				cur = round{"read": m.t}
-				wrote = false
+				rounds, cur, wrote = closeRound(rounds, cur), round{"read": m.t}, false
 			}
 		case "sdk":
-			if cur != nil {
-				cur.setFirst("sdk", m.t)
-			}
+			cur.setFirst("sdk", m.t)
 		case "sender":
-			if cur != nil {
-				cur.setFirst("sender", m.t)
-				cur["lastSender"] = m.t
-			}
+			cur.setFirst("sender", m.t)
+			cur.setLast("lastSender", m.t)
 		case "write":
-			if cur != nil {
-				cur.setFirst("write", m.t)
-				cur["lastWrite"] = m.t
-			}
+			cur.setFirst("write", m.t)
+			cur.setLast("lastWrite", m.t)
 			wrote = true
 		}
 	}
-	if cur != nil {
-		rounds = append(rounds, cur)
-	}
-	return rounds
+	return closeRound(rounds, cur)
 }

@@ -58,32 +58,24 @@ func followerRounds(marks []mark) []round {
 		case "read":
 			reads++
 			if reads == 2 {
-				if cur != nil {
-					rounds = append(rounds, cur)
-				}
-				cur = round{"read": m.t}
+				rounds, cur = closeRound(rounds, cur), round{"read": m.t}
 			}
 		case "answer":
 			reads = 0
-			if _, ok := cur["syncEnd"]; ok {
+			if cur.has("syncEnd") {
 				cur.setFirst("answer", m.t)
 			}
 		case "raft", "write":
-			if _, ok := cur["sync"]; !ok && cur != nil {
+			if !cur.has("sync") {
 				cur.setFirst(m.kind, m.t)
 			}
 		case "sync", "syncEnd":
-			if cur != nil {
-				cur.setFirst(m.kind, m.t)
-			}
+			cur.setFirst(m.kind, m.t)
 		case "fsm":
-			if _, ok := cur["syncEnd"]; ok {
+			if cur.has("syncEnd") {
 				cur.setFirst("fsm", m.t)
 			}
 		}
 	}
-	if cur != nil {
-		rounds = append(rounds, cur)
-	}
-	return rounds
+	return closeRound(rounds, cur)
 }

@@ -64,9 +64,8 @@ func masterRounds(marks []mark) []round {
 	for _, m := range marks {
 		switch m.kind {
 		case "read":
-			if _, ok := cur["answer"]; ok {
-				rounds = append(rounds, cur)
-				cur = nil
+			if cur.has("answer") {
+				rounds, cur = append(rounds, cur), nil
 			}
 			if cur == nil { // reads while an entry is out are the reader finding nothing
 				reads = append(reads, m.t)
@@ -75,25 +74,16 @@ func masterRounds(marks []mark) []round {
 			if cur == nil && len(reads) > 0 {
 				cur = round{"read": reads[0], "lastRead": reads[len(reads)-1], "ae": m.t}
 				reads = nil
-			} else if cur != nil {
+			} else {
 				cur.setFirst("ae2", m.t)
 			}
 		case "sync", "syncEnd", "resp":
-			if cur != nil {
+			cur.setFirst(m.kind, m.t)
+		case "fsm", "answer":
+			if cur.has("resp") {
 				cur.setFirst(m.kind, m.t)
-			}
-		case "fsm":
-			if _, ok := cur["resp"]; ok {
-				cur.setFirst("fsm", m.t)
-			}
-		case "answer":
-			if _, ok := cur["resp"]; ok {
-				cur.setFirst("answer", m.t)
 			}
 		}
 	}
-	if cur != nil {
-		rounds = append(rounds, cur)
-	}
-	return rounds
+	return closeRound(rounds, cur)
 }

@@ -59,9 +59,33 @@ func summarize(rounds []round, intervals []interval) []string {
 	return out
 }
 
+// A nil round is none open: it holds no step, and setting one does
+// nothing, so that the role's builders need not ask first.
+
+// has says whether the round holds step.
+func (r round) has(step string) bool {
+	_, ok := r[step]
+	return ok
+}
+
 // setFirst records step at t unless the round has it already.
 func (r round) setFirst(step string, t int64) {
-	if _, ok := r[step]; !ok {
+	if r != nil && !r.has(step) {
 		r[step] = t
 	}
+}
+
+// setLast records step at t, over an earlier one.
+func (r round) setLast(step string, t int64) {
+	if r != nil {
+		r[step] = t
+	}
+}
+
+// closeRound adds r, when one is open, to rounds.
+func closeRound(rounds []round, r round) []round {
+	if r == nil {
+		return rounds
+	}
+	return append(rounds, r)
 }

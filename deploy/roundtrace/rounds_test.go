@@ -95,3 +95,16 @@ func has(lines []string, subs ...string) bool {
 	}
 	return false
 }
+
+// Marks before a role's first round opens (a trace starts mid-round) are
+// dropped, not set on a round that is not there.
+func TestMarksBeforeTheFirstRoundAreDropped(t *testing.T) {
+	f := followerRounds(marks("raft", 0, "sync", 5, "syncEnd", 8, "answer", 10, "fsm", 12, "read", 20, "read", 30))
+	if len(f) != 1 || len(f[0]) != 1 || f[0]["read"] != 30_000 {
+		t.Errorf("follower rounds %v, want one holding only its read at 30 µs", f)
+	}
+	m := masterRounds(marks("sync", 0, "resp", 5, "fsm", 8, "answer", 10, "ae", 12, "read", 20))
+	if len(m) != 0 {
+		t.Errorf("master rounds %v, want none (no AppendEntries after a read)", m)
+	}
+}
