@@ -196,27 +196,37 @@ func (s *service) TransferLeader(ctx context.Context, req *pb.TransferLeaderRequ
 	if req.ToId == b.self {
 		return b.membership()
 	}
+	servers, err := b.servers()
+	if err != nil {
+		return nil, err
+	}
+	self, to := raft.ServerID(strconv.Itoa(int(b.self))), raft.ServerID(strconv.Itoa(int(req.ToId)))
+	var (
+		others int
+		addr   raft.ServerAddress
+	)
+	for _, srv := range servers {
+		if srv.Suffrage != raft.Voter || srv.ID == self {
+			continue
+		}
+		others++
+		if srv.ID == to {
+			addr = srv.Address
+		}
+	}
+	switch {
+	case others == 0:
+		return nil, conflict("the group has no other voter to hand the master role to")
+	case req.ToId != 0 && addr == "":
+		return nil, conflict(fmt.Sprintf("replica %d is not a voter of the group", req.ToId))
+	}
 	b.offsets.flush(ctx) // as TransferLeadership does
 	start := b.node.Raft.LeadershipTransfer
 	if req.ToId != 0 {
-		servers, err := b.servers()
-		if err != nil {
-			return nil, err
-		}
-		to := raft.ServerID(strconv.Itoa(int(req.ToId)))
-		var addr raft.ServerAddress
-		for _, srv := range servers {
-			if srv.ID == to && srv.Suffrage == raft.Voter {
-				addr = srv.Address
-			}
-		}
-		if addr == "" {
-			return nil, conflict(fmt.Sprintf("replica %d is not a voter of the group", req.ToId))
-		}
 		start = func() raft.Future { return b.node.Raft.LeadershipTransferToServer(to, addr) }
 	}
 	if err := b.handOver(start); err != nil {
-		return nil, b.membershipError("transfer the leadership", err)
+		return nil, b.transferError(err)
 	}
 	// The new master is known to this replica once it has heard from it.
 	for tick := time.NewTicker(20 * time.Millisecond); ; {
@@ -275,6 +285,21 @@ func (b *Broker) membershipError(what string, err error) error {
 	default:
 		return conflict(what + ": " + err.Error())
 	}
+}
+
+// transferError maps a leadership transfer that failed after its target
+// was checked. What is left is transient: the target did not catch up or
+// win within an election timeout, or its TimeoutNow did not reach it (it
+// is down), each still after handOver's tries. Raft's errors for these are
+// unexported, so they are told apart by being none of the others. The
+// target may yet win from a TimeoutNow that arrived, hence TIMEOUT's
+// "outcome unknown".
+func (b *Broker) transferError(err error) error {
+	const what = "transfer the leadership"
+	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+		return b.membershipError(what, err)
+	}
+	return statusError(codes.Unavailable, pb.ErrorReason_TIMEOUT, what+": "+err.Error()+"; the target may be down or not caught up yet: try again", nil)
 }
 
 func conflict(msg string) error {

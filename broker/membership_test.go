@@ -184,6 +184,29 @@ func TestRemoveReplicaAndTransferLeader(t *testing.T) {
 	}
 }
 
+// A transfer that cannot complete now is answered Unavailable, gRPC's
+// "try again": its target is down or not caught up within an election
+// timeout, which passes (the drill of a replaced disk met it in CI,
+// 2026-12-05). One that no retry can help, a group with no other voter, is
+// a conflict.
+func TestTransferLeaderThatCannotCompleteNow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	g := newGroup(t, 3, nil)
+	m := g.master()
+	down := (m + 1) % 3
+	g.stop(down)
+	_, err := g.client(m).TransferLeader(ctx, &pb.TransferLeaderRequest{ToId: int32(down + 1)})
+	wantStatus(t, err, codes.Unavailable, pb.ErrorReason_TIMEOUT)
+	if got := g.master(); got != m {
+		t.Fatalf("master is replica %d after a transfer to a stopped one, want %d", got+1, m+1)
+	}
+
+	alone := newGroup(t, 1, nil)
+	_, err = alone.client(alone.master()).TransferLeader(ctx, &pb.TransferLeaderRequest{})
+	wantStatus(t, err, codes.FailedPrecondition, pb.ErrorReason_MEMBERSHIP_CONFLICT)
+}
+
 // A failed transfer is tried again while this replica leads, up to the
 // tries given; one that cannot succeed by trying again is not.
 func TestRetryTransferTriesAFailedTransferAgain(t *testing.T) {

@@ -76,7 +76,9 @@ membership: ID ROLE RAFT GRPC.`,
 		Short: "hand a broker group's master role to another replica",
 		Long: `Hand the master role of broker group --group to replica --to (default: any
 caught-up voter), as before maintenance on the master. Prints the
-membership once a new master is known: ID ROLE RAFT GRPC.`,
+membership once a new master is known: ID ROLE RAFT GRPC. A transfer the
+target cannot take now (it is down, or not caught up within an election
+timeout) fails with Unavailable: try again.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if trGroup == "" || to < 0 {
 				return errors.New("--group is required, and --to is a replica id")
