@@ -296,8 +296,11 @@ func (b *Broker) membershipError(what string, err error) error {
 // "outcome unknown".
 func (b *Broker) transferError(err error) error {
 	const what = "transfer the leadership"
-	if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return b.membershipError(what, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return errShuttingDown
 	}
 	return statusError(codes.Unavailable, pb.ErrorReason_TIMEOUT, what+": "+err.Error()+"; the target may be down or not caught up yet: try again", nil)
 }

@@ -207,6 +207,14 @@ func TestTransferLeaderThatCannotCompleteNow(t *testing.T) {
 	wantStatus(t, err, codes.FailedPrecondition, pb.ErrorReason_MEMBERSHIP_CONFLICT)
 }
 
+// What a failed transfer is answered, for the errors no live group gives
+// on demand: raft's own timeout (unexported) and its shutdown.
+func TestTransferErrorSaysWhetherToTryAgain(t *testing.T) {
+	var b *Broker // neither case reads the broker
+	wantStatus(t, b.transferError(errors.New("leadership transfer timeout")), codes.Unavailable, pb.ErrorReason_TIMEOUT)
+	wantStatus(t, b.transferError(fmt.Errorf("handing over: %w", raft.ErrRaftShutdown)), codes.Unavailable, pb.ErrorReason_NOT_LEADER)
+}
+
 // A failed transfer is tried again while this replica leads, up to the
 // tries given; one that cannot succeed by trying again is not.
 func TestRetryTransferTriesAFailedTransferAgain(t *testing.T) {
