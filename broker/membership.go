@@ -277,32 +277,41 @@ func (b *Broker) membership() (*pb.MembershipResponse, error) {
 
 // membershipError maps a failed configuration change to a status.
 func (b *Broker) membershipError(what string, err error) error {
+	if st := b.raftRefusal(what, err); st != nil {
+		return st
+	}
+	return conflict(what + ": " + err.Error())
+}
+
+// transferError maps a leadership transfer that failed after its target
+// was checked. Past raft's refusals, what is left is transient: the
+// target did not catch up or win within an election timeout, or its
+// TimeoutNow did not reach it (it is down), each still after handOver's
+// tries. Raft's errors for these are unexported, so they are told apart by
+// being none of the others. The target may yet win from a TimeoutNow that
+// arrived, hence TIMEOUT's "outcome unknown".
+func (b *Broker) transferError(err error) error {
+	const what = "transfer the leadership"
+	if errors.Is(err, raft.ErrRaftShutdown) {
+		return errShuttingDown
+	}
+	if st := b.raftRefusal(what, err); st != nil {
+		return st
+	}
+	return statusError(codes.Unavailable, pb.ErrorReason_TIMEOUT, what+": "+err.Error()+"; the target may be down or not caught up yet: try again", nil)
+}
+
+// raftRefusal is the status of a membership call raft refused for this
+// replica's state rather than for the change itself (not leading, or busy
+// with another change or transfer), nil for any other error.
+func (b *Broker) raftRefusal(what string, err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost):
 		return b.notLeader()
 	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		return statusError(codes.Unavailable, pb.ErrorReason_TIMEOUT, what+": "+err.Error()+"; try again", nil)
-	default:
-		return conflict(what + ": " + err.Error())
 	}
-}
-
-// transferError maps a leadership transfer that failed after its target
-// was checked. What is left is transient: the target did not catch up or
-// win within an election timeout, or its TimeoutNow did not reach it (it
-// is down), each still after handOver's tries. Raft's errors for these are
-// unexported, so they are told apart by being none of the others. The
-// target may yet win from a TimeoutNow that arrived, hence TIMEOUT's
-// "outcome unknown".
-func (b *Broker) transferError(err error) error {
-	const what = "transfer the leadership"
-	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		return b.membershipError(what, err)
-	case errors.Is(err, raft.ErrRaftShutdown):
-		return errShuttingDown
-	}
-	return statusError(codes.Unavailable, pb.ErrorReason_TIMEOUT, what+": "+err.Error()+"; the target may be down or not caught up yet: try again", nil)
+	return nil
 }
 
 func conflict(msg string) error {
