@@ -236,13 +236,7 @@ func (c *dockerCluster) awaitMaster(group string) string {
 
 func (c *dockerCluster) createTopic(t *testing.T, topic string, queues int32) {
 	for group := range dockerGroups {
-		m := c.awaitMaster(group)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := c.brokers[m].CreateTopic(ctx, &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: topic, ReadQueues: queues, WriteQueues: queues}})
-		cancel()
-		if err != nil {
-			t.Fatalf("create %s on %s: %v", topic, m, err)
-		}
+		createOnMaster(t, topic+" on "+group, func() pb.BrokerClient { return c.brokers[c.awaitMaster(group)] }, topic, queues)
 	}
 	// Wait until a name server routes it on both groups, so the load
 	// starts on the whole topic. Only one: the clients ask the other

@@ -29,6 +29,33 @@ func TestMain(m *testing.M) {
 	os.Exit(clustertest.RunWithRaftmq(m, "../cmd/raftmq", &binPath, func() error { return goleak.Find() }))
 }
 
+// createOnMaster creates topic through master(), the group's master as
+// last found, and asks again while the answer is NOT_LEADER: a master just
+// elected may step down before its first write, when its followers start
+// slowly (TestDockerDrillMasterKilled in CI, 2026-12-07). A try refused
+// before it was proposed changed nothing; one whose outcome was unknown
+// may have created the topic, so a retry that finds it exists is done.
+func createOnMaster(t *testing.T, what string, master func() pb.BrokerClient, topic string, queues int32) {
+	t.Helper()
+	req := &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: topic, ReadQueues: queues, WriteQueues: queues}}
+	retried := false
+	clustertest.WaitFor(t, 30*time.Second, "create "+what, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := master().CreateTopic(ctx, req)
+		reason, _ := pb.ReasonOf(err)
+		switch {
+		case err == nil, retried && reason == pb.ErrorReason_TOPIC_EXISTS:
+			return true
+		case reason == pb.ErrorReason_NOT_LEADER:
+			retried = true
+			return false
+		}
+		t.Fatalf("create %s: %v", what, err)
+		return false
+	})
+}
+
 // drillCluster is what a drill runs against: raftmq processes on
 // 127.0.0.1 (proc_test.go) or the compose cluster in containers
 // (docker_test.go).

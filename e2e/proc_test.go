@@ -328,10 +328,7 @@ func (c *procCluster) clientOptions() []client.Option {
 }
 
 func (c *procCluster) createTopic(t *testing.T, topic string, queues int32) {
-	if _, err := c.clients[c.master()].CreateTopic(context.Background(), &pb.CreateTopicRequest{
-		Topic: &pb.TopicConfig{Name: topic, ReadQueues: queues, WriteQueues: queues}}); err != nil {
-		t.Fatal(err)
-	}
+	createOnMaster(t, topic, func() pb.BrokerClient { return c.clients[c.master()] }, topic, queues)
 }
 
 func (c *procCluster) recordReplicas(t *testing.T, h *History) {
