@@ -7,18 +7,12 @@
 # quorum's fsync, so this measures the same two sync figures with NATS fsyncing every write: the
 # comparison of like with like beside the issue's goals against lazy fsync. It prints one line:
 #   NATS JetStream R3, 1 KiB, fsync always: sync publish 16 clients N msgs/s; sync publish 1 client p50 T
-# It uses the cluster helpers of ../shared/tools/natscluster.sh (which install nats-server and
-# nats with `go install` the first time) and stops its servers when it exits.
+# It uses the cluster helpers of ../shared/tools/natscluster.sh through deploy/natspeer.sh (which
+# installs nats-server and nats with `go install` the first time) and stops its servers when it exits.
 # Usage: deploy/nats-r3-always.sh
 set -u
-root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-helpers="$root/../shared/tools/natscluster.sh"
-[ -r "$helpers" ] || { echo "nats-r3-always: $helpers is not there" >&2; exit 2; }
-# shellcheck source=/dev/null
-. "$helpers"
-ensure_nats || { echo "nats-r3-always: cannot install nats-server/nats from the Go module proxy" >&2; exit 1; }
-T=$(mktemp -d "${TMPDIR:-/tmp}/nats-always-XXXX")
-trap 'stop_nats; rm -rf "$T"' EXIT
+# shellcheck source=deploy/natspeer.sh
+. "$(dirname "$0")/natspeer.sh" nats-r3-always
 start_nats3 "$T/always" always
 s16=$(nats_sync_rate "$NURL" 16 60000)
 p50=$(nats_sync_p50 "$NURL")

@@ -11,20 +11,14 @@
 #   NATS sync16 MODE run R: N msgs/s; servers S µs a message, with the bench A µs; CPUs busy C
 # the servers' CPU from /proc/PID/stat before and after the bench, the bench's from its rusage
 # (bash's `times` in a subshell that only runs it). An idle cluster spends a few ticks in seconds:
-# nothing is subtracted. It uses ../shared/tools/natscluster.sh (which installs nats-server and
-# nats with `go install` the first time) and stops its servers when it exits.
+# nothing is subtracted. It uses ../shared/tools/natscluster.sh through deploy/natspeer.sh (which
+# installs nats-server and nats with `go install` the first time) and stops its servers when it exits.
 # Usage: deploy/nats-r3-cpu.sh [RUNS]   (default 3 runs of each mode)
 set -u
 runs=${1:-3}
 case "$runs" in '' | *[!0-9]* | 0) echo "usage: deploy/nats-r3-cpu.sh [RUNS]" >&2; exit 2 ;; esac
-root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-helpers="$root/../shared/tools/natscluster.sh"
-[ -r "$helpers" ] || { echo "nats-r3-cpu: $helpers is not there" >&2; exit 2; }
-# shellcheck source=/dev/null
-. "$helpers"
-ensure_nats || { echo "nats-r3-cpu: cannot install nats-server/nats from the Go module proxy" >&2; exit 1; }
-T=$(mktemp -d "${TMPDIR:-/tmp}/nats-cpu-XXXX")
-trap 'stop_nats; rm -rf "$T"' EXIT
+# shellcheck source=deploy/natspeer.sh
+. "$(dirname "$0")/natspeer.sh" nats-r3-cpu
 msgs=60000
 hz=$(getconf CLK_TCK)
 
