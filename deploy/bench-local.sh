@@ -63,7 +63,8 @@
 # Each produce bench also reports, from the master's /metrics, its CPU time per message stored
 # and the messages per Raft entry (group commit), as NAME.cpu_us and NAME.per_entry, and the
 # CPU time per message of the three brokers and the bench process together (the brokers'
-# /metrics and the bench's cpu_seconds), as NAME.cpu_all_us, and the thread switches per message
+# /metrics and the bench's cpu_seconds), as NAME.cpu_all_us, and of the three brokers alone, as
+# NAME.cpu_brokers_us (beside NATS's servers in deploy/nats-r3-cpu.sh), and the thread switches per message
 # of the three brokers' threads (/proc/PID/task/*/status), as NAME.switches, and where a send's
 # time went, means over the run in ms: NAME.client_ms (the bench's, send to answer),
 # NAME.server_ms (the master's send service), NAME.commit_ms (Apply to applied), NAME.ae_ms
@@ -421,15 +422,18 @@ brokers_cpu() {
 
 # all_cpu NAME JSON BEFORE AFTER BROKERS-BEFORE BROKERS-AFTER: adds NAME.cpu_all_us, the CPU
 # microseconds per message stored of the three brokers and the bench process together
-# (cpu_seconds in its JSON summary), the four processes that share the machine
+# (cpu_seconds in its JSON summary), the four processes that share the machine, and
+# NAME.cpu_brokers_us, the three brokers' alone
 all_cpu() {
 	local name=$1 b=$3 a=$4 bb=$5 ba=$6 client
 	client=$(jget "$2" cpu_seconds)
 	if [ -z "$b" ] || [ -z "$a" ] || [ -z "$bb" ] || [ -z "$ba" ] || [ -z "$client" ]; then
 		add "$name.cpu_all_us" null
+		add "$name.cpu_brokers_us" null
 		return 0
 	fi
 	add "$name.cpu_all_us" "$(awk -v b="$b" -v a="$a" -v bb="$bb" -v ba="$ba" -v c="$client" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0) printf "%.2f", (ba - bb + c) * 1e6 / m; else print "null"}')"
+	add "$name.cpu_brokers_us" "$(awk -v b="$b" -v a="$a" -v bb="$bb" -v ba="$ba" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0) printf "%.2f", (ba - bb) * 1e6 / m; else print "null"}')"
 }
 
 # round_stats: "SEND-S SENDS COMMIT-S COMMITS AE-MS AES FAE-MS FAES STORE-MS STORES", the
@@ -568,7 +572,7 @@ bench() {
 	tail -n 1 "$d/$name.out" | grep '^{' >"$d/$name.json" || fail "$name: no JSON summary"
 	if [ "$1" = produce ]; then
 		all_cpu "$name" "$d/$name.json" "$before" "$after" "$brokers_before" "$brokers_after"
-		say "  $name: the brokers and the bench spent ${V[$name.cpu_all_us]##* } CPU us per message together"
+		say "  $name: the brokers and the bench spent ${V[$name.cpu_all_us]##* } CPU us per message together, the brokers alone ${V[$name.cpu_brokers_us]##* }"
 		switches "$name" "$before" "$after" "$sw_before" "$sw_after"
 		say "  $name: the brokers' threads switched ${V[$name.switches]##* } times per message"
 		round "$name" "$d/$name.json" "$rounds_before" "$rounds_after"
@@ -807,7 +811,7 @@ if [ "$rocketmq" = 1 ]; then
 	echo "  consume, 4 goroutines, the same backlog:  $(kfmt "$(g rmq.consume.mps)") msgs/s ($(xfmt "$(g ratio.rmq_consume)"))"
 fi
 echo "the master's CPU per message (us), messages per Raft entry: batched $(fmt "$(g batch.cpu_us)" 1), $(fmt "$(g batch.per_entry)" 1); sync16 $(fmt "$(g sync16.cpu_us)" 1), $(fmt "$(g sync16.per_entry)" 1); sync1 $(fmt "$(g sync1.cpu_us)" 1), $(fmt "$(g sync1.per_entry)" 1)"
-echo "the CPU per message (us) of the three brokers and the bench together: batched $(fmt "$(g batch.cpu_all_us)" 1); sync16 $(fmt "$(g sync16.cpu_all_us)" 1); sync1 $(fmt "$(g sync1.cpu_all_us)" 1)"
+echo "the CPU per message (us) of the three brokers and the bench together: batched $(fmt "$(g batch.cpu_all_us)" 1); sync16 $(fmt "$(g sync16.cpu_all_us)" 1); sync1 $(fmt "$(g sync1.cpu_all_us)" 1); the brokers alone: batched $(fmt "$(g batch.cpu_brokers_us)" 1); sync16 $(fmt "$(g sync16.cpu_brokers_us)" 1); sync1 $(fmt "$(g sync1.cpu_brokers_us)" 1)"
 echo "the brokers' thread switches per message: batched $(fmt "$(g batch.switches)" 2); sync16 $(fmt "$(g sync16.switches)" 1); sync1 $(fmt "$(g sync1.switches)" 1)"
 echo "where a send's time went (means): sync16: $(round_line sync16 median); sync1: $(round_line sync1 median)"
 echo "the brokers' GOMAXPROCS (threads running Go code at once): $(g procs.1), $(g procs.2), $(g procs.3)"
@@ -815,7 +819,7 @@ echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss
 if [ "$runs" -gt 1 ]; then
 	[ "$nats$nats_always" = 00 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in host.floor ratio.sync1_floor host.floor_disk ratio.sync1_floor_disk batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.switches sync1.switches sync16.client_ms "${round_keys[@]/#/sync16.}" sync1.client_ms "${round_keys[@]/#/sync1.}" nats.lazy nats.always nats.sync16 nats.p50 nats.consume nats.sync16_always nats.p50_always rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in host.floor ratio.sync1_floor host.floor_disk ratio.sync1_floor_disk batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.cpu_brokers_us sync16.switches sync1.switches sync16.client_ms "${round_keys[@]/#/sync16.}" sync1.client_ms "${round_keys[@]/#/sync1.}" nats.lazy nats.always nats.sync16 nats.p50 nats.consume nats.sync16_always nats.p50_always rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi
