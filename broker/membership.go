@@ -292,9 +292,6 @@ func (b *Broker) membershipError(what string, err error) error {
 // arrived, hence TIMEOUT's "outcome unknown".
 func (b *Broker) transferError(err error) error {
 	const what = "transfer the leadership"
-	if errors.Is(err, raft.ErrRaftShutdown) {
-		return errShuttingDown
-	}
 	if st := b.raftRefusal(what, err); st != nil {
 		return st
 	}
@@ -302,10 +299,13 @@ func (b *Broker) transferError(err error) error {
 }
 
 // raftRefusal is the status of a membership call raft refused for this
-// replica's state rather than for the change itself (not leading, or busy
-// with another change or transfer), nil for any other error.
+// replica's state rather than for the change itself (shutting down, not
+// leading, or busy with another change or transfer), nil for any other
+// error. Shutting down is answered as replicationError answers it.
 func (b *Broker) raftRefusal(what string, err error) error {
 	switch {
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return errShuttingDown
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost):
 		return b.notLeader()
 	case errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrLeadershipTransferInProgress):

@@ -215,6 +215,13 @@ func TestTransferErrorSaysWhetherToTryAgain(t *testing.T) {
 	wantStatus(t, b.transferError(fmt.Errorf("handing over: %w", raft.ErrRaftShutdown)), codes.Unavailable, pb.ErrorReason_NOT_LEADER)
 }
 
+// A configuration change raft refused because it shut down is answered as
+// the broker shutting down, not as a conflict with the change.
+func TestMembershipErrorOfAShutDownRaft(t *testing.T) {
+	var b *Broker // the case reads no broker
+	wantStatus(t, b.membershipError("remove replica 2", fmt.Errorf("removing: %w", raft.ErrRaftShutdown)), codes.Unavailable, pb.ErrorReason_NOT_LEADER)
+}
+
 // A failed transfer is tried again while this replica leads, up to the
 // tries given; one that cannot succeed by trying again is not.
 func TestRetryTransferTriesAFailedTransferAgain(t *testing.T) {
