@@ -39,20 +39,20 @@ func createOnMaster(t *testing.T, what string, master func() pb.BrokerClient, to
 	t.Helper()
 	req := &pb.CreateTopicRequest{Topic: &pb.TopicConfig{Name: topic, ReadQueues: queues, WriteQueues: queues}}
 	retried := false
-	clustertest.WaitFor(t, 30*time.Second, "create "+what, func() bool {
+	clustertest.WaitForState(t, 30*time.Second, "create "+what, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err := master().CreateTopic(ctx, req)
 		reason, _ := pb.ReasonOf(err)
 		switch {
 		case err == nil, retried && reason == pb.ErrorReason_TOPIC_EXISTS:
-			return true
+			return true, ""
 		case reason == pb.ErrorReason_NOT_LEADER:
 			retried = true
-			return false
+			return false, err.Error()
 		}
 		t.Fatalf("create %s: %v", what, err)
-		return false
+		return false, ""
 	})
 }
 
