@@ -432,8 +432,12 @@ all_cpu() {
 		add "$name.cpu_brokers_us" null
 		return 0
 	fi
-	add "$name.cpu_all_us" "$(awk -v b="$b" -v a="$a" -v bb="$bb" -v ba="$ba" -v c="$client" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0) printf "%.2f", (ba - bb + c) * 1e6 / m; else print "null"}')"
-	add "$name.cpu_brokers_us" "$(awk -v b="$b" -v a="$a" -v bb="$bb" -v ba="$ba" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0) printf "%.2f", (ba - bb) * 1e6 / m; else print "null"}')"
+	local per_msg
+	read -ra per_msg < <(awk -v b="$b" -v a="$a" -v bb="$bb" -v ba="$ba" -v c="$client" 'BEGIN {
+		split(b, x); split(a, y); m = y[4] - x[4]
+		if (m > 0) printf "%.2f %.2f\n", (ba - bb + c) * 1e6 / m, (ba - bb) * 1e6 / m; else print "null null" }')
+	add "$name.cpu_all_us" "${per_msg[0]}"
+	add "$name.cpu_brokers_us" "${per_msg[1]}"
 }
 
 # round_stats: "SEND-S SENDS COMMIT-S COMMITS AE-MS AES FAE-MS FAES STORE-MS STORES", the
