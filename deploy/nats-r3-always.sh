@@ -13,7 +13,7 @@
 set -u
 # shellcheck source=deploy/natspeer.sh
 . "$(dirname "$0")/natspeer.sh" nats-r3-always
-start_nats3 "$T/always" always
+start_peer "$T/always" always || exit 1
 s16=$(nats_sync_rate "$NURL" 16 60000)
 p50=$(nats_sync_p50 "$NURL")
 echo "NATS JetStream R3, 1 KiB, fsync always: sync publish 16 clients ${s16:-?} msgs/s; sync publish 1 client p50 ${p50:-?}"

@@ -48,9 +48,9 @@ bench_cpu() {
 for mode in lazy always; do
 	for run in $(seq 1 "$runs"); do
 		sync=""; [ "$mode" = always ] && sync=always
-		start_nats3 "$T/$mode$run" "$sync"
+		start_peer "$T/$mode$run" "$sync" || exit 1
 		timeout 10 "$NATSBIN/nats" -s "$NURL" stream rm benchstream -f >/dev/null 2>&1
-		before=$(ticks "${NPIDS[@]}") || { echo "nats-r3-cpu: a NATS server is not running (see $T/$mode$run/n*.log)" >&2; exit 1; }
+		before=$(ticks "${NPIDS[@]}") || { echo "nats-r3-cpu: a NATS server stopped before the bench" >&2; exit 1; }
 		t0=$(date +%s.%N)
 		client=$(bench_cpu timeout 120 "$NATSBIN/nats" -s "$NURL" bench js pub sync bench.s --create --replicas 3 \
 			--storage file --purge --clients 16 --msgs "$msgs" --size 1KiB --no-progress)
