@@ -42,7 +42,8 @@
 #   --long     add the 120 s batched publish
 #   --timers   add the timer bench (and create topic bench-timers)
 #   --nats     after each raftmq run, ../shared/tools/nats-r3-bench (3-server JetStream R3 on
-#              127.0.0.1) and the ratios raftmq/NATS; with N runs, the median of the N paired ratios
+#              127.0.0.1; run once more when a figure of it comes back as ?) and the ratios
+#              raftmq/NATS; with N runs, the median of the N paired ratios
 #   --nats-always  after each raftmq run (and NATS's, with --nats), deploy/nats-r3-always.sh: NATS's
 #              sync publish, 16 clients and 1 client's p50, with fsync on every write, as raftmq
 #              acknowledges (nats-r3-bench measures them with lazy fsync only), and the ratios
@@ -724,8 +725,8 @@ run_nats() { # R
 		say "run $r/$runs: NATS, $natsbench"
 		run_peer "$natsbench" "$out"
 		# A figure printed as ? most often means one of the tool's servers could not bind its
-		# random port (start_peer in deploy/natspeer.sh says why); the tool cannot be told to
-		# try again, so its run is, once.
+		# random port (start_peer in deploy/natspeer.sh says why). The tool does not try again
+		# itself, so the whole run is tried again, once.
 		grep -q '?' "$out" || break
 		[ "$try" = 1 ] && say "  a NATS figure came back as ?: running $(basename "$natsbench") once more"
 	done

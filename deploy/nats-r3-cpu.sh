@@ -47,8 +47,7 @@ bench_cpu() {
 
 for mode in lazy always; do
 	for run in $(seq 1 "$runs"); do
-		sync=""; [ "$mode" = always ] && sync=always
-		start_peer "$T/$mode$run" "$sync" || exit 1
+		start_peer "$T/$mode$run" "$mode" || exit 1 # SYNC: "always", or lazy for anything else
 		timeout 10 "$NATSBIN/nats" -s "$NURL" stream rm benchstream -f >/dev/null 2>&1
 		before=$(ticks "${NPIDS[@]}") || { echo "nats-r3-cpu: a NATS server stopped before the bench" >&2; exit 1; }
 		t0=$(date +%s.%N)
