@@ -66,7 +66,10 @@
 # CPU time per message of the three brokers and the bench process together (the brokers'
 # /metrics and the bench's cpu_seconds), as NAME.cpu_all_us, and of the three brokers alone, as
 # NAME.cpu_brokers_us (beside NATS's servers in deploy/nats-r3-cpu.sh), and the thread switches per message
-# of the three brokers' threads (/proc/PID/task/*/status), as NAME.switches, and where a send's
+# of the three brokers' threads (/proc/PID/task/*/status), as NAME.switches, their threads' wait for a
+# CPU per message (runnable, not running: /proc/PID/task/*/schedstat), as NAME.cpu_wait_us, the share
+# of the bench's time in which some task on the machine waited for a CPU (/proc/pressure/cpu), as
+# NAME.cpu_some, and where a send's
 # time went, means over the run in ms: NAME.client_ms (the bench's, send to answer),
 # NAME.server_ms (the master's send service), NAME.commit_ms (Apply to applied), NAME.ae_ms
 # (the master's AppendEntries round trip; with spare followers, the default for a group on one
@@ -310,6 +313,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "null" || b == "null" || a ==
 fmt() { awk -v v="$1" -v d="${2:-0}" 'BEGIN {if (v == "null" || v == "") print "?"; else printf "%.*f\n", d, v}'; }
 kfmt() { awk -v v="$1" 'BEGIN {if (v == "null" || v == "") print "?"; else if (v >= 10000) printf "%.1fk\n", v / 1000; else printf "%.0f\n", v}'; }
 xfmt() { awk -v v="$1" 'BEGIN {if (v == "null" || v == "") print "?"; else printf "%.2fx\n", v}'; }
+pct() { awk -v v="$1" 'BEGIN {if (v == "null" || v == "") print "?"; else printf "%.0f%%\n", v * 100}'; }
 # to_ms 310.22us → 0.31022 (nats prints us, µs, ms or s)
 to_ms() { awk -v s="$1" 'BEGIN {
 	if (s ~ /(us|µs)$/) {sub(/(us|µs)$/, "", s); print s / 1000} else if (s ~ /ms$/) {sub(/ms$/, "", s); print s + 0}
@@ -515,6 +519,31 @@ brokers_switches() {
 		awk '$1 ~ /^(non)?voluntary_ctxt_switches:$/ {n += $2} END {print n + 0}'
 }
 
+# brokers_cpu_wait: how long all three brokers' threads have waited so far, runnable, for a CPU
+# (the second field of /proc/PID/task/*/schedstat, ns); empty without schedstat
+brokers_cpu_wait() {
+	local i
+	for i in 1 2 3; do cat /proc/"${pids[$i]}"/task/*/schedstat 2>/dev/null; done |
+		awk '{n += $2; seen = 1} END {if (seen) printf "%.0f\n", n}'
+}
+
+# cpu_pressure: the machine's "some" CPU pressure so far, µs (/proc/pressure/cpu: the time in
+# which at least one task waited for a CPU), then the clock's µs; empty without PSI
+cpu_pressure() {
+	local t
+	t=$(awk '$1 == "some" {for (i = 2; i <= NF; i++) if ($i ~ /^total=/) {sub(/^total=/, "", $i); print $i}}' /proc/pressure/cpu 2>/dev/null)
+	[ -n "$t" ] && echo "$t $(($(date +%s%N) / 1000))"
+}
+
+# cpu_waits NAME BEFORE AFTER WAIT-BEFORE WAIT-AFTER PSI-BEFORE PSI-AFTER: adds NAME.cpu_wait_us,
+# the brokers' threads' wait for a CPU per message stored (two master_stats, two
+# brokers_cpu_wait), and NAME.cpu_some, the share of the bench's time in which some task on the
+# machine waited for a CPU (two cpu_pressure)
+cpu_waits() {
+	add "$1.cpu_wait_us" "$(awk -v b="$2" -v a="$3" -v wb="$4" -v wa="$5" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0 && wb != "" && wa != "") printf "%.1f", (wa - wb) / 1000 / m; else print "null"}')"
+	add "$1.cpu_some" "$(awk -v b="$6" -v a="$7" 'BEGIN {split(b, x); split(a, y); if (a != "" && b != "" && y[2] > x[2]) printf "%.3f", (y[1] - x[1]) / (y[2] - x[2]); else print "null"}')"
+}
+
 # switches NAME BEFORE AFTER SWITCHES-BEFORE SWITCHES-AFTER: adds NAME.switches, the brokers'
 # thread switches per message stored (two master_stats, two brokers_switches)
 switches() {
@@ -539,6 +568,7 @@ master_deltas() {
 # produce bench also adds the master's CPU per message and messages per entry
 bench() {
 	local d=$1 name=$2 tmo=$3 before after brokers_before brokers_after sw_before sw_after rounds_before rounds_after
+	local wait_before wait_after psi_before psi_after
 	shift 3
 	local -a tool=("$bin" bench) flags=(--json ${bench_extra[@]+"${bench_extra[@]}"})
 	[[ $name == rmq.* ]] && tool=("$rmqbin") flags=()
@@ -553,12 +583,16 @@ bench() {
 	before=$(master_stats)
 	brokers_before=$(brokers_cpu)
 	sw_before=$(brokers_switches)
+	wait_before=$(brokers_cpu_wait)
+	psi_before=$(cpu_pressure)
 	rounds_before=$(round_stats)
 	run "$d/$name.out" "$d/$name.log" timeout "$tmo" "${tool[@]}" "$@" --namesrv "$ns_addr" --topic bench "${flags[@]}" ||
 		fail "$name: ${tool[*]##*/} exited $?"
 	after=$(master_stats)
 	brokers_after=$(brokers_cpu)
 	sw_after=$(brokers_switches)
+	wait_after=$(brokers_cpu_wait)
+	psi_after=$(cpu_pressure)
 	rounds_after=$(round_stats)
 	if [ -n "$profpid" ]; then
 		wait "$profpid" && [ -s "$prof" ] && say "  CPU profile of the master during $name: $prof (go tool pprof -top $prof)"
@@ -580,6 +614,8 @@ bench() {
 		say "  $name: the brokers and the bench spent ${V[$name.cpu_all_us]##* } CPU us per message together, the brokers alone ${V[$name.cpu_brokers_us]##* }"
 		switches "$name" "$before" "$after" "$sw_before" "$sw_after"
 		say "  $name: the brokers' threads switched ${V[$name.switches]##* } times per message"
+		cpu_waits "$name" "$before" "$after" "$wait_before" "$wait_after" "$psi_before" "$psi_after"
+		say "  $name: the brokers' threads waited ${V[$name.cpu_wait_us]##* } us per message for a CPU; some task waited for one $(pct "${V[$name.cpu_some]##* }") of the time"
 		round "$name" "$d/$name.json" "$rounds_before" "$rounds_after"
 		say "  $name: $(round_line "$name" last)"
 	fi
@@ -825,13 +861,14 @@ fi
 echo "the master's CPU per message (us), messages per Raft entry: batched $(fmt "$(g batch.cpu_us)" 1), $(fmt "$(g batch.per_entry)" 1); sync16 $(fmt "$(g sync16.cpu_us)" 1), $(fmt "$(g sync16.per_entry)" 1); sync1 $(fmt "$(g sync1.cpu_us)" 1), $(fmt "$(g sync1.per_entry)" 1)"
 echo "the CPU per message (us) of the three brokers and the bench together: batched $(fmt "$(g batch.cpu_all_us)" 1); sync16 $(fmt "$(g sync16.cpu_all_us)" 1); sync1 $(fmt "$(g sync1.cpu_all_us)" 1); the brokers alone: batched $(fmt "$(g batch.cpu_brokers_us)" 1); sync16 $(fmt "$(g sync16.cpu_brokers_us)" 1); sync1 $(fmt "$(g sync1.cpu_brokers_us)" 1)"
 echo "the brokers' thread switches per message: batched $(fmt "$(g batch.switches)" 2); sync16 $(fmt "$(g sync16.switches)" 1); sync1 $(fmt "$(g sync1.switches)" 1)"
+echo "the brokers' threads' wait for a CPU per message (us): batched $(fmt "$(g batch.cpu_wait_us)" 2); sync16 $(fmt "$(g sync16.cpu_wait_us)" 1); sync1 $(fmt "$(g sync1.cpu_wait_us)" 1); the share of the time some task waited for a CPU: batched $(pct "$(g batch.cpu_some)"); sync16 $(pct "$(g sync16.cpu_some)"); sync1 $(pct "$(g sync1.cpu_some)")"
 echo "where a send's time went (means): sync16: $(round_line sync16 median); sync1: $(round_line sync1 median)"
 echo "the brokers' GOMAXPROCS (threads running Go code at once): $(g procs.1), $(g procs.2), $(g procs.3)"
 echo "peak RSS (VmHWM): broker 1 $(fmt "$(g rss.1)") MB, broker 2 $(fmt "$(g rss.2)") MB, broker 3 $(fmt "$(g rss.3)") MB; anonymous (heap, stacks): $(fmt "$(g anon.1)"), $(fmt "$(g anon.2)"), $(fmt "$(g anon.3)") MB (master at the end of each run: replica $(tr -s ' ' ',' <<<"${V[master]# }"))"
 if [ "$runs" -gt 1 ]; then
 	[ "$nats$nats_always" = 00 ] || echo "(ratios raftmq/NATS: the median of the $runs ratios of each raftmq run to the NATS run right after it)"
 	echo "each run:"
-	for k in host.floor ratio.sync1_floor host.floor_disk ratio.sync1_floor_disk batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.cpu_brokers_us sync16.switches sync1.switches sync16.client_ms "${round_keys[@]/#/sync16.}" sync1.client_ms "${round_keys[@]/#/sync1.}" nats.lazy nats.always nats.sync16 nats.p50 nats.consume nats.sync16_always nats.p50_always rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
+	for k in host.floor ratio.sync1_floor host.floor_disk ratio.sync1_floor_disk batch.mps long.mps sync16.mps sync1.p50 consume.mps e2e.p99 rmq.batch.mps rmq.sync16.mps rmq.sync1.p50 rmq.consume.mps batch.cpu_us sync16.cpu_us sync16.per_entry batch.cpu_all_us sync16.cpu_all_us sync16.cpu_brokers_us sync16.switches sync1.switches sync16.cpu_wait_us sync1.cpu_wait_us sync16.cpu_some sync1.cpu_some sync16.client_ms "${round_keys[@]/#/sync16.}" sync1.client_ms "${round_keys[@]/#/sync1.}" nats.lazy nats.always nats.sync16 nats.p50 nats.consume nats.sync16_always nats.p50_always rss.1 rss.2 rss.3 anon.1 anon.2 anon.3; do
 		if [ -n "${V[$k]:-}" ]; then
 			awk -v k="$k" '{printf "  %s:", k; for (i = 1; i <= NF; i++) printf " %s", ($i == "null" ? $i : sprintf("%.6g", $i)); print ""}' <<<"${V[$k]}"
 		fi

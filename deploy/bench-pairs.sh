@@ -22,7 +22,9 @@
 # together (cpu_all_us, lower), the messages per Raft entry (per_entry, higher), and the means of
 # a follower's log write (store_ms, lower: its pwrite and sync) and of the master's AppendEntries
 # round trip (ae_ms, lower), from the brokers' histograms: a change to the disk's path shows in
-# them through swings of the VM that hide it in msgs/s (2026-12-07, broker/README.md).
+# them through swings of the VM that hide it in msgs/s (2026-12-07, broker/README.md); and the
+# brokers' threads' wait for a CPU per message (cpu_wait_us, lower: a change to how they share
+# the CPUs shows there).
 # Environment: what bench-local.sh reads (RAFTMQ_BENCH_PORT, RAFTMQ_BENCH_BROKER_FLAGS, ...),
 # for both sides; RAFTMQ_BENCH_BROKER_FLAGS_A and RAFTMQ_BENCH_BROKER_FLAGS_B add flags to one
 # side's brokers (to compare a flag, give the same build as A and B).
@@ -90,7 +92,7 @@ IFS=, read -r -a benches <<<"$only"
 figs=()
 for b in "${benches[@]}"; do
 	case $b in
-	batch | sync16 | sync1) figs+=("$b.mps +" "$b.p50 -" "$b.p99 -" "$b.cpu_all_us -" "$b.per_entry +" "$b.store_ms -" "$b.ae_ms -") ;;
+	batch | sync16 | sync1) figs+=("$b.mps +" "$b.p50 -" "$b.p99 -" "$b.cpu_all_us -" "$b.per_entry +" "$b.store_ms -" "$b.ae_ms -" "$b.cpu_wait_us -") ;;
 	consume) figs+=("consume.mps +") ;;
 	e2e) figs+=("e2e.p50 -" "e2e.p99 -") ;;
 	*) say "--only: no bench named '$b' (batch, sync16, sync1, consume, e2e)"; exit 2 ;;

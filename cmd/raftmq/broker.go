@@ -60,6 +60,7 @@ type brokerFlags struct {
 	GCPercent       string `yaml:"gc-percent"`
 	Sysmon          string `yaml:"sysmon"`
 	GOMAXPROCS      string `yaml:"gomaxprocs"`
+	CPUPlacement    string `yaml:"cpu-placement"`
 	GroupCommitWait string `yaml:"group-commit-wait"`
 	RaftLog         string `yaml:"raft-log"`
 	nodeSecurity    `yaml:",inline"`
@@ -135,6 +136,7 @@ Example (replica 1 of 3):
 	fl.StringVar(&f.GCPercent, "gc-percent", "100", "Go's GOGC for this process: the heap grows this much (in %) over what is live before a collection; the GOGC variable, when set, wins")
 	fl.StringVar(&f.Sysmon, "sysmon", "awake", sysmonUsage)
 	fl.StringVar(&f.GOMAXPROCS, "gomaxprocs", "auto", gomaxprocsUsage)
+	fl.StringVar(&f.CPUPlacement, "cpu-placement", "auto", cpuPlacementUsage)
 	f.nodeSecurity.flags(cmd)
 	return cmd
 }
@@ -192,6 +194,7 @@ func loadConfigFile(path string, f *brokerFlags, cmd *cobra.Command) error {
 	set("gc-percent", &f.GCPercent, fromFile.GCPercent)
 	set("sysmon", &f.Sysmon, fromFile.Sysmon)
 	set("gomaxprocs", &f.GOMAXPROCS, fromFile.GOMAXPROCS)
+	set("cpu-placement", &f.CPUPlacement, fromFile.CPUPlacement)
 	set("group-commit-wait", &f.GroupCommitWait, fromFile.GroupCommitWait)
 	set("raft-log", &f.RaftLog, fromFile.RaftLog)
 	if !cmd.Flags().Changed("id") && fromFile.ID != 0 {
@@ -370,6 +373,9 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if err := setGOMAXPROCS(f.GOMAXPROCS, firstNonEmpty(f.AdvertiseRaft, f.Raft), peers, log); err != nil {
 		return err
 	}
+	if err := checkCPUPlacement(f.CPUPlacement); err != nil {
+		return err
+	}
 	cfg.Gossip = broker.GossipConfig{BindAddr: f.Gossip, AdvertiseAddr: f.AdvertiseGossip, Join: splitList(f.Join), Cluster: f.Cluster}
 	if cfg.TLS, cfg.Gossip.SecretKey, err = f.nodeSecurity.load(); err != nil {
 		return err
@@ -412,6 +418,9 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		return err
 	}
 	fmt.Printf("broker %s replica %d serving gRPC on %s\n", f.Group, f.ID, b.Addr())
+	placing, stopPlacing := context.WithCancel(ctx)
+	placed := startCPUPlacement(placing, f.CPUPlacement, firstNonEmpty(f.AdvertiseRaft, f.Raft), peers, b.IsMaster, log)
+	defer func() { stopPlacing(); placed() }()
 
 	waitForSignal(ctx, log)
 	// Hand the master role over first, so writers wait for no election.

@@ -9,8 +9,9 @@
 // and the client's and node's security flags (certs.go, security.go), and
 // the servers' run again with Go's system monitor kept awake (sysmon.go),
 // and a broker's share of the host's CPUs among its group's replicas
-// there (gomaxprocs.go), and whether its followers are paced as spares
-// when they share the host (sparefollowers.go).
+// there (gomaxprocs.go), which of those CPUs it runs on as master or
+// follower (cpuplacement.go), and whether its followers are paced as
+// spares when they share the host (sparefollowers.go).
 package main
 
 import (
