@@ -21,15 +21,16 @@ const cpuPlacementUsage = "which CPUs this replica's threads run on: auto (when 
 // Why: the replicas of a group started on one host (deploy/bench-local.sh,
 // a tryout on a laptop) wake each other at every step of a send: the
 // master's AppendEntries wakes a follower, its answer wakes the master.
-// Left to the kernel, a woken replica often lands on a core another
-// replica holds and waits there for it: over 10 s of sync16 on 2 cores the
-// master's threads waited 2.1 s, runnable, for a CPU, each follower's 1.6
-// s (/proc/PID/task/*/schedstat, broker/README.md, 2026-12-08). With the
-// master alone on its core and the followers on the other, 5 interleaved
-// pairs of deploy/bench-pairs.sh --only sync1 (2026-12-08): a lone sync
-// sender's p50 0.777x (0.423-0.591 ms against 0.588-0.715), ahead in 5 of
-// 5, its CPU a message 0.825x; its p99 1.077x. A replica alone on its
-// host, the production shape, is not placed.
+// Over 10 s of sync16 on 2 cores the master's threads waited 2.1 s,
+// runnable, for a CPU, each follower's 1.6 s (/proc/PID/task/*/schedstat,
+// broker/README.md, 2026-12-08); the likely cause, left to the kernel, is
+// a woken replica put on a core another replica holds. With the master
+// alone on its core and the followers on the other (deploy/bench-pairs.sh,
+// 2026-12-08), 3 pairs: a lone sync sender's p50 0.784x (ahead in 3 of 3;
+// 5 more pairs of a taskset by hand: 0.777x, 5 of 5), 16 sync senders
+// 1.055x (3 of 3), consume 1.117x (3 of 3), batched publish 0.974x and
+// 1.004x; the cost, 16 senders' p99 1.098x (0 of 3). A replica alone on
+// its host, the production shape, is not placed.
 type cpuPlan struct {
 	master, follower []int
 }
