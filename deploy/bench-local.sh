@@ -511,20 +511,21 @@ round_line() {
 		"AppendEntries round trip $(fmt "${f[ae_ms]}" 2), a follower's handling $(fmt "${f[follower_ae_ms]}" 2), its log write $(fmt "${f[store_ms]}" 2) ms"
 }
 
-# brokers_switches: the thread switches (voluntary and not) all three brokers' threads made
-# so far, from /proc/PID/task/*/status
-brokers_switches() {
+# brokers_tasks FILE: every thread's /proc/PID/task/TID/FILE of the three brokers, one after another
+brokers_tasks() {
 	local i
-	for i in 1 2 3; do cat /proc/"${pids[$i]}"/task/*/status 2>/dev/null; done |
-		awk '$1 ~ /^(non)?voluntary_ctxt_switches:$/ {n += $2} END {print n + 0}'
+	for i in 1 2 3; do cat /proc/"${pids[$i]}"/task/*/"$1" 2>/dev/null; done
 }
 
-# brokers_cpu_wait: how long all three brokers' threads have waited so far, runnable, for a CPU
-# (the second field of /proc/PID/task/*/schedstat, ns); empty without schedstat
+# brokers_switches: the thread switches (voluntary and not) all three brokers' threads made so far
+brokers_switches() {
+	brokers_tasks status | awk '$1 ~ /^(non)?voluntary_ctxt_switches:$/ {n += $2} END {print n + 0}'
+}
+
+# brokers_cpu_wait: how long all three brokers' threads have waited so far, runnable, for a CPU,
+# in µs (the second field of schedstat, ns); empty without schedstat
 brokers_cpu_wait() {
-	local i
-	for i in 1 2 3; do cat /proc/"${pids[$i]}"/task/*/schedstat 2>/dev/null; done |
-		awk '{n += $2; seen = 1} END {if (seen) printf "%.0f\n", n}'
+	brokers_tasks schedstat | awk '{n += $2; seen = 1} END {if (seen) printf "%.0f\n", n / 1000}'
 }
 
 # cpu_pressure: the machine's "some" CPU pressure so far, µs (/proc/pressure/cpu: the time in
@@ -535,19 +536,16 @@ cpu_pressure() {
 	[ -n "$t" ] && echo "$t $(($(date +%s%N) / 1000))"
 }
 
-# cpu_waits NAME BEFORE AFTER WAIT-BEFORE WAIT-AFTER PSI-BEFORE PSI-AFTER: adds NAME.cpu_wait_us,
-# the brokers' threads' wait for a CPU per message stored (two master_stats, two
-# brokers_cpu_wait), and NAME.cpu_some, the share of the bench's time in which some task on the
-# machine waited for a CPU (two cpu_pressure)
-cpu_waits() {
-	add "$1.cpu_wait_us" "$(awk -v b="$2" -v a="$3" -v wb="$4" -v wa="$5" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0 && wb != "" && wa != "") printf "%.1f", (wa - wb) / 1000 / m; else print "null"}')"
-	add "$1.cpu_some" "$(awk -v b="$6" -v a="$7" 'BEGIN {split(b, x); split(a, y); if (a != "" && b != "" && y[2] > x[2]) printf "%.3f", (y[1] - x[1]) / (y[2] - x[2]); else print "null"}')"
+# per_message KEY DIGITS BEFORE AFTER COUNT-BEFORE COUNT-AFTER: adds KEY, how much a count of
+# the brokers' grew per message stored (two master_stats, two readings of the count)
+per_message() {
+	add "$1" "$(awk -v d="$2" -v b="$3" -v a="$4" -v cb="$5" -v ca="$6" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0 && cb != "" && ca != "") printf "%.*f", d, (ca - cb) / m; else print "null"}')"
 }
 
-# switches NAME BEFORE AFTER SWITCHES-BEFORE SWITCHES-AFTER: adds NAME.switches, the brokers'
-# thread switches per message stored (two master_stats, two brokers_switches)
-switches() {
-	add "$1.switches" "$(awk -v b="$2" -v a="$3" -v sb="$4" -v sa="$5" 'BEGIN {split(b, x); split(a, y); m = y[4] - x[4]; if (m > 0 && sa != "") printf "%.2f", (sa - sb) / m; else print "null"}')"
+# cpu_some NAME PSI-BEFORE PSI-AFTER: adds NAME.cpu_some, the share of the bench's time in which
+# some task on the machine waited for a CPU (two cpu_pressure)
+cpu_some() {
+	add "$1.cpu_some" "$(awk -v b="$2" -v a="$3" 'BEGIN {split(b, x); split(a, y); if (a != "" && b != "" && y[2] > x[2]) printf "%.3f", (y[1] - x[1]) / (y[2] - x[2]); else print "null"}')"
 }
 
 # master_deltas NAME BEFORE AFTER: adds NAME.cpu_us (the master's CPU microseconds per
@@ -612,9 +610,10 @@ bench() {
 	if [ "$1" = produce ]; then
 		all_cpu "$name" "$d/$name.json" "$before" "$after" "$brokers_before" "$brokers_after"
 		say "  $name: the brokers and the bench spent ${V[$name.cpu_all_us]##* } CPU us per message together, the brokers alone ${V[$name.cpu_brokers_us]##* }"
-		switches "$name" "$before" "$after" "$sw_before" "$sw_after"
+		per_message "$name.switches" 2 "$before" "$after" "$sw_before" "$sw_after"
 		say "  $name: the brokers' threads switched ${V[$name.switches]##* } times per message"
-		cpu_waits "$name" "$before" "$after" "$wait_before" "$wait_after" "$psi_before" "$psi_after"
+		per_message "$name.cpu_wait_us" 1 "$before" "$after" "$wait_before" "$wait_after"
+		cpu_some "$name" "$psi_before" "$psi_after"
 		say "  $name: the brokers' threads waited ${V[$name.cpu_wait_us]##* } us per message for a CPU; some task waited for one $(pct "${V[$name.cpu_some]##* }") of the time"
 		round "$name" "$d/$name.json" "$rounds_before" "$rounds_after"
 		say "  $name: $(round_line "$name" last)"

@@ -293,9 +293,10 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if f.JoinGroup && len(peers) > 0 {
 		return fmt.Errorf("--join-group and --peers: a joining replica learns the group from its master, not from --peers")
 	}
+	ownRaft := firstNonEmpty(f.AdvertiseRaft, f.Raft) // this replica's Raft address, as its peers dial it
 	if len(peers) == 0 {
 		// A group of one: still a Raft group, on the same code path.
-		peers[strconv.Itoa(f.ID)] = firstNonEmpty(f.AdvertiseRaft, f.Raft)
+		peers[strconv.Itoa(f.ID)] = ownRaft
 	}
 	cfg := broker.Config{
 		DelayLevels:   f.DelayLevels,
@@ -361,7 +362,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 		return fmt.Errorf("--raft-in-flight %q: want a number of requests, 1 to 64", f.RaftInFlight)
 	}
 	cfg.Raft.MaxRPCsInFlight = inFlight
-	if cfg.Raft.SpareFollowerInterval, err = spareFollowerInterval(f.SpareFollowers, firstNonEmpty(f.AdvertiseRaft, f.Raft), peers); err != nil {
+	if cfg.Raft.SpareFollowerInterval, err = spareFollowerInterval(f.SpareFollowers, ownRaft, peers); err != nil {
 		return err
 	}
 	if cfg.Raft.SpareFollowerInterval > 0 {
@@ -370,7 +371,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	if err := setGCPercent(f.GCPercent); err != nil {
 		return err
 	}
-	if err := setGOMAXPROCS(f.GOMAXPROCS, firstNonEmpty(f.AdvertiseRaft, f.Raft), peers, log); err != nil {
+	if err := setGOMAXPROCS(f.GOMAXPROCS, ownRaft, peers, log); err != nil {
 		return err
 	}
 	if err := checkCPUPlacement(f.CPUPlacement); err != nil {
@@ -419,7 +420,7 @@ func runBroker(ctx context.Context, f brokerFlags) error {
 	}
 	fmt.Printf("broker %s replica %d serving gRPC on %s\n", f.Group, f.ID, b.Addr())
 	placing, stopPlacing := context.WithCancel(ctx)
-	placed := startCPUPlacement(placing, f.CPUPlacement, firstNonEmpty(f.AdvertiseRaft, f.Raft), peers, b.IsMaster, log)
+	placed := startCPUPlacement(placing, f.CPUPlacement, ownRaft, peers, b.IsMaster, log)
 	defer func() { stopPlacing(); placed() }()
 
 	waitForSignal(ctx, log)

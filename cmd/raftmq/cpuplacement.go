@@ -44,7 +44,7 @@ func planCPUs(allowed []int, onHost int) (cpuPlan, bool) {
 	if onHost < 2 || len(allowed) < 2 {
 		return cpuPlan{}, false
 	}
-	n := max(1, len(allowed)/onHost)
+	n := hostShare(len(allowed), onHost)
 	return cpuPlan{master: allowed[:n], follower: allowed[n:]}, true
 }
 
@@ -86,33 +86,39 @@ func checkCPUPlacement(mode string) error {
 // new master only shares its core.
 const placementPoll = 100 * time.Millisecond
 
-// followPlacement places the threads as a follower, then again at every
-// change of isMaster, until ctx ends. A placement that fails is logged once
-// and not retried until the next change: the replica still serves, only
-// where the kernel puts it.
+// followPlacement places the threads by isMaster, then again at every
+// change of it, until ctx ends. A placement that fails is logged and not
+// retried until the next change: the replica still serves, only where the
+// kernel puts it.
 func followPlacement(ctx context.Context, plan cpuPlan, isMaster func() bool, log *slog.Logger) {
 	t := time.NewTicker(placementPoll)
 	defer t.Stop()
-	placed, first := false, true
+	master := isMaster()
+	plan.place(master, log)
 	for {
-		if m := isMaster(); first || m != placed {
-			cpus := plan.follower
-			if m {
-				cpus = plan.master
-			}
-			if err := placeThreads(cpus); err != nil {
-				log.Warn("--cpu-placement: could not place this replica's threads", "master", m, "cpus", cpus, "err", err)
-			} else {
-				log.Info("CPUs placed", "master", m, "cpus", cpus)
-			}
-			placed, first = m, false
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		if now := isMaster(); now != master {
+			master = now
+			plan.place(master, log)
+		}
 	}
+}
+
+// place moves the threads to the master's CPUs or the followers'.
+func (p cpuPlan) place(master bool, log *slog.Logger) {
+	cpus := p.follower
+	if master {
+		cpus = p.master
+	}
+	if err := placeThreads(cpus); err != nil {
+		log.Warn("--cpu-placement: could not place this replica's threads", "master", master, "cpus", cpus, "err", err)
+		return
+	}
+	log.Info("CPUs placed", "master", master, "cpus", cpus)
 }
 
 // allowedCPUs lists the CPUs this process may run on (its affinity, which
@@ -134,7 +140,8 @@ func allowedCPUs() ([]int, error) {
 // placeThreads sets the affinity of every thread of this process to cpus.
 // Affinity is a thread's: Go runs goroutines on threads it may start at any
 // time, each inheriting its creator's, so the threads are listed again
-// until a pass finds none it has not placed.
+// until a pass finds none it has not placed, at most 5 times (a thread
+// still new after those keeps its creator's CPUs, until the next move).
 func placeThreads(cpus []int) error {
 	var set unix.CPUSet
 	for _, c := range cpus {

@@ -39,7 +39,7 @@ func setGOMAXPROCS(mode, own string, peers map[string]string, log *slog.Logger) 
 	var n int
 	switch mode {
 	case "auto":
-		n = max(1, goDefault/onHost)
+		n = hostShare(goDefault, onHost)
 	case "all":
 		n = goDefault
 	default:
@@ -56,6 +56,10 @@ func setGOMAXPROCS(mode, own string, peers map[string]string, log *slog.Logger) 
 	runtime.GOMAXPROCS(n)
 	return nil
 }
+
+// hostShare is one replica's share of cpus CPUs among onHost replicas on
+// this host: at least one.
+func hostShare(cpus, onHost int) int { return max(1, cpus/onHost) }
 
 // replicasOnThisHost counts the replicas of peers (this one among them,
 // at own) that run on this host: all of them on loopback when own is
